@@ -1,0 +1,53 @@
+-- lib.lua: helpers prepended to every algorithm script when it is loaded
+-- (src/store/scripts.rs), so each script stays one self-contained EVALSHA.
+--
+-- Every script shares one calling convention:
+--   KEYS[1]  the key's state (its type depends on the algorithm)
+--   ARGV[1]  now in microseconds since the epoch, or '' to use Redis TIME
+--            (production passes ''; tests pass a controlled clock)
+--   ARGV[2]  limit          ARGV[3]  window in microseconds
+--   ARGV[4]  cost           ARGV[5]  burst (token_bucket and gcra)
+--   ARGV[6]  extra TTL in milliseconds added to every key (production: 0)
+-- and replies {allowed (1|0), remaining, retry_after_us, reset_after_us}.
+--
+-- All numbers are integers below 2^53, where Lua's doubles are exact. Redis
+-- converts Lua numbers to strings with '%.14g', which would round a
+-- microsecond timestamp, so every number sent to Redis goes through int().
+
+local function int(x)
+  return string.format('%.0f', x)
+end
+
+-- Exact floor(a / b) for non-negative integers: the float quotient can round
+-- up to the next integer, so correct it by one either way.
+local function idiv(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then
+    q = q - 1
+  elseif (q + 1) * b <= a then
+    q = q + 1
+  end
+  return q
+end
+
+local function clock(arg)
+  if arg ~= '' then
+    return tonumber(arg)
+  end
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- Key lifetime: until the state would be back to "never seen", in whole
+-- milliseconds rounded up, plus the caller's padding.
+local function ttl_ms(reset_us, pad_ms)
+  return int(idiv(reset_us + 999, 1000) + pad_ms)
+end
+
+local now = clock(ARGV[1])
+local limit = tonumber(ARGV[2])
+local window = tonumber(ARGV[3])
+local cost = tonumber(ARGV[4])
+local burst = tonumber(ARGV[5])
+local pad_ms = tonumber(ARGV[6])
+local need = math.max(cost, 1)

@@ -1,0 +1,193 @@
+//! Wiring: settings in, a bound listener and a running service out.
+//!
+//! [`Application::build`] binds first, so callers (tests) can ask for port 0
+//! and read the real port back before serving.
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::config::Settings;
+use crate::http::{self, AppState};
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::store::memory::MemoryStore;
+use crate::store::redis::{RedisOptions, RedisStore};
+use crate::store::{Store, StoreError};
+
+/// Why the service could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind { addr: SocketAddr, source: io::Error },
+    #[error("cannot set up the Redis client: {0}")]
+    Redis(#[from] StoreError),
+}
+
+pub struct Application {
+    listener: TcpListener,
+    router: axum::Router,
+    addr: SocketAddr,
+    shutdown_timeout: Duration,
+    background: Vec<JoinHandle<()>>,
+    redis: Option<RedisStore>,
+}
+
+impl Application {
+    /// Builds the store named by the settings, then the service.
+    pub async fn build(settings: Settings) -> Result<Application, StartError> {
+        match &settings.redis {
+            Some(redis) => {
+                let store = RedisStore::connect(RedisOptions {
+                    url: redis.url.clone(),
+                    key_prefix: redis.key_prefix.clone(),
+                    timeout: redis.timeout,
+                    pool_size: redis.pool_size,
+                    reconnect_max_delay: redis.reconnect_max_delay,
+                    clock: None,
+                    ttl_pad_ms: 0,
+                })?;
+                let probe_interval = redis.probe_interval;
+                Self::build_with(settings, Backend::Redis(store), probe_interval).await
+            }
+            None => {
+                let store = MemoryStore::default();
+                Self::build_with(settings, Backend::Memory(store), Duration::from_secs(1)).await
+            }
+        }
+    }
+
+    /// Builds the service over a store made by the caller (tests use this
+    /// to pass stores on a controlled clock).
+    pub async fn build_with(
+        settings: Settings,
+        backend: Backend,
+        probe_interval: Duration,
+    ) -> Result<Application, StartError> {
+        let addr = settings.server.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })?;
+        let addr = listener
+            .local_addr()
+            .map_err(|source| StartError::Bind { addr, source })?;
+
+        let mut background = Vec::new();
+        let (store, redis): (Arc<dyn Store>, _) = match backend {
+            Backend::Memory(store) => {
+                background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+                (Arc::new(store), None)
+            }
+            Backend::Redis(store) => (Arc::new(store.clone()), Some(store)),
+        };
+        let metrics = Arc::new(Metrics::new());
+        let limiter = Arc::new(Limiter::new(store, settings.failure, metrics.clone()));
+        // One probe before serving: a healthy Redis is ready from the first
+        // request; an unreachable one is logged once and retried by the prober.
+        limiter.probe().await;
+        background.push(limiter.spawn_prober(probe_interval));
+        info!(
+            %addr,
+            store = limiter.store_name(),
+            ready = limiter.is_ready(),
+            failure_mode = settings.failure.mode.as_str(),
+            "ratekeeper listening on {addr} with the {} store",
+            limiter.store_name()
+        );
+
+        let router = http::router(AppState {
+            limiter,
+            metrics,
+            bounds: settings.limits,
+        });
+        Ok(Application {
+            listener,
+            router,
+            addr,
+            shutdown_timeout: settings.server.shutdown_timeout,
+            background,
+            redis,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    /// Serves until `shutdown` completes, then lets in-flight requests finish
+    /// for at most `server.shutdown_timeout`.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> io::Result<()> {
+        let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
+        let signal = async move {
+            shutdown.await;
+            info!("shutting down: finishing in-flight requests");
+            let _ = stopping_tx.send(true);
+        };
+        let server = axum::serve(self.listener, self.router).with_graceful_shutdown(signal);
+        let drain_limit = self.shutdown_timeout;
+        let deadline = async move {
+            if stopping_rx.wait_for(|stopping| *stopping).await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            tokio::time::sleep(drain_limit).await;
+        };
+        let result = tokio::select! {
+            result = server => result,
+            () = deadline => {
+                warn!(?drain_limit, "shutdown timeout reached; dropping remaining connections");
+                Ok(())
+            }
+        };
+        for task in &self.background {
+            task.abort();
+        }
+        if let Some(redis) = self.redis {
+            redis.quit().await;
+        }
+        info!("stopped");
+        result
+    }
+}
+
+/// The store an [`Application`] runs on.
+pub enum Backend {
+    Memory(MemoryStore),
+    Redis(RedisStore),
+}
+
+/// Completes on the first SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = terminate => {},
+    }
+}

@@ -1,0 +1,106 @@
+//! The command line: `ratekeeper serve` and `ratekeeper openapi`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::app::{Application, shutdown_signal};
+use crate::config::{Overrides, Settings};
+
+/// sysexits.h EX_USAGE: the configuration is wrong.
+const EX_USAGE: u8 = 64;
+
+/// A rate-limit decision service over HTTP, backed by Redis or an embedded store.
+#[derive(Debug, Parser)]
+#[command(name = "ratekeeper", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the service until SIGINT or SIGTERM.
+    ///
+    /// Every flag is also a config key, settable in the --config file and as
+    /// RATEKEEPER_<SECTION>__<KEY> (e.g. RATEKEEPER_REDIS__URL). Flags win over
+    /// the environment, which wins over the file, which wins over defaults.
+    Serve(ServeArgs),
+    /// Print the OpenAPI document (YAML), as committed in openapi.yaml.
+    Openapi,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// A TOML file layered over the defaults (see config/default.toml).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [config: server.listen, default 127.0.0.1:8080].
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Use Redis at this URL; without it, the embedded in-memory store
+    /// [config: redis.url].
+    #[arg(long, value_name = "URL")]
+    pub redis_url: Option<String>,
+    /// Answer when the store is unreachable: open allows, closed denies
+    /// [config: failure.mode, default open].
+    #[arg(long, value_enum)]
+    pub failure_mode: Option<FailureModeArg>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum FailureModeArg {
+    Open,
+    Closed,
+}
+
+impl ServeArgs {
+    fn overrides(&self) -> Overrides {
+        Overrides {
+            config_file: self.config.clone(),
+            listen: self.listen.clone(),
+            redis_url: self.redis_url.clone(),
+            failure_mode: self.failure_mode.map(|m| match m {
+                FailureModeArg::Open => "open".to_string(),
+                FailureModeArg::Closed => "closed".to_string(),
+            }),
+        }
+    }
+}
+
+/// Runs the parsed command and returns the process exit code.
+pub async fn run(cli: Cli) -> ExitCode {
+    match cli.command {
+        Command::Openapi => {
+            print!("{}", crate::http::openapi::yaml());
+            ExitCode::SUCCESS
+        }
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> ExitCode {
+    let settings = match Settings::load(&args.overrides()) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("ratekeeper: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    crate::telemetry::init(&settings.log);
+    let app = match Application::build(settings).await {
+        Ok(app) => app,
+        Err(error) => {
+            tracing::error!(%error, "cannot start");
+            return ExitCode::FAILURE;
+        }
+    };
+    match app.run_until_stopped(shutdown_signal()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(%error, "server error");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,408 @@
+//! Settings, layered: `config/default.toml` (compiled in) → `--config FILE`
+//! → `RATEKEEPER_<SECTION>__<KEY>` environment variables → CLI flags.
+//!
+//! Every key is read and checked on its own so that one run reports every
+//! bad or unknown key at once, instead of stopping at the first.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat, Map, Value, ValueKind};
+
+use crate::domain::{Bounds, parse_duration_us};
+use crate::limiter::{FailureMode, FailurePolicy};
+
+/// The reference configuration: every key with its default and a comment.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub limits: Bounds,
+    /// `None` runs the embedded store.
+    pub redis: Option<RedisSettings>,
+    pub failure: FailurePolicy,
+    pub memory: MemorySettings,
+    pub log: LogSettings,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub shutdown_timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisSettings {
+    pub url: String,
+    pub key_prefix: String,
+    pub timeout: Duration,
+    pub pool_size: usize,
+    pub reconnect_max_delay: Duration,
+    pub probe_interval: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemorySettings {
+    pub sweep_interval: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Auto,
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+/// Values given on the command line; they override every other layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub redis_url: Option<String>,
+    pub failure_mode: Option<String>,
+}
+
+/// Every problem found, one line each.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .problems.join("\n  - "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+const KNOWN_KEYS: &[&str] = &[
+    "server.listen",
+    "server.shutdown_timeout",
+    "limits.max_key_bytes",
+    "limits.max_sliding_log_limit",
+    "redis.url",
+    "redis.key_prefix",
+    "redis.timeout",
+    "redis.pool_size",
+    "redis.reconnect_max_delay",
+    "redis.probe_interval",
+    "failure.mode",
+    "failure.closed_retry_after",
+    "memory.sweep_interval",
+    "log.format",
+    "log.level",
+];
+
+impl Settings {
+    /// Loads every layer, reading the environment of this process.
+    pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
+        Self::load_from(overrides, Environment::default().source(None))
+    }
+
+    /// Loads with an explicit environment (tests pass a map).
+    pub fn load_from(overrides: &Overrides, env: Environment) -> Result<Settings, ConfigError> {
+        let fail = |problem: String| ConfigError {
+            problems: vec![problem],
+        };
+        let mut builder =
+            Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+        if let Some(path) = &overrides.config_file {
+            if !path.is_file() {
+                return Err(fail(format!("--config {}: no such file", path.display())));
+            }
+            builder = builder.add_source(File::from(path.as_path()).format(FileFormat::Toml));
+        }
+        builder = builder.add_source(
+            env.prefix("RATEKEEPER")
+                .prefix_separator("_")
+                .separator("__"),
+        );
+        for (key, value) in [
+            ("server.listen", &overrides.listen),
+            ("redis.url", &overrides.redis_url),
+            ("failure.mode", &overrides.failure_mode),
+        ] {
+            if let Some(value) = value {
+                builder = builder
+                    .set_override(key, value.as_str())
+                    .map_err(|e| fail(e.to_string()))?;
+            }
+        }
+        let config = builder.build().map_err(|e| fail(e.to_string()))?;
+        Self::from_config(&config)
+    }
+
+    fn from_config(config: &Config) -> Result<Settings, ConfigError> {
+        let mut r = Reader {
+            config,
+            problems: Vec::new(),
+        };
+        r.unknown_keys();
+
+        let listen = r.parse("server.listen", |s| {
+            s.parse::<SocketAddr>()
+                .map_err(|_| "must be an address with a port, e.g. 127.0.0.1:8080".into())
+        });
+        let shutdown_timeout = r.duration("server.shutdown_timeout");
+        let max_key_bytes = r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536));
+        let max_sliding_log_limit =
+            r.parse("limits.max_sliding_log_limit", |s| int_in(s, 1, 10_000_000));
+        let url = r.parse("redis.url", |s| {
+            let ok = s.is_empty()
+                || [
+                    "redis://",
+                    "rediss://",
+                    "redis-cluster://",
+                    "redis-sentinel://",
+                    "redis+unix://",
+                ]
+                .iter()
+                .any(|p| s.starts_with(p));
+            ok.then(|| s.to_string()).ok_or_else(|| {
+                "must be empty or a redis://, rediss:// or redis-cluster:// URL".into()
+            })
+        });
+        let key_prefix = r.parse("redis.key_prefix", |s| {
+            if s.contains(['{', '}']) || s.len() > 64 {
+                Err(
+                    "must be at most 64 bytes without '{' or '}' (they would move the hash tag)"
+                        .into(),
+                )
+            } else {
+                Ok(s.to_string())
+            }
+        });
+        let timeout = r.duration("redis.timeout");
+        let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
+        let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
+        let probe_interval = r.duration("redis.probe_interval");
+        let mode = r.parse("failure.mode", |s| match s {
+            "open" => Ok(FailureMode::Open),
+            "closed" => Ok(FailureMode::Closed),
+            _ => Err("must be \"open\" or \"closed\"".into()),
+        });
+        let closed_retry_after = r.duration("failure.closed_retry_after");
+        let sweep_interval = r.duration("memory.sweep_interval");
+        let format = r.parse("log.format", |s| match s {
+            "auto" => Ok(LogFormat::Auto),
+            "pretty" => Ok(LogFormat::Pretty),
+            "json" => Ok(LogFormat::Json),
+            _ => Err("must be \"auto\", \"pretty\" or \"json\"".into()),
+        });
+        let level = r.parse("log.level", |s| {
+            tracing_subscriber::EnvFilter::try_new(s)
+                .map(|_| s.to_string())
+                .map_err(|e| format!("is not a valid tracing filter: {e}"))
+        });
+
+        let problems = r.problems;
+        let (
+            Some(listen),
+            Some(shutdown_timeout),
+            Some(max_key_bytes),
+            Some(max_sliding_log_limit),
+            Some(url),
+            Some(key_prefix),
+            Some(timeout),
+            Some(pool_size),
+            Some(reconnect_max_delay),
+            Some(probe_interval),
+            Some(mode),
+            Some(closed_retry_after),
+            Some(sweep_interval),
+            Some(format),
+            Some(level),
+        ) = (
+            listen,
+            shutdown_timeout,
+            max_key_bytes,
+            max_sliding_log_limit,
+            url,
+            key_prefix,
+            timeout,
+            pool_size,
+            reconnect_max_delay,
+            probe_interval,
+            mode,
+            closed_retry_after,
+            sweep_interval,
+            format,
+            level,
+        )
+        else {
+            return Err(ConfigError { problems });
+        };
+        if !problems.is_empty() {
+            return Err(ConfigError { problems });
+        }
+        Ok(Settings {
+            server: ServerSettings {
+                listen,
+                shutdown_timeout,
+            },
+            limits: Bounds {
+                max_key_bytes: max_key_bytes as usize,
+                max_sliding_log_limit,
+            },
+            redis: (!url.is_empty()).then_some(RedisSettings {
+                url,
+                key_prefix,
+                timeout,
+                pool_size: pool_size as usize,
+                reconnect_max_delay,
+                probe_interval,
+            }),
+            failure: FailurePolicy {
+                mode,
+                closed_retry_after,
+            },
+            memory: MemorySettings { sweep_interval },
+            log: LogSettings { format, level },
+        })
+    }
+}
+
+fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(format!("must be a whole number from {min} to {max}")),
+    }
+}
+
+/// Reads keys one by one, collecting problems instead of stopping.
+struct Reader<'a> {
+    config: &'a Config,
+    problems: Vec<String>,
+}
+
+impl Reader<'_> {
+    fn parse<T>(&mut self, key: &str, parse: impl FnOnce(&str) -> Result<T, String>) -> Option<T> {
+        let result = self
+            .config
+            .get_string(key)
+            .map_err(|e| format!("cannot be read: {e}"))
+            .and_then(|raw| parse(raw.trim()).map_err(|m| format!("{m} (got {raw:?})")));
+        result
+            .map_err(|m| self.problems.push(format!("{key}: {m}")))
+            .ok()
+    }
+
+    fn duration(&mut self, key: &str) -> Option<Duration> {
+        self.parse(key, |s| match parse_duration_us(s) {
+            Ok(0) => Err("must be longer than zero".into()),
+            Ok(us) => Ok(Duration::from_micros(us)),
+            Err(m) => Err(m),
+        })
+    }
+
+    fn unknown_keys(&mut self) {
+        let known: BTreeSet<&str> = KNOWN_KEYS.iter().copied().collect();
+        let mut found = Vec::new();
+        if let Ok(table) = self.config.cache.clone().into_table() {
+            flatten("", &table, &mut found);
+        }
+        for key in found {
+            if !known.contains(key.as_str()) {
+                self.problems.push(format!("{key}: unknown key"));
+            }
+        }
+    }
+}
+
+fn flatten(prefix: &str, table: &Map<String, Value>, out: &mut Vec<String>) {
+    for (name, value) in table {
+        let path = if prefix.is_empty() {
+            name.clone()
+        } else {
+            format!("{prefix}.{name}")
+        };
+        match &value.kind {
+            ValueKind::Table(inner) => flatten(&path, inner, out),
+            _ => out.push(path),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(vars: &[(&str, &str)]) -> Environment {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Environment::default().source(Some(map))
+    }
+
+    #[test]
+    fn defaults_load_and_mean_the_embedded_store() {
+        let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+        assert!(s.redis.is_none());
+        assert_eq!(s.server.listen.to_string(), "127.0.0.1:8080");
+        assert_eq!(s.failure.mode, FailureMode::Open);
+        assert_eq!(s.limits.max_key_bytes, 512);
+    }
+
+    #[test]
+    fn env_then_cli_override_the_file() {
+        let vars = [
+            ("RATEKEEPER_REDIS__URL", "redis://127.0.0.1:7000"),
+            ("RATEKEEPER_REDIS__TIMEOUT", "50ms"),
+        ];
+        let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+        let redis = s.redis.unwrap();
+        assert_eq!(
+            (redis.url.as_str(), redis.timeout),
+            ("redis://127.0.0.1:7000", Duration::from_millis(50))
+        );
+
+        let cli = Overrides {
+            redis_url: Some("redis://127.0.0.1:7001".into()),
+            failure_mode: Some("closed".into()),
+            ..Default::default()
+        };
+        let s = Settings::load_from(&cli, env(&vars)).unwrap();
+        assert_eq!(s.redis.unwrap().url, "redis://127.0.0.1:7001");
+        assert_eq!(s.failure.mode, FailureMode::Closed);
+    }
+
+    #[test]
+    fn reports_every_bad_key_at_once() {
+        let vars = [
+            ("RATEKEEPER_REDIS__TIMEOUT", "50"),
+            ("RATEKEEPER_SERVER__LISTEN", "nowhere"),
+            ("RATEKEEPER_FAILURE__MODE", "maybe"),
+            ("RATEKEEPER_REDIS__TMEOUT", "1s"),
+        ];
+        let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
+        let text = err.to_string();
+        for key in [
+            "redis.timeout",
+            "server.listen",
+            "failure.mode",
+            "redis.tmeout: unknown key",
+        ] {
+            assert!(text.contains(key), "{key} missing from:\n{text}");
+        }
+        assert_eq!(err.problems.len(), 4);
+    }
+
+    #[test]
+    fn known_keys_match_the_reference_file() {
+        let config = Config::builder()
+            .add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml))
+            .build()
+            .unwrap();
+        let mut found = Vec::new();
+        flatten("", &config.cache.clone().into_table().unwrap(), &mut found);
+        found.sort();
+        let mut known: Vec<String> = KNOWN_KEYS.iter().map(|s| s.to_string()).collect();
+        known.sort();
+        assert_eq!(found, known);
+    }
+}

@@ -1,0 +1,112 @@
+//! The five algorithms as pure functions. Each takes the key's state (a
+//! `Default` state means "never seen"), the rule, the current time and the
+//! cost, updates the state and returns the [`Outcome`].
+//!
+//! Shared conventions, mirrored line for line by `lua/*.lua`:
+//! - `need = max(cost, 1)`: a check is allowed iff `need` units are
+//!   available, so `cost: 0` asks "is at least one unit left?" and consumes
+//!   nothing.
+//! - Denied checks consume nothing.
+//! - Counters and timestamps are integers below 2^53; the one place floats
+//!   appear (sliding window weighting) uses the same IEEE operations in the
+//!   same order as the Lua, so both produce bit-identical results.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use super::{Algorithm, Outcome, Rule};
+
+/// The stored state of one key under one algorithm.
+#[derive(Debug, Clone, PartialEq)]
+pub enum State {
+    FixedWindow(fixed_window::FixedWindowState),
+    SlidingWindow(sliding_window::SlidingWindowState),
+    SlidingLog(sliding_log::SlidingLogState),
+    TokenBucket(token_bucket::TokenBucketState),
+    Gcra(gcra::GcraState),
+}
+
+impl State {
+    /// The "never seen" state for `algorithm`.
+    pub fn fresh(algorithm: Algorithm) -> State {
+        match algorithm {
+            Algorithm::FixedWindow => State::FixedWindow(Default::default()),
+            Algorithm::SlidingWindow => State::SlidingWindow(Default::default()),
+            Algorithm::SlidingLog => State::SlidingLog(Default::default()),
+            Algorithm::TokenBucket => State::TokenBucket(Default::default()),
+            Algorithm::Gcra => State::Gcra(Default::default()),
+        }
+    }
+
+    /// Runs the rule's algorithm on this state. A state of another algorithm
+    /// is replaced by a fresh one (storage keys include the algorithm, so this
+    /// only happens if a caller mixes them up).
+    pub fn apply(&mut self, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+        if !self.is(rule.algorithm) {
+            *self = State::fresh(rule.algorithm);
+        }
+        match self {
+            State::FixedWindow(s) => fixed_window::check(s, rule, now_us, cost),
+            State::SlidingWindow(s) => sliding_window::check(s, rule, now_us, cost),
+            State::SlidingLog(s) => sliding_log::check(s, rule, now_us, cost),
+            State::TokenBucket(s) => token_bucket::check(s, rule, now_us, cost),
+            State::Gcra(s) => gcra::check(s, rule, now_us, cost),
+        }
+    }
+
+    fn is(&self, algorithm: Algorithm) -> bool {
+        matches!(
+            (self, algorithm),
+            (State::FixedWindow(_), Algorithm::FixedWindow)
+                | (State::SlidingWindow(_), Algorithm::SlidingWindow)
+                | (State::SlidingLog(_), Algorithm::SlidingLog)
+                | (State::TokenBucket(_), Algorithm::TokenBucket)
+                | (State::Gcra(_), Algorithm::Gcra)
+        )
+    }
+}
+
+/// Runs one check of `rule` against a fresh state: a convenience for tests.
+pub fn apply_fresh(rule: &Rule, now_us: u64, cost: u64) -> (State, Outcome) {
+    let mut state = State::fresh(rule.algorithm);
+    let outcome = state.apply(rule, now_us, cost);
+    (state, outcome)
+}
+
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::*;
+
+    pub const MS: u64 = 1_000;
+    pub const SEC: u64 = 1_000_000;
+
+    pub fn rule(algorithm: Algorithm, limit: u64, window_us: u64) -> Rule {
+        Rule {
+            algorithm,
+            limit,
+            window_us,
+            burst: limit,
+        }
+    }
+
+    /// Asserts the retry-after is exact: the same check (on a copy of the
+    /// state, so nothing is consumed) is denied 1 ms before it and allowed at it.
+    pub fn assert_retry_exact(state: &State, rule: &Rule, now: u64, cost: u64, outcome: Outcome) {
+        assert!(!outcome.allowed, "expected a denial, got {outcome:?}");
+        let retry_ms = crate::domain::us_to_ms_ceil(outcome.retry_after_us);
+        assert!(retry_ms > 0);
+        let early = state.clone().apply(rule, now + (retry_ms - 1) * MS, cost);
+        assert!(
+            !early.allowed,
+            "allowed 1ms before retry_after ({retry_ms}ms)"
+        );
+        let on_time = state.clone().apply(rule, now + retry_ms * MS, cost);
+        assert!(
+            on_time.allowed,
+            "still denied at retry_after ({retry_ms}ms): {on_time:?}"
+        );
+    }
+}

@@ -1,0 +1,202 @@
+//! Sliding window counter: the current and previous epoch-aligned windows,
+//! the previous one weighted by how much of it still overlaps the sliding
+//! window: `weighted = prev * (window - elapsed) / window + curr`.
+//! Allowed iff `floor(weighted) + need <= limit`.
+//!
+//! The weighting is the one floating-point computation in the domain. It is
+//! written exactly as in `lua/sliding_window.lua` (same operands, same
+//! order), so both sides round identically.
+
+use crate::domain::{Outcome, Rule};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SlidingWindowState {
+    /// `floor(now / window)` of the window `curr` belongs to.
+    pub window_index: u64,
+    pub prev: u64,
+    pub curr: u64,
+}
+
+/// The weighted count `elapsed_us` into a window.
+fn weighted(prev: u64, curr: u64, window: u64, elapsed_us: u64) -> f64 {
+    prev as f64 * (window - elapsed_us) as f64 / window as f64 + curr as f64
+}
+
+pub fn check(state: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+    let window = rule.window_us;
+    let index = now_us / window;
+    roll(state, index);
+    let elapsed = now_us - index * window;
+    let need = cost.max(1);
+    let limit = rule.limit;
+
+    let before = weighted(state.prev, state.curr, window, elapsed);
+    let allowed = before.floor() as u64 + need <= limit;
+    let after = if allowed {
+        state.curr += cost;
+        before + cost as f64
+    } else {
+        before
+    };
+    let remaining = (limit as f64 - after).floor().max(0.0) as u64;
+
+    let retry_after_us = if allowed {
+        0
+    } else {
+        first_allowed_at(state, rule, now_us, need) - now_us
+    };
+    let reset_after_us = if state.curr > 0 {
+        (index + 2) * window - now_us
+    } else if state.prev > 0 {
+        (index + 1) * window - now_us
+    } else {
+        0
+    };
+    Outcome {
+        allowed,
+        remaining,
+        retry_after_us,
+        reset_after_us,
+    }
+}
+
+/// Moves the counters to window `index`: the old current window becomes the
+/// previous one if adjacent, and anything older is forgotten.
+fn roll(state: &mut SlidingWindowState, index: u64) {
+    if state.window_index == index {
+        return;
+    }
+    let prev = if state.window_index + 1 == index {
+        state.curr
+    } else {
+        0
+    };
+    *state = SlidingWindowState {
+        window_index: index,
+        prev,
+        curr: 0,
+    };
+}
+
+/// The first instant after `now_us` at which a check needing `need` units
+/// passes if nothing else arrives. The weighted count only falls as time
+/// passes, so the predicate is monotone and a binary search finds the exact
+/// microsecond; two windows on, the count is zero and `need <= limit` passes.
+fn first_allowed_at(state: &SlidingWindowState, rule: &Rule, now_us: u64, need: u64) -> u64 {
+    let window = rule.window_us;
+    let passes = |t: u64| {
+        let index = t / window;
+        let elapsed = t - index * window;
+        let w = if index == state.window_index {
+            weighted(state.prev, state.curr, window, elapsed)
+        } else if index == state.window_index + 1 {
+            weighted(state.curr, 0, window, elapsed)
+        } else {
+            0.0
+        };
+        w.floor() as u64 + need <= rule.limit
+    };
+    let (mut denied, mut allowed) = (now_us, (state.window_index + 2) * window);
+    while allowed - denied > 1 {
+        let mid = denied + (allowed - denied) / 2;
+        if passes(mid) {
+            allowed = mid;
+        } else {
+            denied = mid;
+        }
+    }
+    allowed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::super::*;
+    use super::SlidingWindowState;
+
+    fn sw(limit: u64, window: u64) -> Rule {
+        rule(Algorithm::SlidingWindow, limit, window)
+    }
+
+    fn state(window_index: u64, prev: u64, curr: u64) -> State {
+        State::SlidingWindow(SlidingWindowState {
+            window_index,
+            prev,
+            curr,
+        })
+    }
+
+    #[test]
+    fn seed_example_weighted_90_is_allowed_and_101_is_denied() {
+        let r = sw(100, 60 * SEC);
+        let at_25_percent = 1_000 * 60 * SEC + 15 * SEC;
+        let mut s = state(1_000, 80, 30);
+        let o = s.apply(&r, at_25_percent, 1);
+        assert!(o.allowed, "80 * 0.75 + 30 = 90 < 100");
+        assert_eq!(o.remaining, 9);
+
+        let mut s = state(1_000, 80, 41);
+        let o = s.apply(&r, at_25_percent, 1);
+        assert!(!o.allowed, "80 * 0.75 + 41 = 101 >= 100");
+        assert_eq!(o.remaining, 0);
+        assert_retry_exact(&s, &r, at_25_percent, 1, o);
+    }
+
+    #[test]
+    fn does_not_admit_a_boundary_burst() {
+        let r = sw(10, 10 * SEC);
+        let mut s = State::fresh(Algorithm::SlidingWindow);
+        let boundary = 1_000 * SEC;
+        let allowed = (0..20)
+            .filter(|_| s.apply(&r, boundary - MS, 1).allowed)
+            .count()
+            + (0..20).filter(|_| s.apply(&r, boundary, 1).allowed).count();
+        assert_eq!(allowed, 10);
+    }
+
+    #[test]
+    fn retry_after_is_exact_mid_window_and_across_windows() {
+        let r = sw(10, 10 * SEC);
+        let mut s = State::fresh(Algorithm::SlidingWindow);
+        let t = 1_000 * SEC + 3 * SEC;
+        assert!(s.apply(&r, t, 10).allowed);
+        // curr is full: the earliest pass is in the next window, once enough
+        // of this one has slid out.
+        let o = s.apply(&r, t, 1);
+        assert_retry_exact(&s, &r, t, 1, o);
+        // At the boundary prev = 10 weighs exactly 10; one microsecond later it
+        // weighs 9.999999, which floors to 9.
+        assert_eq!(o.retry_after_us, 7 * SEC + 1);
+        // cost > 1 waits longer.
+        let o4 = s.apply(&r, t, 4);
+        assert_retry_exact(&s, &r, t, 4, o4);
+        // floor(10 * (1 - e/10s)) <= 6 needs e > 3 s.
+        assert_eq!(o4.retry_after_us, 10 * SEC + 1);
+    }
+
+    #[test]
+    fn cost_zero_and_cost_above_one() {
+        let r = sw(5, SEC);
+        let mut s = State::fresh(Algorithm::SlidingWindow);
+        assert_eq!(s.apply(&r, 0, 0).remaining, 5);
+        assert_eq!(s.apply(&r, 0, 4).remaining, 1);
+        let denied = s.apply(&r, 0, 2);
+        assert!(!denied.allowed);
+        assert!(s.apply(&r, 0, 0).allowed, "one unit is still left");
+        assert!(s.apply(&r, 0, 1).allowed);
+        let probe = s.apply(&r, 0, 0);
+        assert!(!probe.allowed);
+        assert_retry_exact(&s, &r, 0, 0, probe);
+    }
+
+    #[test]
+    fn state_expires_after_two_windows() {
+        let r = sw(3, SEC);
+        let mut s = State::fresh(Algorithm::SlidingWindow);
+        let o = s.apply(&r, 5 * SEC + 200 * MS, 3);
+        assert_eq!(o.reset_after_us, 2 * SEC - 200 * MS);
+        let o = s.apply(&r, 7 * SEC, 3);
+        assert!(o.allowed);
+        assert_eq!(o.remaining, 0);
+    }
+}

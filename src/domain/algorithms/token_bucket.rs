@@ -1,0 +1,123 @@
+//! Token bucket: `burst` tokens, one more every `window / limit` (the
+//! emission interval, whole microseconds). Refill is lazy and integral: the
+//! state keeps the time up to which tokens were credited, so no fraction of a
+//! token is ever lost or rounded, and Lua's doubles stay exact.
+
+use crate::domain::{Outcome, Rule};
+
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TokenBucketState {
+    /// `None` until first seen: a new bucket is full.
+    pub bucket: Option<Bucket>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Bucket {
+    pub tokens: u64,
+    /// Tokens have been credited up to this instant.
+    pub credited_at_us: u64,
+}
+
+pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+    let interval = rule.emission_interval_us();
+    let burst = rule.burst;
+    let mut b = state.bucket.unwrap_or(Bucket {
+        tokens: burst,
+        credited_at_us: now_us,
+    });
+    if now_us > b.credited_at_us {
+        let earned = (now_us - b.credited_at_us) / interval;
+        b.tokens += earned;
+        b.credited_at_us += earned * interval;
+        if b.tokens >= burst {
+            // A full bucket earns nothing more: the clock restarts now.
+            b = Bucket {
+                tokens: burst,
+                credited_at_us: now_us,
+            };
+        }
+    }
+
+    let need = cost.max(1);
+    let allowed = b.tokens >= need;
+    if allowed {
+        b.tokens -= cost;
+    }
+    // The k-th next token arrives at credited_at + k * interval.
+    let arrival = |k: u64| b.credited_at_us + k * interval - now_us;
+    let retry_after_us = if allowed { 0 } else { arrival(need - b.tokens) };
+    let reset_after_us = if b.tokens < burst {
+        arrival(burst - b.tokens)
+    } else {
+        0
+    };
+    // A full bucket is the same as no bucket: forget it.
+    state.bucket = (reset_after_us > 0).then_some(b);
+    Outcome {
+        allowed,
+        remaining: b.tokens,
+        retry_after_us,
+        reset_after_us,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::super::*;
+
+    fn tb(limit: u64, window: u64, burst: u64) -> Rule {
+        Rule {
+            burst,
+            ..rule(Algorithm::TokenBucket, limit, window)
+        }
+    }
+
+    #[test]
+    fn spends_the_burst_then_refills_at_the_rate() {
+        // 10 per second = one token per 100 ms, bucket of 3.
+        let r = tb(10, SEC, 3);
+        let mut s = State::fresh(Algorithm::TokenBucket);
+        let t = 1_000 * SEC;
+        for left in [2, 1, 0] {
+            assert_eq!(s.apply(&r, t, 1).remaining, left);
+        }
+        let denied = s.apply(&r, t + 30 * MS, 1);
+        assert_eq!(denied.retry_after_us, 70 * MS);
+        assert_eq!(denied.reset_after_us, 270 * MS);
+        assert_retry_exact(&s, &r, t + 30 * MS, 1, denied);
+        let denied3 = s.apply(&r, t + 30 * MS, 3);
+        assert_eq!(denied3.retry_after_us, 270 * MS);
+        assert_retry_exact(&s, &r, t + 30 * MS, 3, denied3);
+    }
+
+    #[test]
+    fn never_holds_more_than_the_burst() {
+        let r = tb(10, SEC, 3);
+        let mut s = State::fresh(Algorithm::TokenBucket);
+        s.apply(&r, 0, 3);
+        let o = s.apply(&r, 3_600 * SEC, 0);
+        assert_eq!((o.remaining, o.reset_after_us), (3, 0));
+    }
+
+    #[test]
+    fn partial_intervals_are_kept_not_lost() {
+        let r = tb(10, SEC, 1);
+        let mut s = State::fresh(Algorithm::TokenBucket);
+        s.apply(&r, 0, 1);
+        // Checking at 60 ms earns nothing but must not restart the 100 ms.
+        assert!(!s.apply(&r, 60 * MS, 1).allowed);
+        assert!(s.apply(&r, 100 * MS, 1).allowed);
+    }
+
+    #[test]
+    fn cost_zero_is_allowed_iff_a_token_is_left() {
+        let r = tb(1, SEC, 2);
+        let mut s = State::fresh(Algorithm::TokenBucket);
+        assert!(s.apply(&r, 0, 2).allowed);
+        let probe = s.apply(&r, 0, 0);
+        assert!(!probe.allowed);
+        assert_eq!(probe.retry_after_us, SEC);
+        assert_retry_exact(&s, &r, 0, 0, probe);
+    }
+}

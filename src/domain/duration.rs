@@ -1,0 +1,84 @@
+//! Durations as written by people: `250ms`, `10s`, `1m`, `1h`, `1d`.
+//!
+//! A small strict parser rather than a general one: windows and timeouts are
+//! whole numbers of one unit, and anything else (`1.5s`, `1h30m`, `10us`) is
+//! rejected with a message that says what is accepted.
+
+/// 366 days: the longest window a rule may have.
+pub const MAX_WINDOW_US: u64 = 366 * 86_400 * 1_000_000;
+
+const UNITS: [(&str, u64); 5] = [
+    ("ms", 1_000),
+    ("s", 1_000_000),
+    ("m", 60_000_000),
+    ("h", 3_600_000_000),
+    ("d", 86_400_000_000),
+];
+
+/// Parses `<digits><unit>` with unit one of `ms`, `s`, `m`, `h`, `d` into
+/// microseconds. Returns a human-readable reason on failure.
+pub fn parse_duration_us(text: &str) -> Result<u64, String> {
+    let text = text.trim();
+    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| {
+        format!("`{text}` has no unit; write e.g. `250ms`, `10s`, `1m`, `1h` or `1d`")
+    })?;
+    let (digits, unit) = text.split_at(split);
+    let value: u64 = digits.parse().map_err(|_| {
+        format!("`{text}` must start with a whole number, e.g. `250ms`, `10s`, `1m`, `1h` or `1d`")
+    })?;
+    let per_unit = UNITS
+        .iter()
+        .find(|(name, _)| *name == unit)
+        .map(|(_, us)| *us)
+        .ok_or_else(|| format!("`{text}` has unknown unit `{unit}`; use one of ms, s, m, h, d"))?;
+    value
+        .checked_mul(per_unit)
+        .ok_or_else(|| format!("`{text}` is too long"))
+}
+
+/// Formats microseconds with the largest unit that divides them exactly.
+pub fn format_duration(us: u64) -> String {
+    for (name, per_unit) in UNITS.iter().rev() {
+        if us >= *per_unit && us % per_unit == 0 {
+            return format!("{}{name}", us / per_unit);
+        }
+    }
+    format!("{}ms", us.div_ceil(1_000))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_unit() {
+        assert_eq!(parse_duration_us("250ms"), Ok(250_000));
+        assert_eq!(parse_duration_us("10s"), Ok(10_000_000));
+        assert_eq!(parse_duration_us("1m"), Ok(60_000_000));
+        assert_eq!(parse_duration_us("1h"), Ok(3_600_000_000));
+        assert_eq!(parse_duration_us("1d"), Ok(86_400_000_000));
+    }
+
+    #[test]
+    fn rejects_what_it_does_not_understand() {
+        for bad in [
+            "",
+            "10",
+            "1.5s",
+            "10us",
+            "-1s",
+            "s",
+            "1h30m",
+            "99999999999999999999d",
+        ] {
+            assert!(parse_duration_us(bad).is_err(), "{bad} should be rejected");
+        }
+    }
+
+    #[test]
+    fn formats_with_the_largest_exact_unit() {
+        assert_eq!(format_duration(60_000_000), "1m");
+        assert_eq!(format_duration(1_500_000), "1500ms");
+        assert_eq!(format_duration(86_400_000_000), "1d");
+    }
+}

@@ -1,0 +1,35 @@
+//! The rate-limit domain: what a check asks, what a decision answers, and the
+//! algorithms as pure functions of `(state, now, rule, cost)`.
+//!
+//! Nothing here knows about HTTP, Redis or tokio. The embedded store runs
+//! these functions directly; the Lua scripts in `lua/` implement the same
+//! arithmetic and the parity tests hold the two to identical answers.
+//!
+//! Time is in **microseconds** everywhere inside the domain: Redis `TIME`
+//! has that resolution, integer microseconds since the epoch stay below
+//! 2^53 (so Lua's doubles represent them exactly), and token-bucket/GCRA
+//! emission intervals need sub-millisecond precision. Milliseconds appear
+//! only at the API edge, always rounded *up* so a client that waits
+//! `retry_after_ms` is never early.
+
+pub mod algorithms;
+mod check;
+mod clock;
+mod decision;
+mod duration;
+
+pub use check::{
+    Algorithm, Bounds, Check, CheckInput, MAX_LIMIT, Rule, ValidationError, WindowInput,
+};
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{Decision, Outcome};
+pub use duration::{MAX_WINDOW_US, format_duration, parse_duration_us};
+
+/// Microseconds per millisecond.
+pub const US_PER_MS: u64 = 1_000;
+
+/// Converts microseconds to milliseconds, rounding up: a wait reported to a
+/// client must never be shorter than the real one.
+pub fn us_to_ms_ceil(us: u64) -> u64 {
+    us.div_ceil(US_PER_MS)
+}

@@ -1,0 +1,197 @@
+//! `POST /v1/check`: the request and response as they travel over HTTP,
+//! converted to and from the domain's types.
+
+use std::fmt;
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde::de::{self, Deserializer, Visitor};
+use serde::{Deserialize, Serialize};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, Type};
+use utoipa::{PartialSchema, ToSchema};
+
+use super::AppState;
+use super::error::{ApiError, ApiJson, ErrorBody};
+use crate::domain::{Algorithm, Check, CheckInput, Decision, WindowInput};
+
+/// May this key spend this much now?
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"key": "user:42", "limit": 100, "window": "1m", "algorithm": "sliding_window"}))]
+pub struct CheckRequest {
+    /// The client being limited: any UTF-8, 1 to 512 bytes (configurable).
+    pub key: String,
+    /// Units allowed per window, 1 to 1000000000000. For sliding_log at most
+    /// 100000 (configurable). For token_bucket and gcra, the refill rate is
+    /// `limit` per `window`.
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
+    pub limit: u64,
+    pub window: WindowSpec,
+    /// Default: sliding_window.
+    #[serde(default)]
+    pub algorithm: Option<AlgorithmName>,
+    /// Units this request spends, default 1; 0 reports without spending.
+    /// At most `limit` (token_bucket/gcra: at most `burst`).
+    #[serde(default)]
+    #[schema(minimum = 0)]
+    pub cost: Option<u64>,
+    /// token_bucket and gcra only: bucket capacity, default `limit`.
+    #[serde(default)]
+    #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
+    pub burst: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum AlgorithmName {
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+    TokenBucket,
+    Gcra,
+}
+
+impl From<AlgorithmName> for Algorithm {
+    fn from(name: AlgorithmName) -> Self {
+        match name {
+            AlgorithmName::FixedWindow => Algorithm::FixedWindow,
+            AlgorithmName::SlidingWindow => Algorithm::SlidingWindow,
+            AlgorithmName::SlidingLog => Algorithm::SlidingLog,
+            AlgorithmName::TokenBucket => Algorithm::TokenBucket,
+            AlgorithmName::Gcra => Algorithm::Gcra,
+        }
+    }
+}
+
+/// A window: `"250ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`, or an integer
+/// number of seconds. From 1 ms to 366 days.
+#[derive(Debug, Clone)]
+pub struct WindowSpec(WindowInput);
+
+impl<'de> Deserialize<'de> for WindowSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct WindowVisitor;
+        impl Visitor<'_> for WindowVisitor {
+            type Value = WindowSpec;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or a positive integer number of seconds")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<WindowSpec, E> {
+                Ok(WindowSpec(WindowInput::Seconds(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<WindowSpec, E> {
+                Ok(WindowSpec(WindowInput::Text(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_any(WindowVisitor)
+    }
+}
+
+impl PartialSchema for WindowSpec {
+    fn schema() -> RefOr<Schema> {
+        OneOfBuilder::new()
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .pattern(Some("^[0-9]+(ms|s|m|h|d)$"))
+                    .description(Some("A whole number and a unit: ms, s, m, h or d.")),
+            )
+            .item(
+                ObjectBuilder::new()
+                    .schema_type(Type::Integer)
+                    .minimum(Some(1))
+                    .maximum(Some(31_622_400))
+                    .description(Some("Seconds.")),
+            )
+            .description(Some("The window, from 1ms to 366d."))
+            .examples([serde_json::json!("1m")])
+            .into()
+    }
+}
+
+impl ToSchema for WindowSpec {}
+
+impl From<CheckRequest> for CheckInput {
+    fn from(r: CheckRequest) -> Self {
+        CheckInput {
+            key: r.key,
+            limit: r.limit,
+            window: r.window.0,
+            algorithm: r.algorithm.map(Algorithm::from),
+            cost: r.cost,
+            burst: r.burst,
+        }
+    }
+}
+
+/// The decision. Sent with status 200 whether allowed or not.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"allowed": true, "limit": 100, "remaining": 99, "retry_after_ms": 0, "reset_after_ms": 60000, "degraded": false}))]
+pub struct CheckResponse {
+    pub allowed: bool,
+    pub limit: u64,
+    /// Units still available after this request; never negative.
+    pub remaining: u64,
+    /// 0 when allowed. When denied, the smallest wait after which the same
+    /// request would be allowed if nothing else arrives.
+    pub retry_after_ms: u64,
+    /// Time until the key is back to full capacity if nothing else arrives.
+    pub reset_after_ms: u64,
+    /// True when the failure policy answered because the store was
+    /// unreachable or too slow.
+    pub degraded: bool,
+}
+
+impl From<Decision> for CheckResponse {
+    fn from(d: Decision) -> Self {
+        CheckResponse {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after_ms: d.retry_after_ms,
+            reset_after_ms: d.reset_after_ms,
+            degraded: d.degraded,
+        }
+    }
+}
+
+/// Check a rate limit and, if allowed, spend from it.
+#[utoipa::path(
+    post,
+    path = "/v1/check",
+    tag = "limits",
+    request_body(content = CheckRequest, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The decision, allowed or not. Denied responses carry Retry-After.", body = CheckResponse,
+            headers(
+                ("RateLimit-Policy" = String, description = "\"default\";q=<limit>;w=<window seconds>"),
+                ("RateLimit" = String, description = "\"default\";r=<remaining>;t=<seconds until reset>"),
+                ("X-RateLimit-Limit" = u64, description = "The limit"),
+                ("X-RateLimit-Remaining" = u64, description = "Units remaining"),
+                ("X-RateLimit-Reset" = u64, description = "Seconds until full capacity"),
+                ("Retry-After" = u64, description = "When denied: seconds to wait, rounded up"),
+            )),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
+        (status = 422, description = "A field is missing, of the wrong type or out of range", body = ErrorBody),
+        (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
+    )
+)]
+pub async fn check(
+    State(state): State<AppState>,
+    ApiJson(request): ApiJson<CheckRequest>,
+) -> Result<Response, ApiError> {
+    let check = Check::new(request.into(), &state.bounds)?;
+    let decision = state.limiter.check(&check).await?;
+    let mut response = Json(CheckResponse::from(decision)).into_response();
+    let headers = response.headers_mut();
+    for (name, value) in decision.headers() {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    Ok(response)
+}

@@ -1,0 +1,172 @@
+//! One error type for the HTTP boundary, mapped to a status and a JSON body
+//! `{"error": {"code", "message"}}` in one place, and a JSON extractor whose
+//! rejections use the same format.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{FromRequest, Request};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use utoipa::ToSchema;
+
+use super::MAX_BODY_BYTES;
+use crate::domain::ValidationError;
+use crate::limiter::LimiterError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("malformed JSON: {0}")]
+    InvalidJson(String),
+    #[error("expected Content-Type: application/json")]
+    UnsupportedMediaType,
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
+    PayloadTooLarge,
+    #[error("method not allowed on this path")]
+    MethodNotAllowed,
+    #[error("no such path; see /docs for the API")]
+    NotFound,
+    /// The detail goes to the log, never to the client.
+    #[error("internal error")]
+    Internal(#[source] LimiterError),
+}
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// Stable, snake_case: invalid_json, unsupported_media_type,
+    /// invalid_request, payload_too_large, method_not_allowed, not_found,
+    /// internal.
+    #[schema(example = "invalid_request")]
+    pub code: &'static str,
+    /// What is wrong and what is allowed.
+    #[schema(example = "limit: must be between 1 and 1000000000000, got 0")]
+    pub message: String,
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::InvalidJson(_) => (StatusCode::BAD_REQUEST, "invalid_json"),
+            ApiError::UnsupportedMediaType => {
+                (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
+            }
+            ApiError::InvalidRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if let ApiError::Internal(source) = &self {
+            tracing::error!(error = %source, "check failed");
+        }
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: self.to_string(),
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+impl From<ValidationError> for ApiError {
+    fn from(e: ValidationError) -> Self {
+        ApiError::InvalidRequest(e.to_string())
+    }
+}
+
+impl From<LimiterError> for ApiError {
+    fn from(e: LimiterError) -> Self {
+        ApiError::Internal(e)
+    }
+}
+
+/// Like `axum::Json`, but strict about the content type and with our error
+/// bodies: 415 without `application/json`, 413 past the body limit, 400 for
+/// malformed JSON, 422 naming the field for a wrong type or missing field.
+pub struct ApiJson<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
+        if !is_json(request.headers().get(header::CONTENT_TYPE)) {
+            return Err(ApiError::UnsupportedMediaType);
+        }
+        let bytes = Bytes::from_request(request, state)
+            .await
+            .map_err(|rejection| {
+                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError::PayloadTooLarge
+                } else {
+                    ApiError::InvalidJson(rejection.body_text())
+                }
+            })?;
+        let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+        let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+            let path = error.path().to_string();
+            let inner = error.into_inner();
+            match inner.classify() {
+                // Well-formed JSON with a wrong type or a missing field.
+                serde_json::error::Category::Data if path == "." => {
+                    ApiError::InvalidRequest(inner.to_string())
+                }
+                serde_json::error::Category::Data => {
+                    ApiError::InvalidRequest(format!("{path}: {inner}"))
+                }
+                _ => ApiError::InvalidJson(inner.to_string()),
+            }
+        })?;
+        // Trailing bytes after the object are malformed JSON too.
+        deserializer
+            .end()
+            .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        Ok(ApiJson(value))
+    }
+}
+
+/// `application/json` or `application/<anything>+json`, any parameters.
+fn is_json(value: Option<&header::HeaderValue>) -> bool {
+    let Some(mime) = value.and_then(|v| v.to_str().ok()) else {
+        return false;
+    };
+    let essence = mime
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_content_types() {
+        let ok = |s: &'static str| is_json(Some(&header::HeaderValue::from_static(s)));
+        assert!(ok("application/json"));
+        assert!(ok("Application/JSON; charset=utf-8"));
+        assert!(ok("application/problem+json"));
+        assert!(!ok("text/plain"));
+        assert!(!ok("application/x-www-form-urlencoded"));
+        assert!(!is_json(None));
+    }
+}

@@ -1,0 +1,62 @@
+//! The HTTP transport: routes, request/response types, and the mapping of
+//! every error to a JSON body. Nothing below this module knows about HTTP.
+
+mod check;
+mod error;
+pub mod openapi;
+mod ops;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use utoipa_swagger_ui::SwaggerUi;
+
+pub use error::{ApiError, ErrorBody};
+
+use crate::domain::Bounds;
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+
+/// Request bodies larger than this are refused with 413.
+pub const MAX_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub limiter: Arc<Limiter>,
+    pub metrics: Arc<Metrics>,
+    pub bounds: Bounds,
+}
+
+pub fn router(state: AppState) -> Router {
+    let check = Router::new()
+        .route("/v1/check", post(check::check))
+        .route_layer(middleware::from_fn_with_state(state.clone(), time_checks));
+    Router::new()
+        .merge(check)
+        .route("/healthz", get(ops::healthz))
+        .route("/readyz", get(ops::readyz))
+        .route("/metrics", get(ops::metrics))
+        .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi::document()))
+        // axum answers these with empty or plain-text bodies; ours are JSON.
+        .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .fallback(|| async { ApiError::NotFound })
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(state)
+}
+
+/// Observes `ratekeeper_check_duration_seconds` over the whole request,
+/// body parsing and error responses included.
+async fn time_checks(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let started = Instant::now();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .check_duration
+        .observe(started.elapsed().as_secs_f64());
+    response
+}

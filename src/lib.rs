@@ -1,0 +1,29 @@
+//! ratekeeper: a rate-limit decision service. Callers POST "may this key
+//! spend this much now?" and get allowed / remaining / retry-after back.
+//!
+//! # Layout
+//! Requests flow one way, transport → limiter → store, and answers return
+//! the same way.
+//!
+//! - [`cli`]: the command line (`serve`, `openapi`); `main` only calls it.
+//! - [`config`]: layered settings, validated all at once.
+//! - [`app`]: builds the listener, store, limiter and router; runs until a signal.
+//! - [`telemetry`]: logging setup.
+//! - [`metrics`]: every Prometheus metric, in one place.
+//! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI.
+//! - [`limiter`]: runs a check on the store; the failure policy and circuit breaker.
+//! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
+//!   the embedded in-memory store.
+//! - [`domain`]: rules, decisions and the five algorithms as pure functions;
+//!   no HTTP, Redis or async here.
+#![forbid(unsafe_code)]
+
+pub mod app;
+pub mod cli;
+pub mod config;
+pub mod domain;
+pub mod http;
+pub mod limiter;
+pub mod metrics;
+pub mod store;
+pub mod telemetry;

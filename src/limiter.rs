@@ -1,0 +1,197 @@
+//! The limiter: runs a check on the store and, when the store cannot answer,
+//! applies the failure policy. The one place fail-open/closed is decided.
+//!
+//! It also acts as a circuit breaker. After a transient store error it
+//! stops sending checks to the store and answers by policy at once, and a
+//! prober pings the store until it answers again. Two reasons:
+//! - callers are not kept waiting a full timeout on every check during an
+//!   outage;
+//! - a frozen Redis does not accumulate a backlog of EVALSHAs. fred cannot
+//!   cancel a command it already wrote, so every check sent to a frozen
+//!   Redis runs when it wakes up and counts against its key even though the
+//!   caller already got the policy's answer. The breaker bounds that excess
+//!   to the checks in flight when the outage began.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use crate::domain::{Check, Decision};
+use crate::metrics::Metrics;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureMode {
+    Open = 0,
+    Closed = 1,
+}
+
+impl FailureMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureMode::Open => "open",
+            FailureMode::Closed => "closed",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct FailurePolicy {
+    pub mode: FailureMode,
+    /// `retry_after` of a fail-closed denial.
+    pub closed_retry_after: Duration,
+}
+
+impl FailurePolicy {
+    /// The answer when the store cannot give one. Fail-open reports the rule's
+    /// full capacity less this cost, as for a key never seen: the true count
+    /// is unknown, and a client should not throttle itself on a guess.
+    fn decide(&self, check: &Check) -> Decision {
+        let window_ms = check.rule.window_us.div_ceil(1_000);
+        match self.mode {
+            FailureMode::Open => Decision {
+                allowed: true,
+                limit: check.rule.limit,
+                remaining: check.rule.limit.saturating_sub(check.cost),
+                retry_after_ms: 0,
+                reset_after_ms: 0,
+                degraded: true,
+                window_ms,
+            },
+            FailureMode::Closed => {
+                let retry = self.closed_retry_after.as_millis() as u64;
+                Decision {
+                    allowed: false,
+                    limit: check.rule.limit,
+                    remaining: 0,
+                    retry_after_ms: retry,
+                    reset_after_ms: retry,
+                    degraded: true,
+                    window_ms,
+                }
+            }
+        }
+    }
+}
+
+/// A store error the failure policy must not hide (a script error, a key of
+/// the wrong type): answered with a 500 so it is noticed.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LimiterError(#[from] pub StoreError);
+
+pub struct Limiter {
+    store: Arc<dyn Store>,
+    policy: FailurePolicy,
+    metrics: Arc<Metrics>,
+    up: AtomicBool,
+}
+
+impl Limiter {
+    /// Starts with the store marked down; the first successful [`probe`](Self::probe)
+    /// marks it up. Call `probe` once before serving.
+    pub fn new(store: Arc<dyn Store>, policy: FailurePolicy, metrics: Arc<Metrics>) -> Limiter {
+        Limiter {
+            store,
+            policy,
+            metrics,
+            up: AtomicBool::new(false),
+        }
+    }
+
+    pub fn store_name(&self) -> &'static str {
+        self.store.name()
+    }
+
+    /// Whether checks currently reach the store.
+    pub fn is_ready(&self) -> bool {
+        self.up.load(Ordering::Acquire)
+    }
+
+    pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
+        let decision = if self.is_ready() {
+            let started = Instant::now();
+            let result = self.store.check(check).await;
+            self.metrics
+                .backend_duration
+                .observe(started.elapsed().as_secs_f64());
+            match result {
+                Ok(outcome) => Decision::from_outcome(check, outcome),
+                Err(error) => {
+                    self.metrics.record_backend_error(error.kind());
+                    if !error.is_transient() {
+                        tracing::error!(%error, "store error");
+                        return Err(error.into());
+                    }
+                    self.mark_down(&error);
+                    self.degraded(check)
+                }
+            }
+        } else {
+            self.degraded(check)
+        };
+        self.metrics
+            .record_decision(check.rule.algorithm, decision.allowed);
+        Ok(decision)
+    }
+
+    fn degraded(&self, check: &Check) -> Decision {
+        self.metrics.record_degraded(self.policy.mode);
+        self.policy.decide(check)
+    }
+
+    /// Pings the store and records whether it answers. Logs transitions only.
+    pub async fn probe(&self) {
+        match self.store.ping().await {
+            Ok(()) => {
+                if !self.up.swap(true, Ordering::AcqRel) {
+                    info!(
+                        store = self.store.name(),
+                        "{} back: checks reach it again",
+                        self.store.name()
+                    );
+                }
+                self.metrics.store_up.set(1);
+            }
+            Err(error) => {
+                self.metrics.record_backend_error(error.kind());
+                self.mark_down(&error);
+            }
+        }
+    }
+
+    fn mark_down(&self, error: &StoreError) {
+        self.metrics.store_up.set(0);
+        if self.up.swap(false, Ordering::AcqRel) {
+            warn!(
+                store = self.store.name(),
+                %error,
+                "{} unreachable: failing {}",
+                self.store.name(),
+                self.policy.mode.as_str()
+            );
+        }
+    }
+
+    /// Probes every `interval` while the store is down (and every 4 intervals
+    /// while it is up, so readiness notices an idle outage).
+    pub fn spawn_prober(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let limiter = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut idle_rounds = 0u32;
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(limiter) = limiter.upgrade() else {
+                    return;
+                };
+                idle_rounds += 1;
+                if !limiter.is_ready() || idle_rounds >= 4 {
+                    idle_rounds = 0;
+                    limiter.probe().await;
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,150 @@
+//! Every Prometheus metric, named and documented in one place.
+//!
+//! Labels are bounded (algorithm, decision, failure mode, error kind), never
+//! a client key. Label handles are resolved once here, so the request path
+//! only increments atomics.
+
+use prometheus::{
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
+};
+
+use crate::domain::Algorithm;
+use crate::limiter::FailureMode;
+
+/// Latency buckets from 50 µs to 1 s: a check should sit in the first few.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0,
+];
+
+pub struct Metrics {
+    registry: Registry,
+    /// `ratekeeper_checks_total{algorithm, decision}`, indexed [algorithm][allowed as usize].
+    checks: Vec<[IntCounter; 2]>,
+    /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
+    degraded: [IntCounter; 2],
+    backend_errors: IntCounterVec,
+    pub check_duration: Histogram,
+    pub backend_duration: Histogram,
+    /// 1 while the store answers, 0 while the failure policy answers.
+    pub store_up: IntGauge,
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let registry = Registry::new();
+        let checks_vec = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_checks_total",
+                "Checks answered, by algorithm and decision (allowed|denied).",
+            ),
+            &["algorithm", "decision"],
+        )
+        .expect("valid metric");
+        let checks = Algorithm::ALL
+            .iter()
+            .map(|a| {
+                [
+                    checks_vec.with_label_values(&[a.as_str(), "denied"]),
+                    checks_vec.with_label_values(&[a.as_str(), "allowed"]),
+                ]
+            })
+            .collect();
+        let degraded_vec = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_degraded_total",
+                "Checks answered by the failure policy because the store was unreachable or too slow.",
+            ),
+            &["failure_mode"],
+        )
+        .expect("valid metric");
+        let degraded = [FailureMode::Open, FailureMode::Closed]
+            .map(|m| degraded_vec.with_label_values(&[m.as_str()]));
+        let backend_errors = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_backend_errors_total",
+                "Store errors by kind: timeout, unavailable (connection or server not ready), backend (script or reply error).",
+            ),
+            &["kind"],
+        )
+        .expect("valid metric");
+        let check_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "ratekeeper_check_duration_seconds",
+                "Time to answer POST /v1/check, whole request.",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        let backend_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "ratekeeper_backend_duration_seconds",
+                "Time of one store call (the Redis round trip, or the in-memory decision).",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        let store_up = IntGauge::new(
+            "ratekeeper_store_up",
+            "1 while the store answers checks, 0 while degraded.",
+        )
+        .expect("valid metric");
+
+        for collector in [
+            Box::new(checks_vec) as Box<dyn prometheus::core::Collector>,
+            Box::new(degraded_vec),
+            Box::new(backend_errors.clone()),
+            Box::new(check_duration.clone()),
+            Box::new(backend_duration.clone()),
+            Box::new(store_up.clone()),
+        ] {
+            registry
+                .register(collector)
+                .expect("metric names are unique");
+        }
+        #[cfg(target_os = "linux")]
+        registry
+            .register(Box::new(
+                prometheus::process_collector::ProcessCollector::for_self(),
+            ))
+            .expect("process metrics register once");
+
+        Metrics {
+            registry,
+            checks,
+            degraded,
+            backend_errors,
+            check_duration,
+            backend_duration,
+            store_up,
+        }
+    }
+
+    pub fn record_decision(&self, algorithm: Algorithm, allowed: bool) {
+        self.checks[algorithm.index()][allowed as usize].inc();
+    }
+
+    pub fn record_degraded(&self, mode: FailureMode) {
+        self.degraded[mode as usize].inc();
+    }
+
+    pub fn record_backend_error(&self, kind: &str) {
+        self.backend_errors.with_label_values(&[kind]).inc();
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn render(&self) -> String {
+        let mut buffer = Vec::new();
+        TextEncoder::new()
+            .encode(&self.registry.gather(), &mut buffer)
+            .expect("encoding to a Vec cannot fail");
+        String::from_utf8(buffer).expect("the text format is UTF-8")
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

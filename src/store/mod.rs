@@ -1,0 +1,58 @@
+//! Where counters live. [`Store`] is the one seam between deciding and
+//! storing: the embedded [`memory::MemoryStore`] runs the domain functions
+//! in-process, [`redis::RedisStore`] runs their Lua twins in Redis.
+
+pub mod memory;
+pub mod redis;
+pub mod scripts;
+
+use async_trait::async_trait;
+
+use crate::domain::{Check, Outcome};
+
+/// Runs checks atomically against shared state.
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies `check` atomically and returns the algorithm's outcome.
+    async fn check(&self, check: &Check) -> Result<Outcome, StoreError>;
+
+    /// Succeeds while the store can answer checks (readiness). For Redis this
+    /// also makes sure the scripts are loaded.
+    async fn ping(&self) -> Result<(), StoreError>;
+
+    /// `"memory"` or `"redis"`, for logs and metrics.
+    fn name(&self) -> &'static str;
+}
+
+/// Why a store could not answer.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The store did not answer within the configured timeout.
+    #[error("store timed out: {0}")]
+    Timeout(String),
+    /// The store is unreachable or temporarily refusing work
+    /// (connection refused or reset, loading, failover in progress).
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// The store answered something we cannot use: a script error, a key of
+    /// the wrong type, an unexpected reply. Retrying will not help.
+    #[error("store error: {0}")]
+    Backend(String),
+}
+
+impl StoreError {
+    /// Transient errors are answered by the failure policy; the others are
+    /// bugs or corruption and surface as 500s so they get noticed.
+    pub fn is_transient(&self) -> bool {
+        !matches!(self, StoreError::Backend(_))
+    }
+
+    /// A bounded label for `ratekeeper_backend_errors_total{kind}`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            StoreError::Timeout(_) => "timeout",
+            StoreError::Unavailable(_) => "unavailable",
+            StoreError::Backend(_) => "backend",
+        }
+    }
+}
