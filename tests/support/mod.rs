@@ -1,0 +1,244 @@
+//! Test harness: real `redis-server` processes on free loopback ports, and
+//! the service itself on port 0. Nothing is mocked and nothing is shared:
+//! each test starts its own servers and they die with it.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use ratekeeper::app::{Application, Backend};
+use ratekeeper::config::{Overrides, Settings};
+
+/// A `redis-server` child process on its own port and directory.
+pub struct RedisServer {
+    child: Option<Child>,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+fn redis_server_binary() -> PathBuf {
+    let candidates = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .chain(["/usr/bin".into(), "/usr/sbin".into(), "/usr/local/bin".into()]);
+    for dir in candidates {
+        let path = dir.join("redis-server");
+        if path.is_file() {
+            return path;
+        }
+    }
+    panic!(
+        "redis-server not found on PATH. The Redis tests need a real server: install it with \
+         `sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS), \
+         or run `bash .ci/run`, which installs it."
+    );
+}
+
+/// A port that was free a moment ago.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        let dir = std::env::temp_dir().join(format!(
+            "ratekeeper-test-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::SeqCst)
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        // Another process may grab the port between free_port() and the bind;
+        // retry on a fresh port rather than fail the test.
+        for _ in 0..5 {
+            let port = free_port();
+            let mut server = RedisServer {
+                child: None,
+                port,
+                dir: dir.clone(),
+            };
+            if server.spawn() {
+                return server;
+            }
+        }
+        panic!("could not start redis-server on a free port");
+    }
+
+    fn spawn(&mut self) -> bool {
+        let child = Command::new(redis_server_binary())
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--dir", path_str(&self.dir)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("failed to run redis-server");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if self.ping() {
+                return true;
+            }
+            if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill();
+        false
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Whether the server answers PING right now.
+    pub fn ping(&self) -> bool {
+        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+        let mut reply = [0u8; 7];
+        stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+    }
+
+    /// SIGKILL: the server is gone, connections are reset.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = self.signal_pid(child.id(), "-CONT");
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGSTOP: the server keeps its connections but answers nothing.
+    pub fn freeze(&self) {
+        self.signal("-STOP");
+    }
+
+    /// SIGCONT after [`freeze`](Self::freeze).
+    pub fn thaw(&self) {
+        self.signal("-CONT");
+    }
+
+    /// Starts a fresh server (empty data, empty script cache) on the same port.
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !self.spawn() {
+            assert!(Instant::now() < deadline, "could not restart redis-server on port {}", self.port);
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn signal(&self, signal: &str) {
+        let pid = self.child.as_ref().expect("server is running").id();
+        assert!(self.signal_pid(pid, signal), "kill {signal} {pid} failed");
+    }
+
+    fn signal_pid(&self, pid: u32, signal: &str) -> bool {
+        Command::new("kill")
+            .args([signal, &pid.to_string()])
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn path_str(path: &Path) -> &str {
+    path.to_str().expect("temp dir path is UTF-8")
+}
+
+/// Settings for a test instance: port 0, defaults otherwise, no environment.
+pub fn settings(redis_url: Option<&str>) -> Settings {
+    let overrides = Overrides {
+        listen: Some("127.0.0.1:0".into()),
+        redis_url: redis_url.map(str::to_string),
+        ..Default::default()
+    };
+    let env = config::Environment::default().source(Some(Default::default()));
+    Settings::load_from(&overrides, env).expect("test settings are valid")
+}
+
+/// A running service and a client for it.
+pub struct TestApp {
+    pub base: String,
+    pub http: reqwest::Client,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl TestApp {
+    pub async fn spawn(settings: Settings) -> TestApp {
+        Self::from_app(Application::build(settings).await.expect("app builds")).await
+    }
+
+    pub async fn spawn_with(settings: Settings, backend: Backend, probe: Duration) -> TestApp {
+        Self::from_app(Application::build_with(settings, backend, probe).await.expect("app builds")).await
+    }
+
+    async fn from_app(app: Application) -> TestApp {
+        let base = format!("http://{}", app.local_addr());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let task = tokio::spawn(app.run_until_stopped(async move {
+            let _ = stopped.await;
+        }));
+        TestApp {
+            base,
+            http: reqwest::Client::new(),
+            stop: Some(stop),
+            task: Some(task),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// POSTs a check and returns (status, body).
+    pub async fn check(&self, body: serde_json::Value) -> (u16, serde_json::Value) {
+        let response = self.http.post(self.url("/v1/check")).json(&body).send().await.unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+
+    pub async fn get(&self, path: &str) -> reqwest::Response {
+        self.http.get(self.url(path)).send().await.unwrap()
+    }
+
+    /// Stops the server and waits for it to finish.
+    pub async fn stop(mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(task) = self.task.take() {
+            task.await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// A fresh key name per call, so tests sharing a server never collide.
+pub fn unique_key(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+}
