@@ -1,0 +1,238 @@
+//! The same scenarios against every store (embedded and Redis), on a
+//! controlled clock, plus what only Redis has: key layout, TTLs, NOSCRIPT.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::*;
+use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, Outcome, WindowInput};
+use ratekeeper::store::Store;
+use ratekeeper::store::memory::MemoryStore;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use support::{RedisServer, unique_key};
+
+const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
+const SEC: u64 = 1_000_000;
+const MS: u64 = 1_000;
+
+/// `ttl_pad_ms`: the manual clock stands still while real time (which Redis
+/// expires keys by) runs on, so scenario tests keep keys alive a minute longer.
+fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> RedisOptions {
+    RedisOptions {
+        url: server.url(),
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(2),
+        pool_size: 1,
+        reconnect_max_delay: Duration::from_millis(100),
+        clock: Some(Arc::new(clock.clone())),
+        ttl_pad_ms,
+    }
+}
+
+/// Both stores on one manual clock.
+async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>> {
+    let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
+    redis.ping().await.unwrap();
+    vec![Arc::new(MemoryStore::new(Arc::new(clock.clone()))), Arc::new(redis)]
+}
+
+fn check(key: &str, algorithm: Algorithm, limit: u64, window: &str, cost: u64) -> Check {
+    Check::new(
+        CheckInput {
+            key: key.into(),
+            limit,
+            window: WindowInput::Text(window.into()),
+            algorithm: Some(algorithm),
+            cost: Some(cost),
+            burst: None,
+        },
+        &Default::default(),
+    )
+    .unwrap()
+}
+
+async fn run(store: &dyn Store, c: &Check) -> Outcome {
+    store.check(c).await.unwrap()
+}
+
+#[tokio::test]
+async fn seed_example_through_every_store() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        let key = unique_key("seed");
+        clock.set_us(T0 + 30 * SEC);
+        // 80 units in the previous minute...
+        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 80)).await.allowed);
+        // ...30 in this one, then a check 25% (15 s) into it.
+        clock.set_us(T0 + 60 * SEC + SEC);
+        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 20)).await.allowed);
+        clock.set_us(T0 + 60 * SEC + 15 * SEC);
+        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)).await.allowed);
+        let probe = run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 0)).await;
+        assert_eq!(probe.remaining, 10, "{}: 80 * 0.75 + 30 = 90", store.name());
+        // Up to 99 passes (floor(99) < 100); 101 does not.
+        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)).await.allowed);
+        let denied = run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 1)).await;
+        assert!(!denied.allowed, "{}", store.name());
+    }
+}
+
+#[tokio::test]
+async fn boundary_burst_only_passes_fixed_window() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        for (algorithm, expected) in [
+            (Algorithm::FixedWindow, 20),
+            (Algorithm::SlidingWindow, 10),
+            (Algorithm::SlidingLog, 10),
+        ] {
+            let key = unique_key("burst");
+            let c = check(&key, algorithm, 10, "10s", 1);
+            let mut allowed = 0;
+            clock.set_us(T0 + 10 * SEC - MS);
+            for _ in 0..20 {
+                allowed += run(&*store, &c).await.allowed as usize;
+            }
+            clock.set_us(T0 + 10 * SEC);
+            for _ in 0..20 {
+                allowed += run(&*store, &c).await.allowed as usize;
+            }
+            assert_eq!(allowed, expected, "{} {algorithm}", store.name());
+        }
+    }
+}
+
+#[tokio::test]
+async fn retry_after_is_exact_in_every_store_and_algorithm() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        for algorithm in Algorithm::ALL {
+            for cost in [0, 1, 3] {
+                let key = unique_key("retry");
+                let start = T0 + 3 * SEC + 250 * MS;
+                clock.set_us(start);
+                assert!(run(&*store, &check(&key, algorithm, 5, "2s", 5)).await.allowed);
+                let c = check(&key, algorithm, 5, "2s", cost);
+                let denied = run(&*store, &c).await;
+                assert!(!denied.allowed, "{} {algorithm} cost {cost}", store.name());
+                let retry_ms = denied.retry_after_us.div_ceil(MS);
+                // One millisecond early is still denied (and consumes nothing)...
+                clock.set_us(start + (retry_ms - 1) * MS);
+                assert!(!run(&*store, &c).await.allowed, "{} {algorithm} cost {cost} early", store.name());
+                // ...and on time passes.
+                clock.set_us(start + retry_ms * MS);
+                assert!(run(&*store, &c).await.allowed, "{} {algorithm} cost {cost} at {retry_ms}ms", store.name());
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn state_expires_and_reset_after_says_when() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        for algorithm in Algorithm::ALL {
+            let key = unique_key("expiry");
+            clock.set_us(T0 + 100 * MS);
+            let spent = run(&*store, &check(&key, algorithm, 4, "1s", 4)).await;
+            assert_eq!(spent.remaining, 0);
+            assert!(spent.reset_after_us > 0);
+            clock.set_us(T0 + 100 * MS + spent.reset_after_us);
+            let fresh = run(&*store, &check(&key, algorithm, 4, "1s", 0)).await;
+            assert_eq!(
+                (fresh.remaining, fresh.reset_after_us),
+                (4, 0),
+                "{} {algorithm}: full capacity after reset_after",
+                store.name()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn same_key_under_other_rules_never_shares_state() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        let key = unique_key("shared {braces}\nand spaces ü");
+        for algorithm in Algorithm::ALL {
+            assert!(run(&*store, &check(&key, algorithm, 1, "1m", 1)).await.allowed);
+            assert!(!run(&*store, &check(&key, algorithm, 1, "1m", 1)).await.allowed);
+            assert!(run(&*store, &check(&key, algorithm, 1, "2m", 1)).await.allowed, "{algorithm} other window");
+        }
+    }
+}
+
+async fn raw_client(server: &RedisServer) -> Client {
+    let client = Builder::from_config(Config::from_url(&server.url()).unwrap()).build().unwrap();
+    client.init().await.unwrap();
+    client
+}
+
+#[tokio::test]
+async fn redis_keys_are_tagged_prefixed_and_expire() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    let redis = raw_client(&server).await;
+
+    for algorithm in Algorithm::ALL {
+        let c = check("user:42", algorithm, 10, "30s", 2);
+        let key = store.key_for(&c);
+        assert_eq!(key, format!("rk:{{user:42}}:{}:30000", algorithm.key_tag()));
+        let outcome = store.check(&c).await.unwrap();
+        let ttl: i64 = redis.pttl(&key).await.unwrap();
+        let reset_ms = outcome.reset_after_us.div_ceil(MS) as i64;
+        assert!(ttl > 0 && ttl <= reset_ms, "{algorithm}: pttl {ttl} vs reset {reset_ms}");
+    }
+    // cost 0 on an unseen key writes nothing
+    let probe = check("nobody", Algorithm::Gcra, 10, "30s", 0);
+    store.check(&probe).await.unwrap();
+    let exists: i64 = redis.exists(store.key_for(&probe)).await.unwrap();
+    assert_eq!(exists, 0);
+    // every key ratekeeper wrote has a TTL
+    let keys: Vec<String> = redis.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
+    assert_eq!(keys.len(), 5);
+    for key in keys {
+        let ttl: i64 = redis.pttl(&key).await.unwrap();
+        assert!(ttl > 0, "{key} has no TTL");
+    }
+    // keys of one check share a cluster slot even with braces in the client key
+    let odd = check("a}b{c", Algorithm::SlidingLog, 10, "30s", 1);
+    assert_eq!(store.key_for(&odd), "rk:{a}b{c}:sl:30000");
+    store.check(&odd).await.unwrap();
+}
+
+#[tokio::test]
+async fn scripts_reload_after_the_cache_is_flushed() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
+    store.ping().await.unwrap();
+    let c = check(&unique_key("noscript"), Algorithm::TokenBucket, 3, "1s", 1);
+    assert_eq!(store.check(&c).await.unwrap().remaining, 2);
+    let redis = raw_client(&server).await;
+    let _: () = redis.script_flush(false).await.unwrap();
+    assert_eq!(store.check(&c).await.unwrap().remaining, 1, "NOSCRIPT is handled by reloading");
+}
+
+#[tokio::test]
+async fn a_large_cost_on_the_sliding_log_is_stored_in_slices() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        let key = unique_key("big");
+        let c = check(&key, Algorithm::SlidingLog, 100_000, "1m", 100_000);
+        let o = run(&*store, &c).await;
+        assert_eq!((o.allowed, o.remaining), (true, 0), "{}", store.name());
+        let denied = run(&*store, &check(&key, Algorithm::SlidingLog, 100_000, "1m", 1)).await;
+        assert_eq!(denied.retry_after_us, 60 * SEC);
+    }
+}
