@@ -30,6 +30,9 @@ pub enum StartError {
     Redis(#[from] StoreError),
 }
 
+/// How long startup waits for Redis before serving degraded.
+const STARTUP_CONNECT_WAIT: Duration = Duration::from_secs(1);
+
 pub struct Application {
     listener: TcpListener,
     router: axum::Router,
@@ -84,7 +87,12 @@ impl Application {
                 background.push(store.spawn_sweeper(settings.memory.sweep_interval));
                 (Arc::new(store), None)
             }
-            Backend::Redis(store) => (Arc::new(store.clone()), Some(store)),
+            Backend::Redis(store) => {
+                if !store.wait_connected(STARTUP_CONNECT_WAIT).await {
+                    warn!("redis not reachable at startup: serving by the failure policy until it is");
+                }
+                (Arc::new(store.clone()), Some(store))
+            }
         };
         let metrics = Arc::new(Metrics::new());
         let limiter = Arc::new(Limiter::new(store, settings.failure, metrics.clone()));

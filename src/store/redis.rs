@@ -91,6 +91,13 @@ impl RedisStore {
         })
     }
 
+    /// Waits up to `limit` for the first connection, so a service started next
+    /// to a healthy Redis is ready from its first request. Returns whether it
+    /// connected; giving up is harmless, the client keeps trying.
+    pub async fn wait_connected(&self, limit: Duration) -> bool {
+        matches!(tokio::time::timeout(limit, self.pool.wait_for_connect()).await, Ok(Ok(())))
+    }
+
     /// Closes every connection.
     pub async fn quit(&self) {
         let _ = self.pool.quit().await;
