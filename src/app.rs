@@ -89,7 +89,9 @@ impl Application {
             }
             Backend::Redis(store) => {
                 if !store.wait_connected(STARTUP_CONNECT_WAIT).await {
-                    warn!("redis not reachable at startup: serving by the failure policy until it is");
+                    warn!(
+                        "redis not reachable at startup: serving by the failure policy until it is"
+                    );
                 }
                 (Arc::new(store.clone()), Some(store))
             }

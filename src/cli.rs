@@ -29,6 +29,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document (YAML), as committed in openapi.yaml.
     Openapi,
+    /// Exit 0 if GET <URL> answers 200 within 2 s: the container HEALTHCHECK,
+    /// which needs no curl in the image.
+    Healthcheck {
+        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
+        url: String,
+    },
 }
 
 #[derive(Debug, clap::Args)]
@@ -77,7 +83,47 @@ pub async fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args).await,
+        Command::Healthcheck { url } => match healthcheck(&url).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(reason) => {
+                eprintln!("ratekeeper: unhealthy: {reason}");
+                ExitCode::FAILURE
+            }
+        },
     }
+}
+
+/// A minimal HTTP/1.1 GET: the image has no curl, and this is all a probe needs.
+async fn healthcheck(url: &str) -> Result<(), String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let rest = url
+        .strip_prefix("http://")
+        .ok_or("only http:// URLs are supported")?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let path = if path.is_empty() { "/" } else { path };
+    let probe = async {
+        let mut stream = tokio::net::TcpStream::connect(host)
+            .await
+            .map_err(|e| e.to_string())?;
+        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut head = [0u8; 12];
+        stream
+            .read_exact(&mut head)
+            .await
+            .map_err(|e| e.to_string())?;
+        if &head[9..12] == b"200" {
+            Ok(())
+        } else {
+            Err(format!("status {}", String::from_utf8_lossy(&head[9..12])))
+        }
+    };
+    tokio::time::timeout(std::time::Duration::from_secs(2), probe)
+        .await
+        .map_err(|_| "no answer within 2 s".to_string())?
 }
 
 async fn serve(args: ServeArgs) -> ExitCode {

@@ -13,7 +13,7 @@
 //!   to the checks in flight when the outage began.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
@@ -86,18 +86,24 @@ pub struct Limiter {
     store: Arc<dyn Store>,
     policy: FailurePolicy,
     metrics: Arc<Metrics>,
-    up: AtomicBool,
+    /// One of UNKNOWN, UP, DOWN: only real transitions are logged, and the
+    /// first probe at startup is not one.
+    health: AtomicU8,
 }
 
+const UNKNOWN: u8 = 0;
+const UP: u8 = 1;
+const DOWN: u8 = 2;
+
 impl Limiter {
-    /// Starts with the store marked down; the first successful [`probe`](Self::probe)
-    /// marks it up. Call `probe` once before serving.
+    /// Starts with the store's health unknown (answered like down); the first
+    /// [`probe`](Self::probe) settles it. Call `probe` once before serving.
     pub fn new(store: Arc<dyn Store>, policy: FailurePolicy, metrics: Arc<Metrics>) -> Limiter {
         Limiter {
             store,
             policy,
             metrics,
-            up: AtomicBool::new(false),
+            health: AtomicU8::new(UNKNOWN),
         }
     }
 
@@ -107,7 +113,7 @@ impl Limiter {
 
     /// Whether checks currently reach the store.
     pub fn is_ready(&self) -> bool {
-        self.up.load(Ordering::Acquire)
+        self.health.load(Ordering::Acquire) == UP
     }
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
@@ -146,7 +152,7 @@ impl Limiter {
     pub async fn probe(&self) {
         match self.store.ping().await {
             Ok(()) => {
-                if !self.up.swap(true, Ordering::AcqRel) {
+                if self.health.swap(UP, Ordering::AcqRel) == DOWN {
                     info!(
                         store = self.store.name(),
                         "{} back: checks reach it again",
@@ -164,7 +170,7 @@ impl Limiter {
 
     fn mark_down(&self, error: &StoreError) {
         self.metrics.store_up.set(0);
-        if self.up.swap(false, Ordering::AcqRel) {
+        if self.health.swap(DOWN, Ordering::AcqRel) != DOWN {
             warn!(
                 store = self.store.name(),
                 %error,

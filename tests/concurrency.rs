@@ -9,7 +9,13 @@ use std::sync::Arc;
 use serde_json::json;
 use support::{RedisServer, TestApp, settings, unique_key};
 
-const ALGORITHMS: [&str; 5] = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra"];
+const ALGORITHMS: [&str; 5] = [
+    "fixed_window",
+    "sliding_window",
+    "sliding_log",
+    "token_bucket",
+    "gcra",
+];
 const REQUESTS: usize = 400;
 const LIMIT: u64 = 100;
 
@@ -54,7 +60,10 @@ async fn two_instances_sharing_redis_allow_exactly_the_limit() {
     ];
     for algorithm in ALGORITHMS {
         let allowed = allowed_of_concurrent_checks(&apps, algorithm).await;
-        assert_eq!(allowed, LIMIT as usize, "{algorithm}: {REQUESTS} concurrent checks, limit {LIMIT}");
+        assert_eq!(
+            allowed, LIMIT as usize,
+            "{algorithm}: {REQUESTS} concurrent checks, limit {LIMIT}"
+        );
     }
 }
 

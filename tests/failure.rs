@@ -64,7 +64,10 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
     let mut redis = RedisServer::start();
     let app = spawn(&redis, mode).await;
     let (healthy, _) = timed_check(&app).await;
-    assert_eq!((healthy["allowed"].as_bool(), healthy["degraded"].as_bool()), (Some(true), Some(false)));
+    assert_eq!(
+        (healthy["allowed"].as_bool(), healthy["degraded"].as_bool()),
+        (Some(true), Some(false))
+    );
     assert_eq!(app.get("/readyz").await.status(), 200);
 
     match outage {
@@ -74,7 +77,10 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
     for i in 0..5 {
         let (response, took) = timed_check(&app).await;
         assert!(took < TIMEOUT + SLACK, "{outage:?} check {i} took {took:?}");
-        assert_eq!(response["degraded"], true, "{outage:?} check {i}: {response}");
+        assert_eq!(
+            response["degraded"], true,
+            "{outage:?} check {i}: {response}"
+        );
         if mode == "open" {
             assert_eq!(response["allowed"], true);
             assert_eq!(response["retry_after_ms"], 0);
@@ -83,10 +89,23 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
             assert_eq!(response["retry_after_ms"], 1500);
         }
     }
-    assert_eq!(app.get("/healthz").await.status(), 200, "alive while degraded");
-    assert_eq!(app.get("/readyz").await.status(), 503, "not ready while degraded");
+    assert_eq!(
+        app.get("/healthz").await.status(),
+        200,
+        "alive while degraded"
+    );
+    assert_eq!(
+        app.get("/readyz").await.status(),
+        503,
+        "not ready while degraded"
+    );
     let metrics = app.get("/metrics").await.text().await.unwrap();
-    assert!(metrics.contains(&format!("ratekeeper_degraded_total{{failure_mode=\"{mode}\"}} 5")), "{metrics}");
+    assert!(
+        metrics.contains(&format!(
+            "ratekeeper_degraded_total{{failure_mode=\"{mode}\"}} 5"
+        )),
+        "{metrics}"
+    );
     assert!(metrics.contains("ratekeeper_store_up 0"));
 
     match outage {
@@ -129,7 +148,13 @@ async fn starts_without_redis_and_connects_when_it_appears() {
     assert_eq!(app.get("/readyz").await.status(), 503);
     let (response, took) = timed_check(&app).await;
     assert!(took < TIMEOUT + SLACK, "took {took:?}");
-    assert_eq!((response["allowed"].as_bool(), response["degraded"].as_bool()), (Some(false), Some(true)));
+    assert_eq!(
+        (
+            response["allowed"].as_bool(),
+            response["degraded"].as_bool()
+        ),
+        (Some(false), Some(true))
+    );
 
     redis.restart();
     wait_until_recovered(&app).await;

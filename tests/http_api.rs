@@ -11,7 +11,9 @@ async fn app() -> TestApp {
 }
 
 fn error_code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or_else(|| panic!("not an error body: {body}"))
+    body["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {body}"))
 }
 
 fn error_message(body: &Value) -> &str {
@@ -21,14 +23,31 @@ fn error_message(body: &Value) -> &str {
 #[tokio::test]
 async fn allowed_then_denied_with_headers_for_every_algorithm() {
     let app = app().await;
-    for algorithm in ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra"] {
+    for algorithm in [
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+        "token_bucket",
+        "gcra",
+    ] {
         let key = unique_key(algorithm);
         let body = json!({"key": key, "limit": 2, "window": "1m", "algorithm": algorithm});
-        let response = app.http.post(app.url("/v1/check")).json(&body).send().await.unwrap();
+        let response = app
+            .http
+            .post(app.url("/v1/check"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200);
         let headers = response.headers().clone();
         assert_eq!(headers["ratelimit-policy"], "\"default\";q=2;w=60");
-        assert!(headers["ratelimit"].to_str().unwrap().starts_with("\"default\";r=1;t="));
+        assert!(
+            headers["ratelimit"]
+                .to_str()
+                .unwrap()
+                .starts_with("\"default\";r=1;t=")
+        );
         assert_eq!(headers["x-ratelimit-limit"], "2");
         assert_eq!(headers["x-ratelimit-remaining"], "1");
         assert!(headers.get("retry-after").is_none());
@@ -40,15 +59,29 @@ async fn allowed_then_denied_with_headers_for_every_algorithm() {
         assert!(first["reset_after_ms"].as_u64().unwrap() > 0);
 
         app.check(body.clone()).await;
-        let response = app.http.post(app.url("/v1/check")).json(&body).send().await.unwrap();
+        let response = app
+            .http
+            .post(app.url("/v1/check"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 200, "denials are 200 too");
-        let retry_header: u64 = response.headers()["retry-after"].to_str().unwrap().parse().unwrap();
+        let retry_header: u64 = response.headers()["retry-after"]
+            .to_str()
+            .unwrap()
+            .parse()
+            .unwrap();
         let denied: Value = response.json().await.unwrap();
         assert_eq!(denied["allowed"], false, "{algorithm}");
         assert_eq!(denied["remaining"], 0);
         let retry_ms = denied["retry_after_ms"].as_u64().unwrap();
         assert!(retry_ms > 0);
-        assert_eq!(retry_header, retry_ms.div_ceil(1000), "Retry-After is whole seconds rounded up");
+        assert_eq!(
+            retry_header,
+            retry_ms.div_ceil(1000),
+            "Retry-After is whole seconds rounded up"
+        );
     }
 }
 
@@ -60,13 +93,18 @@ async fn window_as_integer_seconds_cost_and_burst() {
         .check(json!({"key": key, "limit": 10, "window": 60, "algorithm": "token_bucket", "burst": 20, "cost": 15}))
         .await;
     assert_eq!(status, 200);
-    assert_eq!((body["allowed"].as_bool(), body["remaining"].as_u64()), (Some(true), Some(5)));
+    assert_eq!(
+        (body["allowed"].as_bool(), body["remaining"].as_u64()),
+        (Some(true), Some(5))
+    );
     let (_, probe) = app
         .check(json!({"key": key, "limit": 10, "window": 60, "algorithm": "token_bucket", "burst": 20, "cost": 0}))
         .await;
     assert_eq!(probe["remaining"], 5, "cost 0 reports without spending");
     // Unknown fields are ignored.
-    let (status, _) = app.check(json!({"key": key, "limit": 1, "window": "1s", "extra": [1, 2]})).await;
+    let (status, _) = app
+        .check(json!({"key": key, "limit": 1, "window": "1s", "extra": [1, 2]}))
+        .await;
     assert_eq!(status, 200);
 }
 
@@ -76,36 +114,74 @@ async fn invalid_values_are_422_and_name_the_field() {
     let cases = [
         (json!({"limit": 1, "window": "1s"}), "key"),
         (json!({"key": "", "limit": 1, "window": "1s"}), "key"),
-        (json!({"key": "x".repeat(513), "limit": 1, "window": "1s"}), "key"),
+        (
+            json!({"key": "x".repeat(513), "limit": 1, "window": "1s"}),
+            "key",
+        ),
         (json!({"key": "k", "window": "1s"}), "limit"),
         (json!({"key": "k", "limit": "10", "window": "1s"}), "limit"),
         (json!({"key": "k", "limit": 1.5, "window": "1s"}), "limit"),
         (json!({"key": "k", "limit": -1, "window": "1s"}), "limit"),
         (json!({"key": "k", "limit": 0, "window": "1s"}), "limit"),
-        (json!({"key": "k", "limit": 1_000_000_000_001_u64, "window": "1s"}), "limit"),
-        (json!({"key": "k", "limit": 100_001, "window": "1s", "algorithm": "sliding_log"}), "limit"),
+        (
+            json!({"key": "k", "limit": 1_000_000_000_001_u64, "window": "1s"}),
+            "limit",
+        ),
+        (
+            json!({"key": "k", "limit": 100_001, "window": "1s", "algorithm": "sliding_log"}),
+            "limit",
+        ),
         (json!({"key": "k", "limit": 1}), "window"),
         (json!({"key": "k", "limit": 1, "window": "10"}), "window"),
         (json!({"key": "k", "limit": 1, "window": "1.5s"}), "window"),
         (json!({"key": "k", "limit": 1, "window": 1.5}), "window"),
         (json!({"key": "k", "limit": 1, "window": 0}), "window"),
         (json!({"key": "k", "limit": 1, "window": "367d"}), "window"),
-        (json!({"key": "k", "limit": 1, "window": "1s", "cost": 2}), "cost"),
-        (json!({"key": "k", "limit": 1, "window": "1s", "cost": -1}), "cost"),
-        (json!({"key": "k", "limit": 1, "window": "1s", "burst": 5}), "burst"),
-        (json!({"key": "k", "limit": 1, "window": "1s", "algorithm": "gcra", "burst": 0}), "burst"),
-        (json!({"key": "k", "limit": 1, "window": "1s", "algorithm": "leaky"}), "algorithm"),
+        (
+            json!({"key": "k", "limit": 1, "window": "1s", "cost": 2}),
+            "cost",
+        ),
+        (
+            json!({"key": "k", "limit": 1, "window": "1s", "cost": -1}),
+            "cost",
+        ),
+        (
+            json!({"key": "k", "limit": 1, "window": "1s", "burst": 5}),
+            "burst",
+        ),
+        (
+            json!({"key": "k", "limit": 1, "window": "1s", "algorithm": "gcra", "burst": 0}),
+            "burst",
+        ),
+        (
+            json!({"key": "k", "limit": 1, "window": "1s", "algorithm": "leaky"}),
+            "algorithm",
+        ),
         (json!(["not", "an", "object"]), "invalid type"),
     ];
     for (body, field) in cases {
         let (status, response) = app.check(body.clone()).await;
         assert_eq!(status, 422, "{body} -> {response}");
         assert_eq!(error_code(&response), "invalid_request");
-        assert!(error_message(&response).contains(field), "{body}: message should name {field}: {response}");
+        assert!(
+            error_message(&response).contains(field),
+            "{body}: message should name {field}: {response}"
+        );
     }
-    let (_, response) = app.check(json!({"key": "k", "limit": 1, "window": "1s", "algorithm": "leaky"})).await;
-    for name in ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra"] {
-        assert!(error_message(&response).contains(name), "lists {name}: {response}");
+    let (_, response) = app
+        .check(json!({"key": "k", "limit": 1, "window": "1s", "algorithm": "leaky"}))
+        .await;
+    for name in [
+        "fixed_window",
+        "sliding_window",
+        "sliding_log",
+        "token_bucket",
+        "gcra",
+    ] {
+        assert!(
+            error_message(&response).contains(name),
+            "lists {name}: {response}"
+        );
     }
 }
 
@@ -120,22 +196,58 @@ async fn transport_errors_are_json_with_the_right_status() {
         request.send()
     };
     let cases = [
-        (post("{\"key\": ", Some("application/json")).await.unwrap(), 400, "invalid_json"),
-        (post("{} {}", Some("application/json")).await.unwrap(), 400, "invalid_json"),
-        (post("{\"key\":\"k\"}", None).await.unwrap(), 415, "unsupported_media_type"),
-        (post("{\"key\":\"k\"}", Some("text/plain")).await.unwrap(), 415, "unsupported_media_type"),
-        (app.http.get(app.url("/v1/check")).send().await.unwrap(), 405, "method_not_allowed"),
-        (app.http.post(app.url("/healthz")).send().await.unwrap(), 405, "method_not_allowed"),
-        (app.http.get(app.url("/nope")).send().await.unwrap(), 404, "not_found"),
+        (
+            post("{\"key\": ", Some("application/json")).await.unwrap(),
+            400,
+            "invalid_json",
+        ),
+        (
+            post("{} {}", Some("application/json")).await.unwrap(),
+            400,
+            "invalid_json",
+        ),
+        (
+            post("{\"key\":\"k\"}", None).await.unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            post("{\"key\":\"k\"}", Some("text/plain")).await.unwrap(),
+            415,
+            "unsupported_media_type",
+        ),
+        (
+            app.http.get(app.url("/v1/check")).send().await.unwrap(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            app.http.post(app.url("/healthz")).send().await.unwrap(),
+            405,
+            "method_not_allowed",
+        ),
+        (
+            app.http.get(app.url("/nope")).send().await.unwrap(),
+            404,
+            "not_found",
+        ),
     ];
     for (response, status, code) in cases {
         assert_eq!(response.status().as_u16(), status, "{code}");
-        assert!(response.headers()["content-type"].to_str().unwrap().starts_with("application/json"));
+        assert!(
+            response.headers()["content-type"]
+                .to_str()
+                .unwrap()
+                .starts_with("application/json")
+        );
         let body: Value = response.json().await.unwrap();
         assert_eq!(error_code(&body), code);
     }
 
-    let huge = format!("{{\"key\": \"{}\", \"limit\": 1, \"window\": \"1s\"}}", "x".repeat(70 * 1024));
+    let huge = format!(
+        "{{\"key\": \"{}\", \"limit\": 1, \"window\": \"1s\"}}",
+        "x".repeat(70 * 1024)
+    );
     let response = app
         .http
         .post(app.url("/v1/check"))
@@ -145,10 +257,15 @@ async fn transport_errors_are_json_with_the_right_status() {
         .await
         .unwrap();
     assert_eq!(response.status(), 413);
-    assert_eq!(error_code(&response.json().await.unwrap()), "payload_too_large");
+    assert_eq!(
+        error_code(&response.json().await.unwrap()),
+        "payload_too_large"
+    );
 
     // ...and the service keeps serving.
-    let (status, _) = app.check(json!({"key": "after", "limit": 1, "window": "1s"})).await;
+    let (status, _) = app
+        .check(json!({"key": "after", "limit": 1, "window": "1s"}))
+        .await;
     assert_eq!(status, 200);
 }
 
@@ -160,8 +277,10 @@ async fn health_readiness_metrics_and_docs() {
     assert_eq!(ready.status(), 200);
     assert_eq!(ready.json::<Value>().await.unwrap()["store"], "memory");
 
-    app.check(json!({"key": "m", "limit": 1, "window": "1s", "algorithm": "gcra"})).await;
-    app.check(json!({"key": "m", "limit": 1, "window": "1s", "algorithm": "gcra"})).await;
+    app.check(json!({"key": "m", "limit": 1, "window": "1s", "algorithm": "gcra"}))
+        .await;
+    app.check(json!({"key": "m", "limit": 1, "window": "1s", "algorithm": "gcra"}))
+        .await;
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
         "ratekeeper_checks_total{algorithm=\"gcra\",decision=\"allowed\"} 1",
@@ -174,11 +293,17 @@ async fn health_readiness_metrics_and_docs() {
     ] {
         assert!(metrics.contains(line), "missing {line} in\n{metrics}");
     }
-    assert!(!metrics.contains("key=\""), "metrics never carry client keys");
+    assert!(
+        !metrics.contains("key=\""),
+        "metrics never carry client keys"
+    );
 
     let doc: Value = app.get("/openapi.json").await.json().await.unwrap();
     assert!(doc["paths"]["/v1/check"]["post"].is_object());
     let docs = app.get("/docs/").await;
     assert_eq!(docs.status(), 200);
-    assert!(docs.text().await.unwrap().contains("swagger"), "Swagger UI is served offline");
+    assert!(
+        docs.text().await.unwrap().contains("swagger"),
+        "Swagger UI is served offline"
+    );
 }

@@ -30,45 +30,60 @@ struct Case {
 }
 
 fn windows_ms() -> impl Strategy<Value = u64> {
-    prop_oneof![Just(1), Just(7), Just(100), Just(1_000), Just(60_000), Just(3_600_000), 1..=120_000u64]
+    prop_oneof![
+        Just(1),
+        Just(7),
+        Just(100),
+        Just(1_000),
+        Just(60_000),
+        Just(3_600_000),
+        1..=120_000u64
+    ]
 }
 
 /// Rules within what validation accepts, biased to small limits where
 /// denials and boundaries are frequent, with some huge ones for range.
 fn rule(algorithm: Algorithm) -> impl Strategy<Value = Rule> {
     let limits = prop_oneof![4 => 1..=12u64, 1 => 13..=1_000u64, 1 => 1_000..=1_000_000_000_000u64];
-    (limits, windows_ms(), 1..=4u64).prop_filter_map("bucket rate must fit", move |(limit, window_ms, burst_factor)| {
-        let window_us = window_ms * 1_000;
-        let limit = match algorithm {
-            Algorithm::SlidingLog => limit.min(200),
-            Algorithm::TokenBucket | Algorithm::Gcra => limit.min(window_us),
-            _ => limit,
-        };
-        let burst = if algorithm == Algorithm::TokenBucket || algorithm == Algorithm::Gcra {
-            (limit * burst_factor / 2).max(1)
-        } else {
-            limit
-        };
-        let check = Check::new(
-            ratekeeper::domain::CheckInput {
-                key: "k".into(),
-                limit,
-                window: ratekeeper::domain::WindowInput::Text(format!("{window_ms}ms")),
-                algorithm: Some(algorithm),
-                cost: Some(0),
-                burst: algorithm.has_burst().then_some(burst),
-            },
-            &Default::default(),
-        )
-        .ok()?;
-        Some(check.rule)
-    })
+    (limits, windows_ms(), 1..=4u64).prop_filter_map(
+        "bucket rate must fit",
+        move |(limit, window_ms, burst_factor)| {
+            let window_us = window_ms * 1_000;
+            let limit = match algorithm {
+                Algorithm::SlidingLog => limit.min(200),
+                Algorithm::TokenBucket | Algorithm::Gcra => limit.min(window_us),
+                _ => limit,
+            };
+            let burst = if algorithm == Algorithm::TokenBucket || algorithm == Algorithm::Gcra {
+                (limit * burst_factor / 2).max(1)
+            } else {
+                limit
+            };
+            let check = Check::new(
+                ratekeeper::domain::CheckInput {
+                    key: "k".into(),
+                    limit,
+                    window: ratekeeper::domain::WindowInput::Text(format!("{window_ms}ms")),
+                    algorithm: Some(algorithm),
+                    cost: Some(0),
+                    burst: algorithm.has_burst().then_some(burst),
+                },
+                &Default::default(),
+            )
+            .ok()?;
+            Some(check.rule)
+        },
+    )
 }
 
 fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
     rule(algorithm).prop_flat_map(|rule| {
         let w = rule.window_us;
-        let max_cost = if rule.algorithm.has_burst() { rule.burst } else { rule.limit };
+        let max_cost = if rule.algorithm.has_burst() {
+            rule.burst
+        } else {
+            rule.limit
+        };
         let step = prop_oneof![
             3 => Just(0u64),
             3 => 0..=w / 4,
@@ -82,10 +97,12 @@ fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
             2 => 0..=max_cost.min(50),
             1 => Just(max_cost),
         ];
-        (0..=3 * w, prop::collection::vec((step, cost), 1..40)).prop_map(move |(offset, steps)| Case {
-            rule,
-            start_us: EPOCH_2026_US + offset,
-            steps,
+        (0..=3 * w, prop::collection::vec((step, cost), 1..40)).prop_map(move |(offset, steps)| {
+            Case {
+                rule,
+                start_us: EPOCH_2026_US + offset,
+                steps,
+            }
         })
     })
 }
@@ -104,7 +121,10 @@ fn rust_outcomes(case: &Case) -> Vec<Outcome> {
 
 fn run_parity(algorithm: Algorithm, cases: u32) {
     let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
     let clock = ManualClock::new(0);
     let store = runtime.block_on(async {
         let store = RedisStore::connect(RedisOptions {
@@ -141,8 +161,18 @@ fn run_parity(algorithm: Algorithm, cases: u32) {
                     rule: case.rule,
                     cost: *cost,
                 };
-                let got = runtime.block_on(store.check(&check)).map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(got, *want, "step {} (t={}, cost={}) of {:?}", i, now, cost, case.rule);
+                let got = runtime
+                    .block_on(store.check(&check))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                prop_assert_eq!(
+                    got,
+                    *want,
+                    "step {} (t={}, cost={}) of {:?}",
+                    i,
+                    now,
+                    cost,
+                    case.rule
+                );
             }
             Ok(())
         })

@@ -35,7 +35,10 @@ fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> 
 async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>> {
     let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
     redis.ping().await.unwrap();
-    vec![Arc::new(MemoryStore::new(Arc::new(clock.clone()))), Arc::new(redis)]
+    vec![
+        Arc::new(MemoryStore::new(Arc::new(clock.clone()))),
+        Arc::new(redis),
+    ]
 }
 
 fn check(key: &str, algorithm: Algorithm, limit: u64, window: &str, cost: u64) -> Check {
@@ -65,17 +68,53 @@ async fn seed_example_through_every_store() {
         let key = unique_key("seed");
         clock.set_us(T0 + 30 * SEC);
         // 80 units in the previous minute...
-        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 80)).await.allowed);
+        assert!(
+            run(
+                &*store,
+                &check(&key, Algorithm::SlidingWindow, 100, "1m", 80)
+            )
+            .await
+            .allowed
+        );
         // ...30 in this one, then a check 25% (15 s) into it.
         clock.set_us(T0 + 60 * SEC + SEC);
-        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 20)).await.allowed);
+        assert!(
+            run(
+                &*store,
+                &check(&key, Algorithm::SlidingWindow, 100, "1m", 20)
+            )
+            .await
+            .allowed
+        );
         clock.set_us(T0 + 60 * SEC + 15 * SEC);
-        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)).await.allowed);
-        let probe = run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 0)).await;
+        assert!(
+            run(
+                &*store,
+                &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)
+            )
+            .await
+            .allowed
+        );
+        let probe = run(
+            &*store,
+            &check(&key, Algorithm::SlidingWindow, 100, "1m", 0),
+        )
+        .await;
         assert_eq!(probe.remaining, 10, "{}: 80 * 0.75 + 30 = 90", store.name());
         // Up to 99 passes (floor(99) < 100); 101 does not.
-        assert!(run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)).await.allowed);
-        let denied = run(&*store, &check(&key, Algorithm::SlidingWindow, 100, "1m", 1)).await;
+        assert!(
+            run(
+                &*store,
+                &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)
+            )
+            .await
+            .allowed
+        );
+        let denied = run(
+            &*store,
+            &check(&key, Algorithm::SlidingWindow, 100, "1m", 1),
+        )
+        .await;
         assert!(!denied.allowed, "{}", store.name());
     }
 }
@@ -116,17 +155,29 @@ async fn retry_after_is_exact_in_every_store_and_algorithm() {
                 let key = unique_key("retry");
                 let start = T0 + 3 * SEC + 250 * MS;
                 clock.set_us(start);
-                assert!(run(&*store, &check(&key, algorithm, 5, "2s", 5)).await.allowed);
+                assert!(
+                    run(&*store, &check(&key, algorithm, 5, "2s", 5))
+                        .await
+                        .allowed
+                );
                 let c = check(&key, algorithm, 5, "2s", cost);
                 let denied = run(&*store, &c).await;
                 assert!(!denied.allowed, "{} {algorithm} cost {cost}", store.name());
                 let retry_ms = denied.retry_after_us.div_ceil(MS);
                 // One millisecond early is still denied (and consumes nothing)...
                 clock.set_us(start + (retry_ms - 1) * MS);
-                assert!(!run(&*store, &c).await.allowed, "{} {algorithm} cost {cost} early", store.name());
+                assert!(
+                    !run(&*store, &c).await.allowed,
+                    "{} {algorithm} cost {cost} early",
+                    store.name()
+                );
                 // ...and on time passes.
                 clock.set_us(start + retry_ms * MS);
-                assert!(run(&*store, &c).await.allowed, "{} {algorithm} cost {cost} at {retry_ms}ms", store.name());
+                assert!(
+                    run(&*store, &c).await.allowed,
+                    "{} {algorithm} cost {cost} at {retry_ms}ms",
+                    store.name()
+                );
             }
         }
     }
@@ -162,15 +213,30 @@ async fn same_key_under_other_rules_never_shares_state() {
     for store in stores(&server, &clock).await {
         let key = unique_key("shared {braces}\nand spaces ü");
         for algorithm in Algorithm::ALL {
-            assert!(run(&*store, &check(&key, algorithm, 1, "1m", 1)).await.allowed);
-            assert!(!run(&*store, &check(&key, algorithm, 1, "1m", 1)).await.allowed);
-            assert!(run(&*store, &check(&key, algorithm, 1, "2m", 1)).await.allowed, "{algorithm} other window");
+            assert!(
+                run(&*store, &check(&key, algorithm, 1, "1m", 1))
+                    .await
+                    .allowed
+            );
+            assert!(
+                !run(&*store, &check(&key, algorithm, 1, "1m", 1))
+                    .await
+                    .allowed
+            );
+            assert!(
+                run(&*store, &check(&key, algorithm, 1, "2m", 1))
+                    .await
+                    .allowed,
+                "{algorithm} other window"
+            );
         }
     }
 }
 
 async fn raw_client(server: &RedisServer) -> Client {
-    let client = Builder::from_config(Config::from_url(&server.url()).unwrap()).build().unwrap();
+    let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
+        .build()
+        .unwrap();
     client.init().await.unwrap();
     client
 }
@@ -190,7 +256,10 @@ async fn redis_keys_are_tagged_prefixed_and_expire() {
         let outcome = store.check(&c).await.unwrap();
         let ttl: i64 = redis.pttl(&key).await.unwrap();
         let reset_ms = outcome.reset_after_us.div_ceil(MS) as i64;
-        assert!(ttl > 0 && ttl <= reset_ms, "{algorithm}: pttl {ttl} vs reset {reset_ms}");
+        assert!(
+            ttl > 0 && ttl <= reset_ms,
+            "{algorithm}: pttl {ttl} vs reset {reset_ms}"
+        );
     }
     // cost 0 on an unseen key writes nothing
     let probe = check("nobody", Algorithm::Gcra, 10, "30s", 0);
@@ -220,7 +289,11 @@ async fn scripts_reload_after_the_cache_is_flushed() {
     assert_eq!(store.check(&c).await.unwrap().remaining, 2);
     let redis = raw_client(&server).await;
     let _: () = redis.script_flush(false).await.unwrap();
-    assert_eq!(store.check(&c).await.unwrap().remaining, 1, "NOSCRIPT is handled by reloading");
+    assert_eq!(
+        store.check(&c).await.unwrap().remaining,
+        1,
+        "NOSCRIPT is handled by reloading"
+    );
 }
 
 #[tokio::test]
@@ -232,7 +305,11 @@ async fn a_large_cost_on_the_sliding_log_is_stored_in_slices() {
         let c = check(&key, Algorithm::SlidingLog, 100_000, "1m", 100_000);
         let o = run(&*store, &c).await;
         assert_eq!((o.allowed, o.remaining), (true, 0), "{}", store.name());
-        let denied = run(&*store, &check(&key, Algorithm::SlidingLog, 100_000, "1m", 1)).await;
+        let denied = run(
+            &*store,
+            &check(&key, Algorithm::SlidingLog, 100_000, "1m", 1),
+        )
+        .await;
         assert_eq!(denied.retry_after_us, 60 * SEC);
     }
 }

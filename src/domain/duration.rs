@@ -18,19 +18,22 @@ const UNITS: [(&str, u64); 5] = [
 /// Parses `<digits><unit>` with unit one of `ms`, `s`, `m`, `h`, `d` into
 /// microseconds. Returns a human-readable reason on failure.
 pub fn parse_duration_us(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text.find(|c: char| !c.is_ascii_digit()).ok_or_else(|| {
-        format!("`{text}` has no unit; write e.g. `250ms`, `10s`, `1m`, `1h` or `1d`")
-    })?;
-    let (digits, unit) = text.split_at(split);
-    let value: u64 = digits.parse().map_err(|_| {
-        format!("`{text}` must start with a whole number, e.g. `250ms`, `10s`, `1m`, `1h` or `1d`")
-    })?;
+    let invalid = || {
+        format!(
+            "`{text}` is not a duration: write a whole number and a unit (ms, s, m, h or d), e.g. `250ms`, `10s`, `1m`"
+        )
+    };
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(invalid)?;
+    let (digits, unit) = trimmed.split_at(split);
+    let value: u64 = digits.parse().map_err(|_| invalid())?;
     let per_unit = UNITS
         .iter()
         .find(|(name, _)| *name == unit)
         .map(|(_, us)| *us)
-        .ok_or_else(|| format!("`{text}` has unknown unit `{unit}`; use one of ms, s, m, h, d"))?;
+        .ok_or_else(invalid)?;
     value
         .checked_mul(per_unit)
         .ok_or_else(|| format!("`{text}` is too long"))

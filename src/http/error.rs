@@ -119,7 +119,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
             })?;
         // Syntax first, without building anything, so that malformed JSON is
         // a 400 even when its first value would also have a missing field.
-        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes).map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+        serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
+            .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
         let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
         let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
             let path = error.path().to_string();

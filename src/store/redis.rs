@@ -95,7 +95,10 @@ impl RedisStore {
     /// to a healthy Redis is ready from its first request. Returns whether it
     /// connected; giving up is harmless, the client keeps trying.
     pub async fn wait_connected(&self, limit: Duration) -> bool {
-        matches!(tokio::time::timeout(limit, self.pool.wait_for_connect()).await, Ok(Ok(())))
+        matches!(
+            tokio::time::timeout(limit, self.pool.wait_for_connect()).await,
+            Ok(Ok(()))
+        )
     }
 
     /// Closes every connection.

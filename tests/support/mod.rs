@@ -25,7 +25,11 @@ fn redis_server_binary() -> PathBuf {
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()
         .into_iter()
-        .chain(["/usr/bin".into(), "/usr/sbin".into(), "/usr/local/bin".into()]);
+        .chain([
+            "/usr/bin".into(),
+            "/usr/sbin".into(),
+            "/usr/local/bin".into(),
+        ]);
     for dir in candidates {
         let path = dir.join("redis-server");
         if path.is_file() {
@@ -41,7 +45,11 @@ fn redis_server_binary() -> PathBuf {
 
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
@@ -72,7 +80,16 @@ impl RedisServer {
 
     fn spawn(&mut self) -> bool {
         let child = Command::new(redis_server_binary())
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .args(["--dir", path_str(&self.dir)])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -105,7 +122,9 @@ impl RedisServer {
         };
         let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
         let mut reply = [0u8; 7];
-        stream.write_all(b"PING\r\n").is_ok() && stream.read_exact(&mut reply).is_ok() && &reply == b"+PONG\r\n"
+        stream.write_all(b"PING\r\n").is_ok()
+            && stream.read_exact(&mut reply).is_ok()
+            && &reply == b"+PONG\r\n"
     }
 
     /// SIGKILL: the server is gone, connections are reset.
@@ -132,7 +151,11 @@ impl RedisServer {
         self.kill();
         let deadline = Instant::now() + Duration::from_secs(5);
         while !self.spawn() {
-            assert!(Instant::now() < deadline, "could not restart redis-server on port {}", self.port);
+            assert!(
+                Instant::now() < deadline,
+                "could not restart redis-server on port {}",
+                self.port
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
@@ -186,7 +209,12 @@ impl TestApp {
     }
 
     pub async fn spawn_with(settings: Settings, backend: Backend, probe: Duration) -> TestApp {
-        Self::from_app(Application::build_with(settings, backend, probe).await.expect("app builds")).await
+        Self::from_app(
+            Application::build_with(settings, backend, probe)
+                .await
+                .expect("app builds"),
+        )
+        .await
     }
 
     async fn from_app(app: Application) -> TestApp {
@@ -209,7 +237,13 @@ impl TestApp {
 
     /// POSTs a check and returns (status, body).
     pub async fn check(&self, body: serde_json::Value) -> (u16, serde_json::Value) {
-        let response = self.http.post(self.url("/v1/check")).json(&body).send().await.unwrap();
+        let response = self
+            .http
+            .post(self.url("/v1/check"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
         let status = response.status().as_u16();
         (status, response.json().await.unwrap())
     }
@@ -240,5 +274,9 @@ impl Drop for TestApp {
 /// A fresh key name per call, so tests sharing a server never collide.
 pub fn unique_key(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("{prefix}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
 }
