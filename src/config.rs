@@ -141,128 +141,116 @@ impl Settings {
             problems: Vec::new(),
         };
         r.unknown_keys();
-
-        let listen = r.parse("server.listen", |s| {
-            s.parse::<SocketAddr>()
-                .map_err(|_| "must be an address with a port, e.g. 127.0.0.1:8080".into())
-        });
-        let shutdown_timeout = r.duration("server.shutdown_timeout");
-        let max_key_bytes = r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536));
-        let max_sliding_log_limit =
-            r.parse("limits.max_sliding_log_limit", |s| int_in(s, 1, 10_000_000));
-        let url = r.parse("redis.url", |s| {
-            let ok = s.is_empty()
-                || [
-                    "redis://",
-                    "rediss://",
-                    "redis-cluster://",
-                    "redis-sentinel://",
-                    "redis+unix://",
-                ]
-                .iter()
-                .any(|p| s.starts_with(p));
-            ok.then(|| s.to_string()).ok_or_else(|| {
-                "must be empty or a redis://, rediss:// or redis-cluster:// URL".into()
-            })
-        });
-        let key_prefix = r.parse("redis.key_prefix", |s| {
-            if s.contains(['{', '}']) || s.len() > 64 {
-                Err(
-                    "must be at most 64 bytes without '{' or '}' (they would move the hash tag)"
-                        .into(),
-                )
-            } else {
-                Ok(s.to_string())
-            }
-        });
-        let timeout = r.duration("redis.timeout");
-        let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
-        let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
-        let probe_interval = r.duration("redis.probe_interval");
-        let mode = r.parse("failure.mode", |s| match s {
-            "open" => Ok(FailureMode::Open),
-            "closed" => Ok(FailureMode::Closed),
-            _ => Err("must be \"open\" or \"closed\"".into()),
-        });
-        let closed_retry_after = r.duration("failure.closed_retry_after");
-        let sweep_interval = r.duration("memory.sweep_interval");
-        let format = r.parse("log.format", |s| match s {
-            "auto" => Ok(LogFormat::Auto),
-            "pretty" => Ok(LogFormat::Pretty),
-            "json" => Ok(LogFormat::Json),
-            _ => Err("must be \"auto\", \"pretty\" or \"json\"".into()),
-        });
-        let level = r.parse("log.level", |s| {
-            tracing_subscriber::EnvFilter::try_new(s)
-                .map(|_| s.to_string())
-                .map_err(|e| format!("is not a valid tracing filter: {e}"))
-        });
-
-        let problems = r.problems;
-        let (
-            Some(listen),
-            Some(shutdown_timeout),
-            Some(max_key_bytes),
-            Some(max_sliding_log_limit),
-            Some(url),
-            Some(key_prefix),
-            Some(timeout),
-            Some(pool_size),
-            Some(reconnect_max_delay),
-            Some(probe_interval),
-            Some(mode),
-            Some(closed_retry_after),
-            Some(sweep_interval),
-            Some(format),
-            Some(level),
-        ) = (
-            listen,
-            shutdown_timeout,
-            max_key_bytes,
-            max_sliding_log_limit,
-            url,
-            key_prefix,
-            timeout,
-            pool_size,
-            reconnect_max_delay,
-            probe_interval,
-            mode,
-            closed_retry_after,
-            sweep_interval,
-            format,
-            level,
-        )
-        else {
-            return Err(ConfigError { problems });
-        };
-        if !problems.is_empty() {
-            return Err(ConfigError { problems });
-        }
-        Ok(Settings {
-            server: ServerSettings {
-                listen,
-                shutdown_timeout,
-            },
-            limits: Bounds {
-                max_key_bytes: max_key_bytes as usize,
-                max_sliding_log_limit,
-            },
-            redis: (!url.is_empty()).then_some(RedisSettings {
-                url,
-                key_prefix,
-                timeout,
-                pool_size: pool_size as usize,
-                reconnect_max_delay,
-                probe_interval,
+        // Read every key before assembling, so every problem is collected.
+        let server = (
+            r.parse("server.listen", |s| {
+                s.parse::<SocketAddr>()
+                    .map_err(|_| "must be an address with a port, e.g. 127.0.0.1:8080".into())
             }),
-            failure: FailurePolicy {
-                mode,
-                closed_retry_after,
-            },
-            memory: MemorySettings { sweep_interval },
-            log: LogSettings { format, level },
-        })
+            r.duration("server.shutdown_timeout"),
+        );
+        let limits = (
+            r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
+            r.parse("limits.max_sliding_log_limit", |s| int_in(s, 1, 10_000_000)),
+        );
+        let redis = read_redis(&mut r);
+        let failure = (
+            r.parse("failure.mode", |s| match s {
+                "open" => Ok(FailureMode::Open),
+                "closed" => Ok(FailureMode::Closed),
+                _ => Err("must be \"open\" or \"closed\"".into()),
+            }),
+            r.duration("failure.closed_retry_after"),
+        );
+        let sweep_interval = r.duration("memory.sweep_interval");
+        let log = (
+            r.parse("log.format", |s| match s {
+                "auto" => Ok(LogFormat::Auto),
+                "pretty" => Ok(LogFormat::Pretty),
+                "json" => Ok(LogFormat::Json),
+                _ => Err("must be \"auto\", \"pretty\" or \"json\"".into()),
+            }),
+            r.parse("log.level", |s| {
+                tracing_subscriber::EnvFilter::try_new(s)
+                    .map(|_| s.to_string())
+                    .map_err(|e| format!("is not a valid tracing filter: {e}"))
+            }),
+        );
+
+        let assembled = (|| {
+            Some(Settings {
+                server: ServerSettings {
+                    listen: server.0?,
+                    shutdown_timeout: server.1?,
+                },
+                limits: Bounds {
+                    max_key_bytes: limits.0? as usize,
+                    max_sliding_log_limit: limits.1?,
+                },
+                redis: redis?,
+                failure: FailurePolicy {
+                    mode: failure.0?,
+                    closed_retry_after: failure.1?,
+                },
+                memory: MemorySettings {
+                    sweep_interval: sweep_interval?,
+                },
+                log: LogSettings {
+                    format: log.0?,
+                    level: log.1?,
+                },
+            })
+        })();
+        match assembled {
+            Some(settings) if r.problems.is_empty() => Ok(settings),
+            _ => Err(ConfigError {
+                problems: r.problems,
+            }),
+        }
     }
+}
+
+/// The `[redis]` section: `Some(None)` when the URL is empty (embedded store),
+/// `None` when any key is invalid.
+fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
+    let url = r.parse("redis.url", |s| {
+        if s.is_empty() {
+            return Ok(String::new());
+        }
+        let schemes = ["redis://", "rediss://", "redis-cluster://", "redis-sentinel://", "redis+unix://"];
+        if !schemes.iter().any(|p| s.starts_with(p)) {
+            return Err("must be empty or a redis://, rediss:// or redis-cluster:// URL".into());
+        }
+        // Let the client library judge the URL, so a URL accepted here is
+        // one it can use.
+        fred::prelude::Config::from_url(s)
+            .map(|_| s.to_string())
+            .map_err(|e| {
+                format!(
+                    "is not a usable Redis URL ({e}); use redis://, rediss:// or redis-cluster://"
+                )
+            })
+    });
+    let key_prefix = r.parse("redis.key_prefix", |s| {
+        if s.contains(['{', '}']) || s.len() > 64 {
+            Err("must be at most 64 bytes without '{' or '}' (they would move the hash tag)".into())
+        } else {
+            Ok(s.to_string())
+        }
+    });
+    let timeout = r.duration("redis.timeout");
+    let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
+    let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
+    let probe_interval = r.duration("redis.probe_interval");
+    let settings = RedisSettings {
+        url: url?,
+        key_prefix: key_prefix?,
+        timeout: timeout?,
+        pool_size: pool_size? as usize,
+        reconnect_max_delay: reconnect_max_delay?,
+        probe_interval: probe_interval?,
+    };
+    Some((!settings.url.is_empty()).then_some(settings))
 }
 
 fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
