@@ -217,7 +217,13 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         if s.is_empty() {
             return Ok(String::new());
         }
-        let schemes = ["redis://", "rediss://", "redis-cluster://", "redis-sentinel://", "redis+unix://"];
+        let schemes = [
+            "redis://",
+            "rediss://",
+            "redis-cluster://",
+            "redis-sentinel://",
+            "redis+unix://",
+        ];
         if !schemes.iter().any(|p| s.starts_with(p)) {
             return Err("must be empty or a redis://, rediss:// or redis-cluster:// URL".into());
         }

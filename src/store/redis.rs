@@ -173,57 +173,6 @@ fn classify(error: Error) -> StoreError {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn kind_of(kind: ErrorKind, details: &str) -> &'static str {
-        classify(Error::new(kind, details.to_string())).kind()
-    }
-
-    #[test]
-    fn outages_are_transient_and_bugs_are_not() {
-        assert_eq!(kind_of(ErrorKind::Timeout, "Request timed out."), "timeout");
-        assert_eq!(kind_of(ErrorKind::IO, "Connection closed."), "unavailable");
-        assert_eq!(
-            kind_of(ErrorKind::Unknown, "Failed to route command."),
-            "unavailable"
-        );
-        assert_eq!(
-            kind_of(ErrorKind::Unknown, "Too many failed write attempts."),
-            "unavailable"
-        );
-        assert_eq!(
-            kind_of(
-                ErrorKind::Unknown,
-                "LOADING Redis is loading the dataset in memory"
-            ),
-            "unavailable"
-        );
-        assert_eq!(
-            kind_of(
-                ErrorKind::Unknown,
-                "OOM command not allowed when used memory > 'maxmemory'."
-            ),
-            "unavailable"
-        );
-        assert_eq!(
-            kind_of(
-                ErrorKind::Unknown,
-                "ERR Error running script (call to f_x): @user_script:1: boom"
-            ),
-            "backend"
-        );
-        assert_eq!(
-            kind_of(
-                ErrorKind::InvalidArgument,
-                "WRONGTYPE Operation against a key holding the wrong kind of value"
-            ),
-            "backend"
-        );
-    }
-}
-
 fn is_noscript(error: &Error) -> bool {
     error.details().starts_with("NOSCRIPT")
 }
@@ -282,5 +231,56 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "redis"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kind_of(kind: ErrorKind, details: &str) -> &'static str {
+        classify(Error::new(kind, details.to_string())).kind()
+    }
+
+    #[test]
+    fn outages_are_transient_and_bugs_are_not() {
+        assert_eq!(kind_of(ErrorKind::Timeout, "Request timed out."), "timeout");
+        assert_eq!(kind_of(ErrorKind::IO, "Connection closed."), "unavailable");
+        assert_eq!(
+            kind_of(ErrorKind::Unknown, "Failed to route command."),
+            "unavailable"
+        );
+        assert_eq!(
+            kind_of(ErrorKind::Unknown, "Too many failed write attempts."),
+            "unavailable"
+        );
+        assert_eq!(
+            kind_of(
+                ErrorKind::Unknown,
+                "LOADING Redis is loading the dataset in memory"
+            ),
+            "unavailable"
+        );
+        assert_eq!(
+            kind_of(
+                ErrorKind::Unknown,
+                "OOM command not allowed when used memory > 'maxmemory'."
+            ),
+            "unavailable"
+        );
+        assert_eq!(
+            kind_of(
+                ErrorKind::Unknown,
+                "ERR Error running script (call to f_x): @user_script:1: boom"
+            ),
+            "backend"
+        );
+        assert_eq!(
+            kind_of(
+                ErrorKind::InvalidArgument,
+                "WRONGTYPE Operation against a key holding the wrong kind of value"
+            ),
+            "backend"
+        );
     }
 }
