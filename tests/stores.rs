@@ -66,56 +66,25 @@ async fn seed_example_through_every_store() {
     let clock = ManualClock::new(T0);
     for store in stores(&server, &clock).await {
         let key = unique_key("seed");
-        clock.set_us(T0 + 30 * SEC);
+        let spend = |cost| check(&key, Algorithm::SlidingWindow, 100, "1m", cost);
         // 80 units in the previous minute...
-        assert!(
-            run(
-                &*store,
-                &check(&key, Algorithm::SlidingWindow, 100, "1m", 80)
-            )
-            .await
-            .allowed
-        );
-        // ...30 in this one, then a check 25% (15 s) into it.
+        clock.set_us(T0 + 30 * SEC);
+        assert!(run(&*store, &spend(80)).await.allowed);
+        // ...30 in this one, then a look 25% (15 s) into it.
         clock.set_us(T0 + 60 * SEC + SEC);
-        assert!(
-            run(
-                &*store,
-                &check(&key, Algorithm::SlidingWindow, 100, "1m", 20)
-            )
-            .await
-            .allowed
-        );
+        assert!(run(&*store, &spend(20)).await.allowed);
         clock.set_us(T0 + 60 * SEC + 15 * SEC);
-        assert!(
-            run(
-                &*store,
-                &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)
-            )
-            .await
-            .allowed
-        );
-        let probe = run(
-            &*store,
-            &check(&key, Algorithm::SlidingWindow, 100, "1m", 0),
-        )
-        .await;
+        assert!(run(&*store, &spend(10)).await.allowed);
+        let probe = run(&*store, &spend(0)).await;
         assert_eq!(probe.remaining, 10, "{}: 80 * 0.75 + 30 = 90", store.name());
-        // Up to 99 passes (floor(99) < 100); 101 does not.
+        // Up to a weighted 99 passes (floor(99) < 100); 101 does not.
+        assert!(run(&*store, &spend(9)).await.allowed);
         assert!(
-            run(
-                &*store,
-                &check(&key, Algorithm::SlidingWindow, 100, "1m", 10)
-            )
-            .await
-            .allowed
+            run(&*store, &spend(1)).await.allowed,
+            "{}: weighted 100 after",
+            store.name()
         );
-        let denied = run(
-            &*store,
-            &check(&key, Algorithm::SlidingWindow, 100, "1m", 1),
-        )
-        .await;
-        assert!(!denied.allowed, "{}", store.name());
+        assert!(!run(&*store, &spend(1)).await.allowed, "{}", store.name());
     }
 }
 

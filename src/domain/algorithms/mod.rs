@@ -92,6 +92,18 @@ pub(crate) mod test_support {
         }
     }
 
+    /// How many of 20 checks just before a window boundary and 20 at it pass,
+    /// for a limit of 10 per 10 s.
+    pub fn boundary_burst_allowed(algorithm: Algorithm) -> usize {
+        let r = rule(algorithm, 10, 10 * SEC);
+        let mut s = State::fresh(algorithm);
+        let boundary = 1_000 * SEC;
+        [boundary - MS, boundary]
+            .iter()
+            .map(|&t| (0..20).filter(|_| s.apply(&r, t, 1).allowed).count())
+            .sum()
+    }
+
     /// Asserts the retry-after is exact: the same check (on a copy of the
     /// state, so nothing is consumed) is denied 1 ms before it and allowed at it.
     pub fn assert_retry_exact(state: &State, rule: &Rule, now: u64, cost: u64, outcome: Outcome) {
