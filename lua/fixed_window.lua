@@ -29,4 +29,5 @@ local reset = 0
 if count > 0 then
   reset = until_next
 end
-return {allowed and 1 or 0, limit - count, retry, reset}
+-- max(0, ...): the limit may have been lowered since the count was made.
+return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}

@@ -47,4 +47,5 @@ if newest[2] then
     redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
   end
 end
-return {allowed and 1 or 0, limit - count, retry, reset}
+-- max(0, ...): the limit may have been lowered since these were logged.
+return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}

@@ -46,15 +46,16 @@ pub struct FailurePolicy {
 
 impl FailurePolicy {
     /// The answer when the store cannot give one. Fail-open reports the rule's
-    /// full capacity less this cost, as for a key never seen: the true count
-    /// is unknown, and a client should not throttle itself on a guess.
+    /// full capacity (`burst`, which is `limit` for the window algorithms)
+    /// less this cost, as for a key never seen: the true count is unknown,
+    /// and a client should not throttle itself on a guess.
     fn decide(&self, check: &Check) -> Decision {
         let window_ms = check.rule.window_us.div_ceil(1_000);
         match self.mode {
             FailureMode::Open => Decision {
                 allowed: true,
                 limit: check.rule.limit,
-                remaining: check.rule.limit.saturating_sub(check.cost),
+                remaining: check.rule.burst.saturating_sub(check.cost),
                 retry_after_ms: 0,
                 reset_after_ms: 0,
                 degraded: true,

@@ -84,6 +84,7 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
         if mode == "open" {
             assert_eq!(response["allowed"], true);
             assert_eq!(response["retry_after_ms"], 0);
+            assert_eq!(response["remaining"], 999, "as for a key never seen");
         } else {
             assert_eq!(response["allowed"], false);
             assert_eq!(response["retry_after_ms"], 1500);

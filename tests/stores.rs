@@ -282,3 +282,22 @@ async fn a_large_cost_on_the_sliding_log_is_stored_in_slices() {
         assert_eq!(denied.retry_after_us, 60 * SEC);
     }
 }
+
+#[tokio::test]
+async fn lowering_the_limit_of_a_spent_key_reports_zero_remaining() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        for algorithm in Algorithm::ALL {
+            let key = unique_key("lowered");
+            assert!(
+                run(&*store, &check(&key, algorithm, 10, "1m", 10))
+                    .await
+                    .allowed
+            );
+            let lowered = run(&*store, &check(&key, algorithm, 5, "1m", 1)).await;
+            assert!(!lowered.allowed, "{} {algorithm}", store.name());
+            assert_eq!(lowered.remaining, 0, "{} {algorithm}", store.name());
+        }
+    }
+}

@@ -198,10 +198,13 @@ impl Store for RedisStore {
         let key = self.key_for(check);
         let reply = match self.evalsha(script, key.clone(), args.clone()).await {
             // Redis restarted or failed over: its script cache is empty.
+            // EVAL runs the check and caches the script in one round trip,
+            // so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
             Err(e) if is_noscript(&e) => {
                 self.scripts_loaded.store(false, Ordering::Release);
-                script.load(self.pool.next()).await.map_err(classify)?;
-                self.evalsha(script, key, args).await
+                self.pool
+                    .eval(scripts::source(rule.algorithm), key, args)
+                    .await
             }
             other => other,
         }

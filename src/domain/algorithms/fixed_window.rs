@@ -14,26 +14,30 @@ pub struct FixedWindowState {
 pub fn check(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
     let window = rule.window_us;
     let index = now_us / window;
-    if state.window_index != index {
-        *state = FixedWindowState {
-            window_index: index,
-            count: 0,
-        };
-    }
+    let mut count = if state.window_index == index {
+        state.count
+    } else {
+        0
+    };
     let until_next = (index + 1) * window - now_us;
 
     let need = cost.max(1);
-    let allowed = state.count + need <= rule.limit;
-    if allowed {
-        state.count += cost;
+    let allowed = count + need <= rule.limit;
+    if allowed && cost > 0 {
+        count += cost;
+        *state = FixedWindowState {
+            window_index: index,
+            count,
+        };
     }
     Outcome {
         allowed,
-        remaining: rule.limit - state.count,
+        // Saturating: the limit may have been lowered since the count was made.
+        remaining: rule.limit.saturating_sub(count),
         // The next window starts empty and cost <= limit, so it is the first
         // moment the check can pass.
         retry_after_us: if allowed { 0 } else { until_next },
-        reset_after_us: if state.count > 0 { until_next } else { 0 },
+        reset_after_us: if count > 0 { until_next } else { 0 },
     }
 }
 

@@ -22,7 +22,9 @@ pub fn check(state: &mut GcraState, rule: &Rule, now_us: u64, cost: u64) -> Outc
     let allowed = tat + need * interval - now_us <= tolerance;
     let tat_after = if allowed { tat + cost * interval } else { tat };
     let reset_after_us = tat_after - now_us;
-    state.tat_us = (reset_after_us > 0).then_some(tat_after);
+    if allowed && cost > 0 {
+        state.tat_us = Some(tat_after);
+    }
     Outcome {
         allowed,
         // Saturating: only a clock stepping back can put the TAT past the tolerance.

@@ -7,6 +7,11 @@
 //!   available, so `cost: 0` asks "is at least one unit left?" and consumes
 //!   nothing.
 //! - Denied checks consume nothing.
+//! - State is written only when a check is allowed and spends (`cost > 0`),
+//!   exactly when the Lua writes. Rolling a window or refilling a bucket
+//!   happens on a copy: it is a function of time, so storing it would change
+//!   nothing going forward, except when the clock steps back, and then the
+//!   two sides must still hold the same state.
 //! - Counters and timestamps are integers below 2^53; the one place floats
 //!   appear (sliding window weighting) uses the same IEEE operations in the
 //!   same order as the Lua, so both produce bit-identical results.

@@ -65,7 +65,8 @@ pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -
         .map_or(0, |(newest, _)| newest + window - now_us);
     Outcome {
         allowed,
-        remaining: rule.limit - count,
+        // Saturating: the limit may have been lowered since these were logged.
+        remaining: rule.limit.saturating_sub(count),
         retry_after_us,
         reset_after_us,
     }

@@ -22,10 +22,10 @@ fn weighted(prev: u64, curr: u64, window: u64, elapsed_us: u64) -> f64 {
     prev as f64 * (window - elapsed_us) as f64 / window as f64 + curr as f64
 }
 
-pub fn check(state: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
     let window = rule.window_us;
     let index = now_us / window;
-    roll(state, index);
+    let mut state = rolled(stored, index);
     let elapsed = now_us - index * window;
     let need = cost.max(1);
     let limit = rule.limit;
@@ -38,12 +38,15 @@ pub fn check(state: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64
     } else {
         before
     };
+    if allowed && cost > 0 {
+        *stored = state.clone();
+    }
     let remaining = (limit as f64 - after).floor().max(0.0) as u64;
 
     let retry_after_us = if allowed {
         0
     } else {
-        first_allowed_at(state, rule, now_us, need) - now_us
+        first_allowed_at(&state, rule, now_us, need) - now_us
     };
     let reset_after_us = if state.curr > 0 {
         (index + 2) * window - now_us
@@ -60,22 +63,22 @@ pub fn check(state: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64
     }
 }
 
-/// Moves the counters to window `index`: the old current window becomes the
+/// The counters as of window `index`: the stored current window becomes the
 /// previous one if adjacent, and anything older is forgotten.
-fn roll(state: &mut SlidingWindowState, index: u64) {
+fn rolled(state: &SlidingWindowState, index: u64) -> SlidingWindowState {
     if state.window_index == index {
-        return;
+        return state.clone();
     }
     let prev = if state.window_index + 1 == index {
         state.curr
     } else {
         0
     };
-    *state = SlidingWindowState {
+    SlidingWindowState {
         window_index: index,
         prev,
         curr: 0,
-    };
+    }
 }
 
 /// The first instant after `now_us` at which a check needing `need` units

@@ -51,8 +51,9 @@ pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) 
     } else {
         0
     };
-    // A full bucket is the same as no bucket: forget it.
-    state.bucket = (reset_after_us > 0).then_some(b);
+    if allowed && cost > 0 {
+        state.bucket = Some(b);
+    }
     Outcome {
         allowed,
         remaining: b.tokens,
