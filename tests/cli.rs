@@ -106,13 +106,7 @@ fn serve_logs_its_address_and_store_and_stops_gracefully_on_sigterm() {
     assert!(response, "healthz answers at the logged address");
 
     // ...and exits 0 on SIGTERM.
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(support::send_signal(child.id(), support::Signal::SIGTERM));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
@@ -179,13 +173,7 @@ fn redis_outage_is_logged_once_per_transition() {
     for _ in 0..20 {
         raw_http::post_check(&addr);
     }
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(support::send_signal(child.id(), support::Signal::SIGTERM));
     child.wait().unwrap();
     reader.join().unwrap();
     let rest: Vec<String> = rx.try_iter().collect();

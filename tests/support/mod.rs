@@ -10,6 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+pub use nix::sys::signal::Signal;
 use ratekeeper::app::{Application, Backend};
 use ratekeeper::config::{Overrides, Settings};
 
@@ -130,7 +131,7 @@ impl RedisServer {
     /// SIGKILL: the server is gone, connections are reset.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
-            let _ = self.signal_pid(child.id(), "-CONT");
+            send_signal(child.id(), Signal::SIGCONT);
             let _ = child.kill();
             let _ = child.wait();
         }
@@ -138,12 +139,12 @@ impl RedisServer {
 
     /// SIGSTOP: the server keeps its connections but answers nothing.
     pub fn freeze(&self) {
-        self.signal("-STOP");
+        self.signal(Signal::SIGSTOP);
     }
 
     /// SIGCONT after [`freeze`](Self::freeze).
     pub fn thaw(&self) {
-        self.signal("-CONT");
+        self.signal(Signal::SIGCONT);
     }
 
     /// Starts a fresh server (empty data, empty script cache) on the same port.
@@ -160,17 +161,15 @@ impl RedisServer {
         }
     }
 
-    fn signal(&self, signal: &str) {
+    fn signal(&self, signal: Signal) {
         let pid = self.child.as_ref().expect("server is running").id();
-        assert!(self.signal_pid(pid, signal), "kill {signal} {pid} failed");
+        assert!(send_signal(pid, signal), "{signal} to {pid} failed");
     }
+}
 
-    fn signal_pid(&self, pid: u32, signal: &str) -> bool {
-        Command::new("kill")
-            .args([signal, &pid.to_string()])
-            .status()
-            .is_ok_and(|s| s.success())
-    }
+/// Sends `signal` to `pid`; false if it is gone.
+pub fn send_signal(pid: u32, signal: Signal) -> bool {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), signal).is_ok()
 }
 
 impl Drop for RedisServer {
