@@ -40,7 +40,7 @@ pub enum Command {
 #[derive(Debug, clap::Args)]
 pub struct ServeArgs {
     /// A TOML file layered over the defaults (see config/default.toml).
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, value_name = "FILE", env = "RATEKEEPER_CONFIG")]
     pub config: Option<PathBuf>,
     /// Address to listen on [config: server.listen, default 127.0.0.1:8080].
     #[arg(long, value_name = "ADDR")]

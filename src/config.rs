@@ -98,8 +98,13 @@ const KNOWN_KEYS: &[&str] = &[
 
 impl Settings {
     /// Loads every layer, reading the environment of this process.
+    /// `RATEKEEPER_CONFIG` names the config file (the CLI reads it), so it is
+    /// not a setting.
     pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
-        Self::load_from(overrides, Environment::default().source(None))
+        let vars = std::env::vars()
+            .filter(|(name, _)| name != "RATEKEEPER_CONFIG")
+            .collect();
+        Self::load_from(overrides, Environment::default().source(Some(vars)))
     }
 
     /// Loads with an explicit environment (tests pass a map).
