@@ -17,6 +17,13 @@ const UNITS: [(&str, u64); 5] = [
 
 /// Parses `<digits><unit>` with unit one of `ms`, `s`, `m`, `h`, `d` into
 /// microseconds. Returns a human-readable reason on failure.
+///
+/// ```
+/// use ratekeeper::domain::parse_duration_us;
+/// assert_eq!(parse_duration_us("250ms"), Ok(250_000));
+/// assert_eq!(parse_duration_us("1m"), Ok(60_000_000));
+/// assert!(parse_duration_us("1.5s").is_err());
+/// ```
 pub fn parse_duration_us(text: &str) -> Result<u64, String> {
     let invalid = || {
         format!(

@@ -75,6 +75,19 @@ impl State {
 }
 
 /// Runs one check of `rule` against a fresh state: a convenience for tests.
+///
+/// ```
+/// use ratekeeper::domain::algorithms::apply_fresh;
+/// use ratekeeper::domain::{Algorithm, Rule};
+///
+/// // 10 per second, bucket of 3: spending 3 leaves nothing, and one more
+/// // token arrives 100 ms later.
+/// let rule = Rule { algorithm: Algorithm::Gcra, limit: 10, window_us: 1_000_000, burst: 3 };
+/// let (mut state, first) = apply_fresh(&rule, 0, 3);
+/// assert!(first.allowed && first.remaining == 0);
+/// let denied = state.apply(&rule, 0, 1);
+/// assert_eq!((denied.allowed, denied.retry_after_us), (false, 100_000));
+/// ```
 pub fn apply_fresh(rule: &Rule, now_us: u64, cost: u64) -> (State, Outcome) {
     let mut state = State::fresh(rule.algorithm);
     let outcome = state.apply(rule, now_us, cost);
