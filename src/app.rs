@@ -14,6 +14,8 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::Settings;
+use crate::deny_cache::DenyCache;
+use crate::domain::MonotonicClock;
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -97,7 +99,12 @@ impl Application {
             }
         };
         let metrics = Arc::new(Metrics::new());
-        let limiter = Arc::new(Limiter::new(store, settings.failure, metrics.clone()));
+        let mut limiter = Limiter::new(store, settings.failure, metrics.clone());
+        if settings.deny_cache_capacity > 0 {
+            let clock = Arc::new(MonotonicClock::default());
+            limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
+        }
+        let limiter = Arc::new(limiter);
         // One probe before serving: a healthy Redis is ready from the first
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;

@@ -24,6 +24,8 @@ pub struct Settings {
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
+    /// Entries of the local deny cache; 0 turns it off.
+    pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
     pub log: LogSettings,
 }
@@ -91,6 +93,7 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.probe_interval",
     "failure.mode",
     "failure.closed_retry_after",
+    "deny_cache.capacity",
     "memory.sweep_interval",
     "log.format",
     "log.level",
@@ -167,6 +170,7 @@ impl Settings {
             }),
             r.duration("failure.closed_retry_after"),
         );
+        let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
         let sweep_interval = r.duration("memory.sweep_interval");
         let log = (
             r.parse("log.format", |s| match s {
@@ -197,6 +201,7 @@ impl Settings {
                     mode: failure.0?,
                     closed_retry_after: failure.1?,
                 },
+                deny_cache_capacity: deny_cache_capacity? as usize,
                 memory: MemorySettings {
                     sweep_interval: sweep_interval?,
                 },

@@ -12,6 +12,7 @@
 //! - [`metrics`]: every Prometheus metric, in one place.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI.
 //! - [`limiter`]: runs a check on the store; the failure policy and circuit breaker.
+//! - [`deny_cache`]: answers repeated denials locally, exactly, without a store call.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
 //!   the embedded in-memory store.
 //! - [`domain`]: rules, decisions and the five algorithms as pure functions;
@@ -21,6 +22,7 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod deny_cache;
 pub mod domain;
 pub mod http;
 pub mod limiter;

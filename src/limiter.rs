@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
+use crate::deny_cache::DenyCache;
 use crate::domain::{Check, Decision};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
@@ -87,6 +88,7 @@ pub struct Limiter {
     store: Arc<dyn Store>,
     policy: FailurePolicy,
     metrics: Arc<Metrics>,
+    deny_cache: Option<DenyCache>,
     /// One of UNKNOWN, UP, DOWN: only real transitions are logged, and the
     /// first probe at startup is not one.
     health: AtomicU8,
@@ -104,8 +106,15 @@ impl Limiter {
             store,
             policy,
             metrics,
+            deny_cache: None,
             health: AtomicU8::new(UNKNOWN),
         }
+    }
+
+    /// Answers repeated denials locally (see [`crate::deny_cache`]).
+    pub fn with_deny_cache(mut self, cache: DenyCache) -> Limiter {
+        self.deny_cache = Some(cache);
+        self
     }
 
     pub fn store_name(&self) -> &'static str {
@@ -118,14 +127,26 @@ impl Limiter {
     }
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
-        let decision = if self.is_ready() {
+        let cache = self.deny_cache.as_ref();
+        // A recorded denial is the store's own answer, even while the store
+        // is unreachable: nothing can have been allowed since.
+        let decision = if let Some(outcome) = cache.and_then(|c| c.lookup(check)) {
+            self.metrics.deny_cache_hits.inc();
+            Decision::from_outcome(check, outcome)
+        } else if self.is_ready() {
+            let asked_at = cache.map(DenyCache::now_us);
             let started = Instant::now();
             let result = self.store.check(check).await;
             self.metrics
                 .backend_duration
                 .observe(started.elapsed().as_secs_f64());
             match result {
-                Ok(outcome) => Decision::from_outcome(check, outcome),
+                Ok(outcome) => {
+                    if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
+                        cache.record(check, asked_at, &outcome);
+                    }
+                    Decision::from_outcome(check, outcome)
+                }
                 Err(error) => {
                     self.metrics.record_backend_error(error.kind());
                     if !error.is_transient() {

@@ -27,6 +27,8 @@ pub struct Metrics {
     backend_errors: IntCounterVec,
     pub check_duration: Histogram,
     pub backend_duration: Histogram,
+    /// Checks answered by the local deny cache, without a store call.
+    pub deny_cache_hits: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
     pub store_up: IntGauge,
 }
@@ -85,6 +87,11 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
+        let deny_cache_hits = IntCounter::new(
+            "ratekeeper_deny_cache_hits_total",
+            "Denials answered by the local deny cache without asking the store.",
+        )
+        .expect("valid metric");
         let store_up = IntGauge::new(
             "ratekeeper_store_up",
             "1 while the store answers checks, 0 while degraded.",
@@ -97,6 +104,7 @@ impl Metrics {
             Box::new(backend_errors.clone()),
             Box::new(check_duration.clone()),
             Box::new(backend_duration.clone()),
+            Box::new(deny_cache_hits.clone()),
             Box::new(store_up.clone()),
         ] {
             registry
@@ -117,6 +125,7 @@ impl Metrics {
             backend_errors,
             check_duration,
             backend_duration,
+            deny_cache_hits,
             store_up,
         }
     }

@@ -239,3 +239,106 @@ proptest! {
         }
     }
 }
+
+/// The deny cache answers exactly as the store would: the same random
+/// sequences (clock moving forward; the cache measures on a monotonic clock)
+/// through limiter + cache + store and through the pure functions must give
+/// identical decisions, for the embedded store and for Redis.
+fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisServer>) {
+    use ratekeeper::deny_cache::DenyCache;
+    use ratekeeper::domain::Decision;
+    use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
+    use ratekeeper::metrics::Metrics;
+    use ratekeeper::store::memory::MemoryStore;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(0);
+    let _runtime_context = runtime.enter();
+    let store: Arc<dyn Store> = match redis {
+        Some(server) => Arc::new(
+            RedisStore::connect(RedisOptions {
+                url: server.url(),
+                key_prefix: "cache:".into(),
+                timeout: Duration::from_secs(5),
+                pool_size: 1,
+                reconnect_max_delay: Duration::from_millis(200),
+                clock: Some(Arc::new(clock.clone())),
+                ttl_pad_ms: 3_600_000,
+            })
+            .unwrap(),
+        ),
+        None => Arc::new(MemoryStore::new(Arc::new(clock.clone()))),
+    };
+    let policy = FailurePolicy {
+        mode: FailureMode::Open,
+        closed_retry_after: Duration::from_secs(1),
+    };
+    let metrics = Arc::new(Metrics::new());
+    let limiter = Limiter::new(store, policy, metrics.clone())
+        .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone())));
+    runtime.block_on(limiter.probe());
+
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&case(algorithm), |case| {
+            let forward: Vec<(i64, u64)> =
+                case.steps.iter().map(|(s, c)| ((*s).max(0), *c)).collect();
+            let case = Case {
+                steps: forward,
+                ..case
+            };
+            let expected = rust_outcomes(&case);
+            let key = unique_key("dc");
+            let mut now = case.start_us;
+            for (i, ((step, cost), want)) in case.steps.iter().zip(&expected).enumerate() {
+                now = now.saturating_add_signed(*step);
+                clock.set_us(now);
+                let check = Check {
+                    key: key.clone(),
+                    rule: case.rule,
+                    cost: *cost,
+                };
+                let got = runtime
+                    .block_on(limiter.check(&check))
+                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                let want = Decision::from_outcome(&check, *want);
+                prop_assert_eq!(
+                    got,
+                    want,
+                    "step {} (t={}, cost={}) of {:?}",
+                    i,
+                    now,
+                    cost,
+                    case.rule
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
+    assert!(
+        metrics.deny_cache_hits.get() > 0,
+        "the sequences exercised the cache"
+    );
+}
+
+#[test]
+fn deny_cache_answers_exactly_as_the_embedded_store() {
+    for algorithm in Algorithm::ALL {
+        run_deny_cache_parity(algorithm, 150, None);
+    }
+}
+
+#[test]
+fn deny_cache_answers_exactly_as_redis() {
+    let redis = RedisServer::start();
+    for algorithm in Algorithm::ALL {
+        run_deny_cache_parity(algorithm, 60, Some(&redis));
+    }
+}

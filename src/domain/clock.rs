@@ -52,3 +52,20 @@ impl Clock for ManualClock {
         self.0.load(Ordering::SeqCst)
     }
 }
+
+/// Microseconds since this clock was made, from `Instant`: never steps back,
+/// whatever the wall clock does. For measuring local durations.
+#[derive(Debug, Clone, Copy)]
+pub struct MonotonicClock(std::time::Instant);
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        MonotonicClock(std::time::Instant::now())
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_us(&self) -> u64 {
+        self.0.elapsed().as_micros() as u64
+    }
+}

@@ -21,7 +21,7 @@ mod duration;
 pub use check::{
     Algorithm, Bounds, Check, CheckInput, MAX_LIMIT, Rule, ValidationError, WindowInput,
 };
-pub use clock::{Clock, ManualClock, SystemClock};
+pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, Outcome};
 pub use duration::{MAX_WINDOW_US, format_duration, parse_duration_us};
 

@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# The benchmark harness. One command:
+#
+#   bash bench/run.sh                      # 5 s per cell, ~6 minutes
+#   DURATION=10s bash bench/run.sh
+#   ALGORITHMS="gcra" SCENARIOS="flood" bash bench/run.sh
+#
+# It builds release; starts its own redis-server on a free port, ratekeeper
+# twice (Redis store, embedded store) and a bare axum handler (the HTTP
+# ceiling); drives them with wrk over keep-alive connections at 1 connection
+# (latency) and 64 (throughput); measures the Redis ceiling with
+# redis-benchmark running EVALSHA of the same script at the same concurrency;
+# and writes a Markdown table to bench/results/.
+#
+# Everything runs on this machine: wrk, ratekeeper and Redis share the CPUs,
+# so compare the ratios, which are measured in one run, not lone numbers.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DURATION=${DURATION:-5s}
+ALGORITHMS=${ALGORITHMS:-"sliding_window sliding_log gcra"}
+SCENARIOS=${SCENARIOS:-"spread flood zipf"}
+CONNECTIONS=${CONNECTIONS:-"1 64"}
+
+need() {
+  command -v "$1" >/dev/null 2>&1 && return
+  echo "installing $2" >&2
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+need wrk wrk
+need redis-server redis-server
+need redis-benchmark redis-tools
+need curl curl
+
+echo "building release..." >&2
+cargo build --release --locked --bin ratekeeper --example bare_axum 2>&1 | tail -1 >&2
+BIN=target/release/ratekeeper
+BARE=target/release/examples/bare_axum
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+TMP=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null &
+pids+=($!)
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+
+declare -A PORT PID
+start() { # name command...
+  local name=$1; shift
+  PORT[$name]=$(free_port)
+  RATEKEEPER_LOG__LEVEL=warn "$@" --listen "127.0.0.1:${PORT[$name]}" >/dev/null 2>&1 &
+  PID[$name]=$!
+  pids+=($!)
+}
+start memory "$BIN" serve
+start redis "$BIN" serve --redis-url "redis://127.0.0.1:$REDIS_PORT"
+PORT[bare]=$(free_port)
+"$BARE" "127.0.0.1:${PORT[bare]}" >/dev/null 2>&1 &
+PID[bare]=$!
+pids+=($!)
+for name in memory redis; do
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:${PORT[$name]}/readyz" >/dev/null && break; sleep 0.1; done
+done
+sleep 0.3
+
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+TICKS=$(getconf CLK_TCK)
+checks_total() { # port decision
+  curl -s "http://127.0.0.1:$1/metrics" | awk -v d="decision=\"$2\"" 'index($0, "ratekeeper_checks_total{") == 1 && index($0, d) { s += $2 } END { print s + 0 }'
+}
+# Commands ratekeeper sent (round trips' worth): since Redis 7, commandstats
+# also counts the commands a script runs inside itself, so count the script
+# entry points only.
+redis_calls() {
+  rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|evalsha_ro|eval_ro|script|fcall)(\|.*)?:/ { s += $3 } END { print s + 0 }'
+}
+
+# wrk against one target; sets R_* variables.
+run_wrk() { # name scenario algorithm connections [rate_hint]
+  local name=$1 port=${PORT[$1]} pid=${PID[$1]}
+  local allowed0 denied0 cpu0 line
+  rcli config resetstat >/dev/null
+  allowed0=$(checks_total "$port" allowed); denied0=$(checks_total "$port" denied)
+  cpu0=$(cpu_ticks "$pid")
+  line=$(SCENARIO=$2 ALGORITHM=$3 RATE_HINT=${5:-10000} \
+    wrk -t1 -c"$4" -d"$DURATION" -s bench/scenario.lua "http://127.0.0.1:$port" | grep '^RESULT')
+  local cpu1; cpu1=$(cpu_ticks "$pid")
+  eval "${line#RESULT }"
+  R_rps=$rps R_p50=$p50_us R_p99=$p99_us R_p999=$p999_us R_errors=$errors R_requests=$requests
+  R_cpu=$(awk -v t=$((cpu1 - cpu0)) -v hz="$TICKS" -v n="$requests" 'BEGIN { printf "%.2f", n ? t / hz / n * 100000 : 0 }')
+  if [ "$name" = bare ]; then R_denied="-"; R_cmds="-"; return; fi
+  local allowed denied
+  allowed=$(( $(checks_total "$port" allowed) - allowed0 )); denied=$(( $(checks_total "$port" denied) - denied0 ))
+  R_denied=$(awk -v a="$allowed" -v d="$denied" 'BEGIN { printf "%.0f%%", (a + d) ? 100 * d / (a + d) : 0 }')
+  R_cmds=$(awk -v c="$(redis_calls)" -v n="$((allowed + denied))" 'BEGIN { printf "%.3f", n ? c / n : 0 }')
+}
+
+# The Redis ceiling: EVALSHA of the algorithm's script (lib.lua + the
+# algorithm, exactly as ratekeeper loads it) at the same concurrency, no
+# pipelining, spread over 100k keys with everything allowed.
+declare -A CEILING CEILING_P50
+for algorithm in $ALGORITHMS; do
+  { cat lua/lib.lua; printf '\n'; cat "lua/$algorithm.lua"; } > "$TMP/$algorithm.lua"
+  sha=$(rcli -x script load < "$TMP/$algorithm.lua")
+  for c in $CONNECTIONS; do
+    n=$(( c == 1 ? 30000 : 300000 ))
+    csv=$(redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$c" -n "$n" -r 100000 --csv \
+      EVALSHA "$sha" 1 "bench:{__rand_int__}" "" 100000 60000000 1 100000 0 | tail -1 | tr -d '"')
+    CEILING[$algorithm,$c]=$(echo "$csv" | cut -d, -f2 | cut -d. -f1)
+    CEILING_P50[$algorithm,$c]=$(echo "$csv" | awk -F, '{ printf "%d", $5 * 1000 }')
+  done
+done
+rcli flushall >/dev/null
+
+declare -A BARE_RPS
+OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
+{
+  echo "# ratekeeper benchmark, $(date -u +%F)"
+  echo
+  echo "$(nproc) cores shared by wrk, ratekeeper and redis-server; wrk ${DURATION} per row over keep-alive;"
+  echo "redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2). Produced by \`bash bench/run.sh\`."
+  echo
+  echo "## Ceilings"
+  echo
+  echo "| ceiling | connections | checks/s | p50 µs |"
+  echo "|---|---|---|---|"
+  for c in $CONNECTIONS; do
+    run_wrk bare spread sliding_window "$c"
+    BARE_RPS[$c]=$R_rps
+    echo "| bare axum handler (parse JSON, fixed body) | $c | $R_rps | $R_p50 |"
+  done
+  for algorithm in $ALGORITHMS; do
+    for c in $CONNECTIONS; do
+      echo "| redis-benchmark EVALSHA $algorithm | $c | ${CEILING[$algorithm,$c]} | ${CEILING_P50[$algorithm,$c]} |"
+    done
+  done
+  echo
+  echo "## Scenarios"
+  echo
+  echo "Ratios: \`÷ redis\` is checks/s over the redis-benchmark EVALSHA ceiling at the same concurrency;"
+  echo "\`÷ embedded\` is the Redis store over the embedded store in the same scenario; \`÷ bare\` is the"
+  echo "embedded store over the bare axum handler. CPU is ratekeeper's user+system seconds per 100k checks."
+  echo
+  echo "| scenario | algorithm | conns | store | checks/s | p50 µs | p99 µs | p99.9 µs | denied | Redis cmds/check | CPU s/100k | ÷ redis | ÷ embedded | ÷ bare | errors |"
+  echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+} > "$OUT"
+
+for scenario in $SCENARIOS; do
+  for algorithm in $ALGORITHMS; do
+    for c in $CONNECTIONS; do
+      declare -A HINT=()
+      for store in memory redis; do
+        hint=10000
+        if [ "$scenario" = zipf ]; then
+          run_wrk "$store" spread "$algorithm" "$c" >/dev/null; hint=$R_rps
+          rcli flushall >/dev/null
+        fi
+        run_wrk "$store" "$scenario" "$algorithm" "$c" "$hint"
+        if [ "$store" = memory ]; then
+          MEM_RPS=$R_rps
+          ratio_embedded="-"
+          ratio_bare=$(awk -v a="$R_rps" -v b="${BARE_RPS[$c]}" 'BEGIN { printf "%.2f", a / b }')
+        else
+          ratio_embedded=$(awk -v a="$R_rps" -v b="$MEM_RPS" 'BEGIN { printf "%.2f", a / b }')
+          ratio_bare="-"
+        fi
+        ratio_redis=$(awk -v a="$R_rps" -v b="${CEILING[$algorithm,$c]}" 'BEGIN { printf "%.2f", a / b }')
+        echo "| $scenario | $algorithm | $c | $store | $R_rps | $R_p50 | $R_p99 | $R_p999 | $R_denied | $R_cmds | $R_cpu | $ratio_redis | $ratio_embedded | $ratio_bare | $R_errors |" >> "$OUT"
+        echo "$scenario $algorithm c=$c $store: $R_rps/s p50 ${R_p50}us denied $R_denied cmds/check $R_cmds" >&2
+      done
+      rcli flushall >/dev/null
+    done
+  done
+done
+cat "$OUT"
+echo "written to $OUT" >&2

@@ -1,0 +1,89 @@
+-- wrk script for bench/run.sh: POST /v1/check over keep-alive.
+-- Environment:
+--   SCENARIO   spread | flood | zipf
+--   ALGORITHM  sliding_window | sliding_log | gcra | ...
+--   RATE_HINT  zipf only: the checks/s this target reaches on spread; the
+--              per-key limit is chosen so that about 20% of checks are denied
+--              at that rate.
+-- Scenarios:
+--   spread  100k distinct keys, limits high enough that everything is allowed
+--   flood   95% of checks on one key far over its limit, 5% spread
+--   zipf    10k keys drawn from a Zipf(s = 1.0) distribution, ~20% denied
+local scenario = os.getenv("SCENARIO") or "spread"
+local algorithm = os.getenv("ALGORITHM") or "sliding_window"
+local SPREAD_KEYS = 100000
+local ZIPF_KEYS = 10000
+local WINDOW = "1s"
+
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+
+local function body(key, limit, window)
+  return string.format('{"key":"%s","limit":%d,"window":"%s","algorithm":"%s"}', key, limit, window, algorithm)
+end
+
+-- Zipf: cumulative weights of ranks 1..N, sampled by binary search.
+local cdf, zipf_limit = nil, nil
+local function zipf_setup()
+  cdf = {}
+  local total = 0
+  for i = 1, ZIPF_KEYS do
+    total = total + 1 / i
+    cdf[i] = total
+  end
+  for i = 1, ZIPF_KEYS do cdf[i] = cdf[i] / total end
+  -- Per-key limit L (per 1 s window) so that sum(max(0, R p_i - L)) = 0.2 R.
+  local rate = tonumber(os.getenv("RATE_HINT") or "10000")
+  local function denied(limit)
+    local d, prev = 0, 0
+    for i = 1, ZIPF_KEYS do
+      local p = cdf[i] - prev
+      prev = cdf[i]
+      d = d + math.max(0, rate * p - limit)
+    end
+    return d / rate
+  end
+  local lo, hi = 1, rate
+  for _ = 1, 40 do
+    local mid = (lo + hi) / 2
+    if denied(mid) > 0.2 then lo = mid else hi = mid end
+  end
+  zipf_limit = math.max(1, math.floor(hi))
+end
+
+local function zipf_rank()
+  local u = math.random()
+  local lo, hi = 1, ZIPF_KEYS
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if cdf[mid] < u then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+init = function(args)
+  math.randomseed(os.time() + (tonumber(tostring({}):match("0x(%x+)"), 16) or 0) % 1000)
+  if scenario == "zipf" then zipf_setup() end
+end
+
+local n = 0
+request = function()
+  n = n + 1
+  local b
+  if scenario == "flood" and math.random() < 0.95 then
+    b = body("flood", 10, "1m")
+  elseif scenario == "zipf" then
+    b = body("z" .. zipf_rank(), zipf_limit, WINDOW)
+  else
+    b = body("s" .. (n % SPREAD_KEYS), 100000, "1m")
+  end
+  return wrk.format(nil, "/v1/check", nil, b)
+end
+
+done = function(summary, latency, requests)
+  local errors = summary.errors.status + summary.errors.connect + summary.errors.read
+    + summary.errors.write + summary.errors.timeout
+  io.write(string.format("RESULT requests=%d rps=%.0f p50_us=%d p99_us=%d p999_us=%d errors=%d\n",
+    summary.requests, summary.requests / (summary.duration / 1e6),
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9), errors))
+end
