@@ -108,7 +108,7 @@ for algorithm in $ALGORITHMS; do
   for c in $CONNECTIONS; do
     n=$(( c == 1 ? 30000 : 300000 ))
     csv=$(redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$c" -n "$n" -r 100000 --csv \
-      EVALSHA "$sha" 1 "bench:{__rand_int__}" "" 100000 60000000 1 100000 0 | tail -1 | tr -d '"')
+      EVALSHA "$sha" 1 "bench:$algorithm:{__rand_int__}" "" 100000 60000000 1 100000 0 | tail -1 | tr -d '"')
     CEILING[$algorithm,$c]=$(echo "$csv" | cut -d, -f2 | cut -d. -f1)
     CEILING_P50[$algorithm,$c]=$(echo "$csv" | awk -F, '{ printf "%d", $5 * 1000 }')
   done

@@ -1,33 +1,33 @@
 -- fixed_window: one counter per epoch-aligned window (src/domain/algorithms/fixed_window.rs).
--- KEYS[1]  hash {i = window index, c = units admitted in that window}
--- ARGV     see lib.lua; burst is ignored
--- Reply    {allowed, remaining, retry_after_us, reset_after_us}
+-- key      hash {i = window index, c = units admitted in that window}
 -- The window index lives in the hash rather than in the key name so the
 -- script touches only the key it was given (a requirement in Redis Cluster).
 
-local key = KEYS[1]
-local index = idiv(now, window)
-local state = redis.call('HMGET', key, 'i', 'c')
-local count = 0
-if tonumber(state[1]) == index then
-  count = tonumber(state[2])
-end
-local until_next = (index + 1) * window - now
+local function fixed_window(key, now, limit, window, cost, burst, pad_ms)
+  local need = math.max(cost, 1)
+  local index = idiv(now, window)
+  local state = redis.call('HMGET', key, 'i', 'c')
+  local count = 0
+  if tonumber(state[1]) == index then
+    count = tonumber(state[2])
+  end
+  local until_next = (index + 1) * window - now
 
-local allowed = count + need <= limit
-if allowed and cost > 0 then
-  count = count + cost
-  redis.call('HSET', key, 'i', int(index), 'c', int(count))
-  redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
-end
+  local allowed = count + need <= limit
+  if allowed and cost > 0 then
+    count = count + cost
+    redis.call('HSET', key, 'i', int(index), 'c', int(count))
+    redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+  end
 
-local retry = 0
-if not allowed then
-  retry = until_next
+  local retry = 0
+  if not allowed then
+    retry = until_next
+  end
+  local reset = 0
+  if count > 0 then
+    reset = until_next
+  end
+  -- max(0, ...): the limit may have been lowered since the count was made.
+  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}
 end
-local reset = 0
-if count > 0 then
-  reset = until_next
-end
--- max(0, ...): the limit may have been lowered since the count was made.
-return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}

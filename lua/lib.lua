@@ -1,14 +1,19 @@
--- lib.lua: helpers prepended to every algorithm script when it is loaded
--- (src/store/scripts.rs), so each script stays one self-contained EVALSHA.
+-- lib.lua: helpers shared by every script. src/store/scripts.rs builds each
+-- script that Redis runs from this file, the algorithm functions and a
+-- short entry point, so every check stays one self-contained EVALSHA:
 --
--- Every script shares one calling convention:
+-- One check (one script per algorithm):
 --   KEYS[1]  the key's state (its type depends on the algorithm)
 --   ARGV[1]  now in microseconds since the epoch, or '' to use Redis TIME
 --            (production passes ''; tests pass a controlled clock)
 --   ARGV[2]  limit          ARGV[3]  window in microseconds
 --   ARGV[4]  cost           ARGV[5]  burst (token_bucket and gcra)
 --   ARGV[6]  extra TTL in milliseconds added to every key (production: 0)
--- and replies {allowed (1|0), remaining, retry_after_us, reset_after_us}.
+--   Reply    {allowed (1|0), remaining, retry_after_us, reset_after_us}
+-- Several checks at once: see batch.lua.
+--
+-- Every algorithm is a function
+--   name(key, now, limit, window, cost, burst, pad_ms) -> {allowed, remaining, retry_after_us, reset_after_us}
 --
 -- All numbers are integers below 2^53, where Lua's doubles are exact. Redis
 -- converts Lua numbers to strings with '%.14g', which would round a
@@ -43,11 +48,3 @@ end
 local function ttl_ms(reset_us, pad_ms)
   return int(idiv(reset_us + 999, 1000) + pad_ms)
 end
-
-local now = clock(ARGV[1])
-local limit = tonumber(ARGV[2])
-local window = tonumber(ARGV[3])
-local cost = tonumber(ARGV[4])
-local burst = tonumber(ARGV[5])
-local pad_ms = tonumber(ARGV[6])
-local need = math.max(cost, 1)

@@ -1,70 +1,70 @@
 -- sliding_window: weighted count over the current and previous windows
 -- (src/domain/algorithms/sliding_window.rs).
--- KEYS[1]  hash {i = current window index, p = previous count, c = current count}
--- ARGV     see lib.lua; burst is ignored
--- Reply    {allowed, remaining, retry_after_us, reset_after_us}
+-- key      hash {i = current window index, p = previous count, c = current count}
 -- weighted() must stay operation-for-operation equal to the Rust version:
 -- both round the same IEEE doubles in the same order.
 
-local key = KEYS[1]
-local index = idiv(now, window)
-local state = redis.call('HMGET', key, 'i', 'p', 'c')
-local stored = tonumber(state[1])
-local prev, curr = 0, 0
-if stored == index then
-  prev, curr = tonumber(state[2]), tonumber(state[3])
-elseif stored ~= nil and stored + 1 == index then
-  prev = tonumber(state[3])
-end
-
-local function weighted(p, c, elapsed)
-  return p * (window - elapsed) / window + c
-end
-
-local before = weighted(prev, curr, now - index * window)
-local allowed = math.floor(before) + need <= limit
-local after = before
-if allowed then
-  curr = curr + cost
-  after = before + cost
-end
-local remaining = math.max(0, math.floor(limit - after))
-if allowed and cost > 0 then
-  redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr))
-  redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
-end
-
-local retry = 0
-if not allowed then
-  -- The weighted count only falls with time, so binary-search the first
-  -- microsecond that passes; two windows on it is zero and need <= limit.
-  local function passes(t)
-    local ti = idiv(t, window)
-    local e = t - ti * window
-    local w = 0
-    if ti == index then
-      w = weighted(prev, curr, e)
-    elseif ti == index + 1 then
-      w = weighted(curr, 0, e)
-    end
-    return math.floor(w) + need <= limit
+local function sliding_window(key, now, limit, window, cost, burst, pad_ms)
+  local need = math.max(cost, 1)
+  local index = idiv(now, window)
+  local state = redis.call('HMGET', key, 'i', 'p', 'c')
+  local stored = tonumber(state[1])
+  local prev, curr = 0, 0
+  if stored == index then
+    prev, curr = tonumber(state[2]), tonumber(state[3])
+  elseif stored ~= nil and stored + 1 == index then
+    prev = tonumber(state[3])
   end
-  local denied, ok = now, (index + 2) * window
-  while ok - denied > 1 do
-    local mid = denied + idiv(ok - denied, 2)
-    if passes(mid) then
-      ok = mid
-    else
-      denied = mid
-    end
-  end
-  retry = ok - now
-end
 
-local reset = 0
-if curr > 0 then
-  reset = (index + 2) * window - now
-elseif prev > 0 then
-  reset = (index + 1) * window - now
+  local function weighted(p, c, elapsed)
+    return p * (window - elapsed) / window + c
+  end
+
+  local before = weighted(prev, curr, now - index * window)
+  local allowed = math.floor(before) + need <= limit
+  local after = before
+  if allowed then
+    curr = curr + cost
+    after = before + cost
+  end
+  local remaining = math.max(0, math.floor(limit - after))
+  if allowed and cost > 0 then
+    redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr))
+    redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
+  end
+
+  local retry = 0
+  if not allowed then
+    -- The weighted count only falls with time, so binary-search the first
+    -- microsecond that passes; two windows on it is zero and need <= limit.
+    local function passes(t)
+      local ti = idiv(t, window)
+      local e = t - ti * window
+      local w = 0
+      if ti == index then
+        w = weighted(prev, curr, e)
+      elseif ti == index + 1 then
+        w = weighted(curr, 0, e)
+      end
+      return math.floor(w) + need <= limit
+    end
+    local denied, ok = now, (index + 2) * window
+    while ok - denied > 1 do
+      local mid = denied + idiv(ok - denied, 2)
+      if passes(mid) then
+        ok = mid
+      else
+        denied = mid
+      end
+    end
+    retry = ok - now
+  end
+
+  local reset = 0
+  if curr > 0 then
+    reset = (index + 2) * window - now
+  elseif prev > 0 then
+    reset = (index + 1) * window - now
+  end
+  return {allowed and 1 or 0, remaining, retry, reset}
 end
-return {allowed and 1 or 0, remaining, retry, reset}

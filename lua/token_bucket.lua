@@ -1,41 +1,41 @@
 -- token_bucket: `burst` tokens, one more every window / limit microseconds
 -- (src/domain/algorithms/token_bucket.rs).
--- KEYS[1]  hash {t = tokens, a = time up to which tokens were credited}
--- ARGV     see lib.lua
--- Reply    {allowed, remaining, retry_after_us, reset_after_us}
+-- key      hash {t = tokens, a = time up to which tokens were credited}
 -- Only a check that consumes writes: refilling is a pure function of time,
 -- so the stored state and the refilled one give the same future answers.
 
-local key = KEYS[1]
-local interval = idiv(window, limit)
-local state = redis.call('HMGET', key, 't', 'a')
-local tokens, credited = tonumber(state[1]), tonumber(state[2])
-if tokens == nil or credited == nil then
-  tokens, credited = burst, now
-end
-if now > credited then
-  local earned = idiv(now - credited, interval)
-  tokens = tokens + earned
-  credited = credited + earned * interval
-  if tokens >= burst then
+local function token_bucket(key, now, limit, window, cost, burst, pad_ms)
+  local need = math.max(cost, 1)
+  local interval = idiv(window, limit)
+  local state = redis.call('HMGET', key, 't', 'a')
+  local tokens, credited = tonumber(state[1]), tonumber(state[2])
+  if tokens == nil or credited == nil then
     tokens, credited = burst, now
   end
-end
+  if now > credited then
+    local earned = idiv(now - credited, interval)
+    tokens = tokens + earned
+    credited = credited + earned * interval
+    if tokens >= burst then
+      tokens, credited = burst, now
+    end
+  end
 
-local allowed = tokens >= need
-if allowed then
-  tokens = tokens - cost
+  local allowed = tokens >= need
+  if allowed then
+    tokens = tokens - cost
+  end
+  local retry = 0
+  if not allowed then
+    retry = credited + (need - tokens) * interval - now
+  end
+  local reset = 0
+  if tokens < burst then
+    reset = credited + (burst - tokens) * interval - now
+  end
+  if allowed and cost > 0 then
+    redis.call('HSET', key, 't', int(tokens), 'a', int(credited))
+    redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
+  end
+  return {allowed and 1 or 0, tokens, retry, reset}
 end
-local retry = 0
-if not allowed then
-  retry = credited + (need - tokens) * interval - now
-end
-local reset = 0
-if tokens < burst then
-  reset = credited + (burst - tokens) * interval - now
-end
-if allowed and cost > 0 then
-  redis.call('HSET', key, 't', int(tokens), 'a', int(credited))
-  redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
-end
-return {allowed and 1 or 0, tokens, retry, reset}

@@ -55,6 +55,7 @@ impl Application {
                     timeout: redis.timeout,
                     pool_size: redis.pool_size,
                     reconnect_max_delay: redis.reconnect_max_delay,
+                    batch_window: redis.batch_window,
                     clock: None,
                     ttl_pad_ms: 0,
                 })?;

@@ -44,6 +44,8 @@ pub struct RedisSettings {
     pub pool_size: usize,
     pub reconnect_max_delay: Duration,
     pub probe_interval: Duration,
+    /// Micro-batching window; zero turns batching off.
+    pub batch_window: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -91,6 +93,7 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.pool_size",
     "redis.reconnect_max_delay",
     "redis.probe_interval",
+    "redis.batch_window",
     "failure.mode",
     "failure.closed_retry_after",
     "deny_cache.capacity",
@@ -258,6 +261,12 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
     let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
     let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
     let probe_interval = r.duration("redis.probe_interval");
+    let batch_window = r.parse("redis.batch_window", |s| {
+        let us = parse_duration_us(s)?;
+        (us <= 10_000)
+            .then(|| Duration::from_micros(us))
+            .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
+    });
     let settings = RedisSettings {
         url: url?,
         key_prefix: key_prefix?,
@@ -265,6 +274,7 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         pool_size: pool_size? as usize,
         reconnect_max_delay: reconnect_max_delay?,
         probe_interval: probe_interval?,
+        batch_window: batch_window?,
     };
     Some((!settings.url.is_empty()).then_some(settings))
 }

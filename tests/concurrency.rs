@@ -68,6 +68,26 @@ async fn two_instances_sharing_redis_allow_exactly_the_limit() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_batching_instances_sharing_redis_allow_exactly_the_limit() {
+    let redis = RedisServer::start();
+    let url = redis.url();
+    let mut config = settings(Some(&url));
+    let r = config.redis.as_mut().unwrap();
+    r.timeout = std::time::Duration::from_secs(5);
+    r.batch_window = std::time::Duration::from_micros(200);
+    // Without the deny cache every check reaches Redis, so batches fill.
+    config.deny_cache_capacity = 0;
+    let apps = [
+        Arc::new(TestApp::spawn(config.clone()).await),
+        Arc::new(TestApp::spawn(config).await),
+    ];
+    for algorithm in ALGORITHMS {
+        let allowed = allowed_of_concurrent_checks(&apps, algorithm).await;
+        assert_eq!(allowed, LIMIT as usize, "{algorithm}: batched");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn embedded_store_allows_exactly_the_limit() {
     let apps = [Arc::new(TestApp::spawn(settings(None)).await)];
     for algorithm in ALGORITHMS {

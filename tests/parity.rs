@@ -135,6 +135,7 @@ fn run_parity(algorithm: Algorithm, cases: u32) {
             timeout: Duration::from_secs(5),
             pool_size: 1,
             reconnect_max_delay: Duration::from_millis(200),
+            batch_window: Duration::ZERO,
             clock: Some(Arc::new(clock.clone())),
             // Simulated time runs ahead of and behind real time; keep keys
             // alive so Redis's real-time expiry cannot interfere.
@@ -265,6 +266,7 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
                 timeout: Duration::from_secs(5),
                 pool_size: 1,
                 reconnect_max_delay: Duration::from_millis(200),
+                batch_window: Duration::ZERO,
                 clock: Some(Arc::new(clock.clone())),
                 ttl_pad_ms: 3_600_000,
             })
@@ -340,5 +342,73 @@ fn deny_cache_answers_exactly_as_redis() {
     let redis = RedisServer::start();
     for algorithm in Algorithm::ALL {
         run_deny_cache_parity(algorithm, 60, Some(&redis));
+    }
+}
+
+/// The batch script applies a batch's checks in order, each exactly as it
+/// would run alone: the random sequences, with the checks that share an
+/// instant sent as one batch, must match the Rust functions step by step.
+fn run_batch_parity(algorithm: Algorithm, cases: u32, redis: &RedisServer) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let clock = ManualClock::new(0);
+    let store = runtime.block_on(async {
+        let store = RedisStore::connect(RedisOptions {
+            url: redis.url(),
+            key_prefix: "batch:".into(),
+            timeout: Duration::from_secs(5),
+            pool_size: 1,
+            reconnect_max_delay: Duration::from_millis(200),
+            batch_window: Duration::ZERO,
+            clock: Some(Arc::new(clock.clone())),
+            ttl_pad_ms: 3_600_000,
+        })
+        .unwrap();
+        store.ping().await.unwrap();
+        store
+    });
+    let mut runner = TestRunner::new(Config {
+        cases,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&case(algorithm), |case| {
+            let expected = rust_outcomes(&case);
+            let key = unique_key("b");
+            let mut now = case.start_us;
+            let mut got = Vec::new();
+            let mut batch: Vec<Check> = Vec::new();
+            for (i, (step, cost)) in case.steps.iter().enumerate() {
+                now = now.saturating_add_signed(*step);
+                batch.push(Check {
+                    key: key.clone(),
+                    rule: case.rule,
+                    cost: *cost,
+                });
+                // Flush when the next check happens at another instant.
+                if case.steps.get(i + 1).is_none_or(|(next, _)| *next != 0) {
+                    clock.set_us(now);
+                    let outcomes = runtime
+                        .block_on(store.check_batch(&batch))
+                        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+                    got.extend(outcomes);
+                    batch.clear();
+                }
+            }
+            prop_assert_eq!(got, expected, "{:?}", case.rule);
+            Ok(())
+        })
+        .unwrap();
+    runtime.block_on(store.quit());
+}
+
+#[test]
+fn batch_script_matches_single_checks() {
+    let redis = RedisServer::start();
+    for algorithm in Algorithm::ALL {
+        run_batch_parity(algorithm, 100, &redis);
     }
 }

@@ -1,4 +1,6 @@
-//! Durations as written by people: `250ms`, `10s`, `1m`, `1h`, `1d`.
+//! Durations as written by people: `250ms`, `10s`, `1m`, `1h`, `1d` (and
+//! `us` for the few settings that need microseconds; rule windows must
+//! still be whole milliseconds).
 //!
 //! A small strict parser rather than a general one: windows and timeouts are
 //! whole numbers of one unit, and anything else (`1.5s`, `1h30m`, `10us`) is
@@ -7,7 +9,8 @@
 /// 366 days: the longest window a rule may have.
 pub const MAX_WINDOW_US: u64 = 366 * 86_400 * 1_000_000;
 
-const UNITS: [(&str, u64); 5] = [
+const UNITS: [(&str, u64); 6] = [
+    ("us", 1),
     ("ms", 1_000),
     ("s", 1_000_000),
     ("m", 60_000_000),
@@ -15,7 +18,7 @@ const UNITS: [(&str, u64); 5] = [
     ("d", 86_400_000_000),
 ];
 
-/// Parses `<digits><unit>` with unit one of `ms`, `s`, `m`, `h`, `d` into
+/// Parses `<digits><unit>` with unit one of `us`, `ms`, `s`, `m`, `h`, `d` into
 /// microseconds. Returns a human-readable reason on failure.
 ///
 /// ```
@@ -62,6 +65,7 @@ mod tests {
 
     #[test]
     fn parses_every_unit() {
+        assert_eq!(parse_duration_us("50us"), Ok(50));
         assert_eq!(parse_duration_us("250ms"), Ok(250_000));
         assert_eq!(parse_duration_us("10s"), Ok(10_000_000));
         assert_eq!(parse_duration_us("1m"), Ok(60_000_000));
@@ -75,7 +79,7 @@ mod tests {
             "",
             "10",
             "1.5s",
-            "10us",
+            "10ns",
             "-1s",
             "s",
             "1h30m",

@@ -2,6 +2,7 @@
 //! storing: the embedded [`memory::MemoryStore`] runs the domain functions
 //! in-process, [`redis::RedisStore`] runs their Lua twins in Redis.
 
+pub(crate) mod batch;
 pub mod memory;
 pub mod redis;
 pub mod scripts;
@@ -25,7 +26,7 @@ pub trait Store: Send + Sync + 'static {
 }
 
 /// Why a store could not answer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
     /// The store did not answer within the configured timeout.
     #[error("store timed out: {0}")]

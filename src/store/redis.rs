@@ -24,7 +24,9 @@ use async_trait::async_trait;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use super::{Store, StoreError, scripts};
+use tokio::sync::mpsc;
+
+use super::{Store, StoreError, batch, scripts};
 use crate::domain::{Algorithm, Check, Clock, Outcome};
 
 /// How to reach Redis and how to lay out keys.
@@ -37,6 +39,9 @@ pub struct RedisOptions {
     pub pool_size: usize,
     /// Longest pause between reconnect attempts.
     pub reconnect_max_delay: Duration,
+    /// Micro-batching: how long checks that arrive while another call is in
+    /// flight wait to share one EVALSHA. Zero sends every check on its own.
+    pub batch_window: Duration,
     /// `None`: scripts read Redis `TIME`, so all instances share one clock.
     /// Tests pass a controlled clock instead.
     pub clock: Option<Arc<dyn Clock>>,
@@ -48,20 +53,32 @@ pub struct RedisOptions {
 /// A store backed by a Redis server (or a cluster, via a `redis-cluster://` URL).
 #[derive(Clone)]
 pub struct RedisStore {
+    inner: Arc<Inner>,
+    /// Present when micro-batching is on; the batcher task ends when the last
+    /// clone of this sender is dropped.
+    batcher: Option<mpsc::Sender<batch::Job>>,
+}
+
+/// What the batcher task shares with the store.
+pub(super) struct Inner {
     pool: Pool,
-    scripts: Arc<[Script; 5]>,
-    scripts_loaded: Arc<AtomicBool>,
+    scripts: [Script; 5],
+    batch_script: Script,
+    scripts_loaded: AtomicBool,
+    clustered: bool,
     options: RedisOptions,
 }
 
 impl RedisStore {
     /// Builds the client and starts connecting in the background. Does not wait:
     /// a service started before Redis answers by its failure policy meanwhile.
+    /// Must be called inside a tokio runtime.
     pub fn connect(options: RedisOptions) -> Result<Self, StoreError> {
         let config = Config {
             fail_fast: false,
             ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
         };
+        let clustered = config.server.is_clustered();
         let max_delay = options
             .reconnect_max_delay
             .as_millis()
@@ -83,12 +100,17 @@ impl RedisStore {
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         // The connection tasks end when `quit` closes the pool.
         drop(pool.connect_pool());
-        Ok(RedisStore {
+        let window = options.batch_window;
+        let inner = Arc::new(Inner {
             pool,
-            scripts: Arc::new(Algorithm::ALL.map(|a| Script::from_lua(scripts::source(a)))),
-            scripts_loaded: Arc::new(AtomicBool::new(false)),
+            scripts: Algorithm::ALL.map(|a| Script::from_lua(scripts::source(a))),
+            batch_script: Script::from_lua(scripts::BATCH),
+            scripts_loaded: AtomicBool::new(false),
+            clustered,
             options,
-        })
+        });
+        let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
+        Ok(RedisStore { inner, batcher })
     }
 
     /// Waits up to `limit` for the first connection, so a service started next
@@ -96,18 +118,30 @@ impl RedisStore {
     /// connected; giving up is harmless, the client keeps trying.
     pub async fn wait_connected(&self, limit: Duration) -> bool {
         matches!(
-            tokio::time::timeout(limit, self.pool.wait_for_connect()).await,
+            tokio::time::timeout(limit, self.inner.pool.wait_for_connect()).await,
             Ok(Ok(()))
         )
     }
 
     /// Closes every connection.
     pub async fn quit(&self) {
-        let _ = self.pool.quit().await;
+        let _ = self.inner.pool.quit().await;
     }
 
     /// The Redis key holding `check`'s state.
     pub fn key_for(&self, check: &Check) -> String {
+        self.inner.key_for(check)
+    }
+
+    /// Runs `checks` as one batch, in order, bypassing the batcher: what the
+    /// batcher sends. Public for the tests that hold it to single checks.
+    pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
+        self.inner.check_batch(checks).await
+    }
+}
+
+impl Inner {
+    fn key_for(&self, check: &Check) -> String {
         let rule = &check.rule;
         let tag = rule.algorithm.key_tag();
         let window_ms = rule.window_us / 1_000;
@@ -122,21 +156,140 @@ impl RedisStore {
         key
     }
 
+    fn now_arg(&self) -> String {
+        self.options
+            .clock
+            .as_ref()
+            .map_or(String::new(), |c| c.now_us().to_string())
+    }
+
     async fn load_scripts(&self) -> Result<(), StoreError> {
-        for script in self.scripts.iter() {
+        for script in self.scripts.iter().chain([&self.batch_script]) {
             script.load(self.pool.next()).await.map_err(classify)?;
         }
         self.scripts_loaded.store(true, Ordering::Release);
         Ok(())
     }
 
-    async fn evalsha(
+    /// EVALSHA, and after a Redis restart or failover emptied its script
+    /// cache, EVAL: it runs the call and caches the script in one round trip,
+    /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
+    async fn run<K: Into<fred::types::MultipleKeys> + Clone + Send>(
         &self,
         script: &Script,
-        key: String,
+        source: &'static str,
+        keys: K,
         args: Vec<String>,
-    ) -> Result<Vec<i64>, Error> {
-        self.pool.evalsha(script.sha1().clone(), key, args).await
+    ) -> Result<Vec<i64>, StoreError> {
+        match self
+            .pool
+            .evalsha(script.sha1().clone(), keys.clone(), args.clone())
+            .await
+        {
+            Err(e) if is_noscript(&e) => {
+                self.scripts_loaded.store(false, Ordering::Release);
+                self.pool.eval(source, keys, args).await
+            }
+            other => other,
+        }
+        .map_err(classify)
+    }
+
+    pub(super) async fn check_one(&self, check: &Check) -> Result<Outcome, StoreError> {
+        let rule = &check.rule;
+        let args = vec![
+            self.now_arg(),
+            rule.limit.to_string(),
+            rule.window_us.to_string(),
+            check.cost.to_string(),
+            rule.burst.to_string(),
+            self.options.ttl_pad_ms.to_string(),
+        ];
+        let algorithm = rule.algorithm;
+        let script = &self.scripts[algorithm.index()];
+        let reply = self
+            .run(
+                script,
+                scripts::source(algorithm),
+                self.key_for(check),
+                args,
+            )
+            .await?;
+        match reply[..] {
+            [_, _, _, _] => outcome(&reply),
+            _ => Err(StoreError::Backend(format!(
+                "unexpected script reply {reply:?}"
+            ))),
+        }
+    }
+
+    /// One EVALSHA of the batch script per cluster slot (all of them at once
+    /// on a single server), checks in arrival order within each.
+    pub(super) async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
+        let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            let slot = if self.clustered {
+                fred::util::redis_keyslot(key.as_bytes())
+            } else {
+                0
+            };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(i),
+                None => groups.push((slot, vec![i])),
+            }
+        }
+        let mut outcomes = Vec::with_capacity(checks.len());
+        outcomes.resize(checks.len(), None);
+        // One call on a single server. On a cluster, one per slot, in turn:
+        // batches are small and this keeps the code free of join machinery.
+        for (_, members) in &groups {
+            let group_keys: Vec<String> = members.iter().map(|&i| keys[i].clone()).collect();
+            let mut args = Vec::with_capacity(2 + 5 * members.len());
+            args.push(self.now_arg());
+            args.push(self.options.ttl_pad_ms.to_string());
+            for &i in members {
+                let (check, rule) = (&checks[i], &checks[i].rule);
+                args.push(rule.algorithm.key_tag().to_string());
+                args.push(rule.limit.to_string());
+                args.push(rule.window_us.to_string());
+                args.push(check.cost.to_string());
+                args.push(rule.burst.to_string());
+            }
+            let reply = self
+                .run(&self.batch_script, scripts::BATCH, group_keys, args)
+                .await?;
+            if reply.len() != 4 * members.len() {
+                return Err(StoreError::Backend(format!(
+                    "unexpected batch reply of {} numbers for {} checks",
+                    reply.len(),
+                    members.len()
+                )));
+            }
+            for (&i, chunk) in members.iter().zip(reply.chunks(4)) {
+                outcomes[i] = Some(outcome(chunk)?);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every check has a reply"))
+            .collect())
+    }
+}
+
+fn outcome(reply: &[i64]) -> Result<Outcome, StoreError> {
+    match *reply {
+        [allowed, remaining, retry, reset] if remaining >= 0 && retry >= 0 && reset >= 0 => {
+            Ok(Outcome {
+                allowed: allowed == 1,
+                remaining: remaining as u64,
+                retry_after_us: retry as u64,
+                reset_after_us: reset as u64,
+            })
+        }
+        _ => Err(StoreError::Backend(format!(
+            "unexpected script reply {reply:?}"
+        ))),
     }
 }
 
@@ -180,54 +333,16 @@ fn is_noscript(error: &Error) -> bool {
 #[async_trait]
 impl Store for RedisStore {
     async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
-        let rule = &check.rule;
-        let script = &self.scripts[rule.algorithm.index()];
-        let now = self
-            .options
-            .clock
-            .as_ref()
-            .map_or(String::new(), |c| c.now_us().to_string());
-        let args = vec![
-            now,
-            rule.limit.to_string(),
-            rule.window_us.to_string(),
-            check.cost.to_string(),
-            rule.burst.to_string(),
-            self.options.ttl_pad_ms.to_string(),
-        ];
-        let key = self.key_for(check);
-        let reply = match self.evalsha(script, key.clone(), args.clone()).await {
-            // Redis restarted or failed over: its script cache is empty.
-            // EVAL runs the check and caches the script in one round trip,
-            // so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
-            Err(e) if is_noscript(&e) => {
-                self.scripts_loaded.store(false, Ordering::Release);
-                self.pool
-                    .eval(scripts::source(rule.algorithm), key, args)
-                    .await
-            }
-            other => other,
-        }
-        .map_err(classify)?;
-        match reply[..] {
-            [allowed, remaining, retry, reset] if remaining >= 0 && retry >= 0 && reset >= 0 => {
-                Ok(Outcome {
-                    allowed: allowed == 1,
-                    remaining: remaining as u64,
-                    retry_after_us: retry as u64,
-                    reset_after_us: reset as u64,
-                })
-            }
-            _ => Err(StoreError::Backend(format!(
-                "unexpected script reply {reply:?}"
-            ))),
+        match &self.batcher {
+            Some(batcher) => batch::submit(batcher, check).await,
+            None => self.inner.check_one(check).await,
         }
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        let _: String = self.pool.ping(None).await.map_err(classify)?;
-        if !self.scripts_loaded.load(Ordering::Acquire) {
-            self.load_scripts().await?;
+        let _: String = self.inner.pool.ping(None).await.map_err(classify)?;
+        if !self.inner.scripts_loaded.load(Ordering::Acquire) {
+            self.inner.load_scripts().await?;
         }
         Ok(())
     }

@@ -1,0 +1,103 @@
+//! Micro-batching toward Redis: checks that arrive while another call is in
+//! flight share one EVALSHA of the batch script, which applies them in
+//! arrival order, each exactly as it would run alone.
+//!
+//! Adaptive: a check that finds nothing in flight is sent at once, so a
+//! lone request never waits. Only under load, when calls are already in
+//! flight, does the batcher linger up to `window` to collect more. The
+//! linger polls with `yield_now` rather than a timer, because tokio's timer
+//! has millisecond resolution and the window is tens of microseconds; while
+//! it yields, the HTTP tasks that would fill the batch get to run.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::StoreError;
+use super::redis::Inner;
+use crate::domain::{Check, Outcome};
+
+/// The most checks one batch carries.
+const MAX_BATCH: usize = 128;
+
+pub(super) struct Job {
+    check: Check,
+    reply: oneshot::Sender<Result<Outcome, StoreError>>,
+}
+
+/// Starts the batcher; it runs until every sender is dropped.
+pub(super) fn spawn(inner: Arc<Inner>, window: Duration) -> mpsc::Sender<Job> {
+    let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
+    tokio::spawn(run(inner, rx, window));
+    tx
+}
+
+/// Hands `check` to the batcher and waits for its own answer.
+pub(super) async fn submit(
+    batcher: &mpsc::Sender<Job>,
+    check: &Check,
+) -> Result<Outcome, StoreError> {
+    let (reply, answer) = oneshot::channel();
+    let job = Job {
+        check: check.clone(),
+        reply,
+    };
+    if batcher.send(job).await.is_err() {
+        return Err(StoreError::Unavailable("the batcher has stopped".into()));
+    }
+    // Every batch call is bounded by the Redis timeout, so this resolves.
+    answer.await.unwrap_or_else(|_| {
+        Err(StoreError::Unavailable(
+            "the batcher dropped a check".into(),
+        ))
+    })
+}
+
+async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
+    let mut in_flight = JoinSet::new();
+    while let Some(first) = rx.recv().await {
+        while in_flight.try_join_next().is_some() {}
+        let mut jobs = vec![first];
+        take_queued(&mut rx, &mut jobs);
+        if !in_flight.is_empty() {
+            let started = Instant::now();
+            while jobs.len() < MAX_BATCH && started.elapsed() < window {
+                tokio::task::yield_now().await;
+                take_queued(&mut rx, &mut jobs);
+            }
+        }
+        let inner = inner.clone();
+        in_flight.spawn(async move {
+            let (checks, replies): (Vec<Check>, Vec<_>) =
+                jobs.into_iter().map(|j| (j.check, j.reply)).unzip();
+            let result = match &checks[..] {
+                [one] => inner.check_one(one).await.map(|outcome| vec![outcome]),
+                _ => inner.check_batch(&checks).await,
+            };
+            match result {
+                Ok(outcomes) => {
+                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                        let _ = reply.send(Ok(outcome));
+                    }
+                }
+                Err(error) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(error.clone()));
+                    }
+                }
+            }
+        });
+    }
+    while in_flight.join_next().await.is_some() {}
+}
+
+fn take_queued(rx: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>) {
+    while jobs.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(job) => jobs.push(job),
+            Err(_) => return,
+        }
+    }
+}
