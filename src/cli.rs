@@ -29,6 +29,12 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document (YAML), as committed in openapi.yaml.
     Openapi,
+    /// Print the exact Lua script ratekeeper runs for an algorithm (or the
+    /// batch script), e.g. to pre-load it or to benchmark it on its own.
+    Script {
+        #[arg(value_parser = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra", "batch"])]
+        name: String,
+    },
     /// Exit 0 if GET <URL> answers 200 within 2 s: the container HEALTHCHECK,
     /// which needs no curl in the image.
     Healthcheck {
@@ -83,6 +89,16 @@ pub async fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args).await,
+        Command::Script { name } => {
+            use crate::domain::Algorithm;
+            use crate::store::scripts;
+            let script = Algorithm::ALL
+                .into_iter()
+                .find(|a| a.as_str() == name)
+                .map_or(scripts::BATCH, scripts::source);
+            print!("{script}");
+            ExitCode::SUCCESS
+        }
         Command::Healthcheck { url } => match healthcheck(&url).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(reason) => {
