@@ -15,7 +15,7 @@ use tracing::{info, warn};
 
 use crate::config::Settings;
 use crate::deny_cache::DenyCache;
-use crate::domain::MonotonicClock;
+use crate::domain::{MonotonicClock, SystemClock};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -63,7 +63,7 @@ impl Application {
                 Self::build_with(settings, Backend::Redis(store), probe_interval).await
             }
             None => {
-                let store = MemoryStore::default();
+                let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
                 Self::build_with(settings, Backend::Memory(store), Duration::from_secs(1)).await
             }
         }

@@ -51,6 +51,8 @@ pub struct RedisSettings {
 #[derive(Debug, Clone)]
 pub struct MemorySettings {
     pub sweep_interval: Duration,
+    /// At most about this many keys; new keys beyond it get the failure policy.
+    pub max_keys: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +100,7 @@ const KNOWN_KEYS: &[&str] = &[
     "failure.closed_retry_after",
     "deny_cache.capacity",
     "memory.sweep_interval",
+    "memory.max_keys",
     "log.format",
     "log.level",
 ];
@@ -175,6 +178,7 @@ impl Settings {
         );
         let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
         let sweep_interval = r.duration("memory.sweep_interval");
+        let max_keys = r.parse("memory.max_keys", |s| int_in(s, 64, 1_000_000_000));
         let log = (
             r.parse("log.format", |s| match s {
                 "auto" => Ok(LogFormat::Auto),
@@ -207,6 +211,7 @@ impl Settings {
                 deny_cache_capacity: deny_cache_capacity? as usize,
                 memory: MemorySettings {
                     sweep_interval: sweep_interval?,
+                    max_keys: max_keys? as usize,
                 },
                 log: LogSettings {
                     format: log.0?,

@@ -121,6 +121,11 @@ impl Limiter {
         self.store.name()
     }
 
+    /// Keys the store holds, if it counts them (the embedded store).
+    pub fn store_key_count(&self) -> Option<usize> {
+        self.store.key_count()
+    }
+
     /// Whether checks currently reach the store.
     pub fn is_ready(&self) -> bool {
         self.health.load(Ordering::Acquire) == UP
@@ -153,7 +158,9 @@ impl Limiter {
                         tracing::error!(%error, "store error");
                         return Err(error.into());
                     }
-                    self.mark_down(&error);
+                    if error.store_is_down() {
+                        self.mark_down(&error);
+                    }
                     self.degraded(check)
                 }
             }

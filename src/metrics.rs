@@ -27,6 +27,8 @@ pub struct Metrics {
     backend_errors: IntCounterVec,
     pub check_duration: Histogram,
     pub backend_duration: Histogram,
+    /// Keys the embedded store holds (set when /metrics is read).
+    pub store_keys: IntGauge,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
@@ -87,6 +89,11 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
+        let store_keys = IntGauge::new(
+            "ratekeeper_store_keys",
+            "Keys holding state in the embedded store (memory.max_keys bounds it); 0 with Redis.",
+        )
+        .expect("valid metric");
         let deny_cache_hits = IntCounter::new(
             "ratekeeper_deny_cache_hits_total",
             "Denials answered by the local deny cache without asking the store.",
@@ -105,6 +112,7 @@ impl Metrics {
             Box::new(check_duration.clone()),
             Box::new(backend_duration.clone()),
             Box::new(deny_cache_hits.clone()),
+            Box::new(store_keys.clone()),
             Box::new(store_up.clone()),
         ] {
             registry
@@ -126,6 +134,7 @@ impl Metrics {
             check_duration,
             backend_duration,
             deny_cache_hits,
+            store_keys,
             store_up,
         }
     }

@@ -307,3 +307,40 @@ async fn health_readiness_metrics_and_docs() {
         "Swagger UI is served offline"
     );
 }
+
+#[tokio::test]
+async fn a_full_embedded_store_answers_new_keys_by_the_failure_policy() {
+    let mut config = settings(None);
+    config.memory.max_keys = 64;
+    config.deny_cache_capacity = 0;
+    let app = TestApp::spawn(config).await;
+    let mut degraded = 0;
+    for i in 0..2_000 {
+        let (status, body) = app
+            .check(json!({"key": format!("k{i}"), "limit": 5, "window": "1h"}))
+            .await;
+        assert_eq!(status, 200);
+        degraded += (body["degraded"] == true) as usize;
+    }
+    assert!(
+        degraded > 1_000,
+        "most new keys are refused once full: {degraded}"
+    );
+    assert_eq!(
+        app.get("/readyz").await.status(),
+        200,
+        "a full store is not a down store"
+    );
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    assert!(
+        metrics.contains("ratekeeper_backend_errors_total{kind=\"full\"}"),
+        "{metrics}"
+    );
+    let keys: u64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("ratekeeper_store_keys "))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(keys <= 64, "bounded: {keys}");
+}

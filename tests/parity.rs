@@ -272,7 +272,7 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
             })
             .unwrap(),
         ),
-        None => Arc::new(MemoryStore::new(Arc::new(clock.clone()))),
+        None => Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
     };
     let policy = FailurePolicy {
         mode: FailureMode::Open,

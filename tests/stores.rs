@@ -37,7 +37,7 @@ async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>
     let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
     redis.ping().await.unwrap();
     vec![
-        Arc::new(MemoryStore::new(Arc::new(clock.clone()))),
+        Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
         Arc::new(redis),
     ]
 }

@@ -61,6 +61,9 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    if let Some(keys) = state.limiter.store_key_count() {
+        state.metrics.store_keys.set(keys as i64);
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -7,14 +7,18 @@
 //!
 //! State expires when its algorithm says the key is back to "never seen"
 //! (`reset_after`), exactly like the TTLs the Lua scripts set, and a
-//! background sweep reclaims it so memory follows the active keys.
+//! background sweep reclaims it so memory follows the active keys. A cap on
+//! the number of keys bounds memory under a flood of distinct keys: a new
+//! key that finds its shard full (after reclaiming what has expired there)
+//! is refused with [`StoreError::Full`], so the failure policy answers it,
+//! while keys already held keep their exact counts.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasher, RandomState};
+use std::hash::{BuildHasher, Hash, RandomState};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use hashbrown::{Equivalent, HashMap};
 
 use super::{Store, StoreError};
 use crate::domain::algorithms::State;
@@ -22,21 +26,44 @@ use crate::domain::{Algorithm, Check, Clock, Outcome, SystemClock};
 
 const SHARDS: usize = 64;
 
-type StateKey = (Algorithm, u64, String);
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct StateKey {
+    algorithm: Algorithm,
+    window_us: u64,
+    key: Box<str>,
+}
+
+/// A borrowed [`StateKey`], so a check on a known key allocates nothing.
+/// Same fields in the same order, so it hashes the same (`str` and
+/// `Box<str>` hash alike).
+#[derive(Hash)]
+struct StateKeyRef<'a> {
+    algorithm: Algorithm,
+    window_us: u64,
+    key: &'a str,
+}
+
+impl Equivalent<StateKey> for StateKeyRef<'_> {
+    fn equivalent(&self, k: &StateKey) -> bool {
+        self.algorithm == k.algorithm && self.window_us == k.window_us && self.key == &*k.key
+    }
+}
 
 struct Entry {
     state: State,
     expires_at_us: u64,
 }
 
-type Shard = Mutex<HashMap<StateKey, Entry>>;
+// Keyed SipHash (std's RandomState): client keys are attacker-controlled,
+// so neither shard choice nor bucket placement may be predictable.
+type Shard = Mutex<HashMap<StateKey, Entry, RandomState>>;
 
 struct Inner {
     shards: Vec<Shard>,
-    // Keyed SipHash: client keys are attacker-controlled, so shard choice
-    // must not be predictable.
     hasher: RandomState,
     clock: Arc<dyn Clock>,
+    /// Keys one shard may hold: the configured maximum over the shard count.
+    shard_capacity: usize,
 }
 
 /// The in-process store. Cheap to clone.
@@ -47,17 +74,24 @@ pub struct MemoryStore {
 
 impl Default for MemoryStore {
     fn default() -> Self {
-        Self::new(Arc::new(SystemClock))
+        Self::new(Arc::new(SystemClock), DEFAULT_MAX_KEYS)
     }
 }
 
+/// The default for `memory.max_keys`.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
 impl MemoryStore {
-    pub fn new(clock: Arc<dyn Clock>) -> Self {
+    /// A store holding at most about `max_keys` keys.
+    pub fn new(clock: Arc<dyn Clock>, max_keys: usize) -> Self {
         MemoryStore {
             inner: Arc::new(Inner {
-                shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+                shards: (0..SHARDS)
+                    .map(|_| Mutex::new(HashMap::with_hasher(RandomState::new())))
+                    .collect(),
                 hasher: RandomState::new(),
                 clock,
+                shard_capacity: max_keys.div_ceil(SHARDS).max(1),
             }),
         }
     }
@@ -93,28 +127,60 @@ impl MemoryStore {
     }
 
     /// Runs a check synchronously (the async trait method wraps this).
-    pub fn check_now(&self, check: &Check) -> Outcome {
+    pub fn check_now(&self, check: &Check) -> Result<Outcome, StoreError> {
         let inner = &self.inner;
         let rule = &check.rule;
-        let key: StateKey = (rule.algorithm, rule.window_us, check.key.clone());
-        let shard = &inner.shards[inner.hasher.hash_one(&key) as usize % SHARDS];
+        let lookup = StateKeyRef {
+            algorithm: rule.algorithm,
+            window_us: rule.window_us,
+            key: &check.key,
+        };
+        let shard = &inner.shards[inner.hasher.hash_one(&lookup) as usize % SHARDS];
         let now = inner.clock.now_us();
 
         let mut map = lock(shard);
-        let entry = map.entry(key).or_insert_with(|| Entry {
-            state: State::fresh(rule.algorithm),
-            expires_at_us: 0,
-        });
-        if entry.expires_at_us <= now {
-            // Expired state is "never seen", as after a Redis TTL.
-            entry.state = State::fresh(rule.algorithm);
+        if let Some(entry) = map.get_mut(&lookup) {
+            if entry.expires_at_us <= now {
+                // Expired state is "never seen", as after a Redis TTL.
+                entry.state = State::fresh(rule.algorithm);
+            }
+            let outcome = entry.state.apply(rule, now, check.cost);
+            entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
+            if outcome.reset_after_us == 0 {
+                map.remove(&lookup);
+            }
+            return Ok(outcome);
         }
-        let outcome = entry.state.apply(rule, now, check.cost);
-        entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
+
+        let mut state = State::fresh(rule.algorithm);
+        let outcome = state.apply(rule, now, check.cost);
         if outcome.reset_after_us == 0 {
-            map.remove(&(rule.algorithm, rule.window_us, check.key.clone()));
+            // Nothing to remember (a cost-0 look at an unseen key).
+            return Ok(outcome);
         }
-        outcome
+        if map.len() >= inner.shard_capacity {
+            map.retain(|_, e| e.expires_at_us > now);
+            if map.len() >= inner.shard_capacity {
+                // Answering without keeping the state would let this key
+                // spend without limit; let the failure policy answer instead.
+                return Err(StoreError::Full(format!(
+                    "embedded store holds its maximum of about {} keys",
+                    inner.shard_capacity * SHARDS
+                )));
+            }
+        }
+        map.insert(
+            StateKey {
+                algorithm: rule.algorithm,
+                window_us: rule.window_us,
+                key: check.key.as_str().into(),
+            },
+            Entry {
+                state,
+                expires_at_us: now.saturating_add(outcome.reset_after_us),
+            },
+        );
+        Ok(outcome)
     }
 }
 
@@ -135,14 +201,14 @@ impl Inner {
 /// A poisoned shard only means a panic happened mid-check elsewhere; the map
 /// itself is still consistent (every mutation is a single assignment), so
 /// keep serving rather than failing every later check on that shard.
-fn lock(shard: &Shard) -> MutexGuard<'_, HashMap<StateKey, Entry>> {
+fn lock(shard: &Shard) -> MutexGuard<'_, HashMap<StateKey, Entry, RandomState>> {
     shard.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[async_trait]
 impl Store for MemoryStore {
     async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
-        Ok(self.check_now(check))
+        self.check_now(check)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
@@ -151,6 +217,10 @@ impl Store for MemoryStore {
 
     fn name(&self) -> &'static str {
         "memory"
+    }
+
+    fn key_count(&self) -> Option<usize> {
+        Some(self.len())
     }
 }
 
@@ -174,25 +244,34 @@ mod tests {
 
     #[test]
     fn same_key_under_other_algorithm_or_window_is_separate() {
-        let store = MemoryStore::new(Arc::new(ManualClock::new(0)));
+        let store = MemoryStore::new(Arc::new(ManualClock::new(0)), 1_000);
         let a = check("k", Algorithm::FixedWindow);
-        assert!(store.check_now(&a).allowed);
-        assert!(store.check_now(&a).allowed);
-        assert!(!store.check_now(&a).allowed);
-        assert!(store.check_now(&check("k", Algorithm::SlidingLog)).allowed);
+        assert!(store.check_now(&a).unwrap().allowed);
+        assert!(store.check_now(&a).unwrap().allowed);
+        assert!(!store.check_now(&a).unwrap().allowed);
+        assert!(
+            store
+                .check_now(&check("k", Algorithm::SlidingLog))
+                .unwrap()
+                .allowed
+        );
         let mut other_window = a.clone();
         other_window.rule.window_us = 2_000_000;
-        assert!(store.check_now(&other_window).allowed);
+        assert!(store.check_now(&other_window).unwrap().allowed);
     }
 
     #[test]
     fn sweep_reclaims_expired_keys_only() {
         let clock = ManualClock::new(10_000_000);
-        let store = MemoryStore::new(Arc::new(clock.clone()));
+        let store = MemoryStore::new(Arc::new(clock.clone()), 1_000);
         for i in 0..100 {
-            store.check_now(&check(&format!("k{i}"), Algorithm::Gcra));
+            store
+                .check_now(&check(&format!("k{i}"), Algorithm::Gcra))
+                .unwrap();
         }
-        store.check_now(&check("late", Algorithm::SlidingLog));
+        store
+            .check_now(&check("late", Algorithm::SlidingLog))
+            .unwrap();
         assert_eq!(store.len(), 101);
         clock.advance_us(600_000);
         assert_eq!(store.sweep(), 100, "gcra keys reset after 500 ms");
@@ -203,10 +282,45 @@ mod tests {
 
     #[test]
     fn cost_zero_on_an_unseen_key_stores_nothing() {
-        let store = MemoryStore::new(Arc::new(ManualClock::new(5)));
+        let store = MemoryStore::new(Arc::new(ManualClock::new(5)), 1_000);
         let mut probe = check("k", Algorithm::TokenBucket);
         probe.cost = 0;
-        assert!(store.check_now(&probe).allowed);
+        assert!(store.check_now(&probe).unwrap().allowed);
         assert!(store.is_empty());
+    }
+
+    #[test]
+    fn a_full_store_refuses_new_keys_but_serves_known_ones() {
+        let clock = ManualClock::new(0);
+        let store = MemoryStore::new(Arc::new(clock.clone()), SHARDS);
+        let mut refused = 0;
+        for i in 0..10 * SHARDS {
+            match store.check_now(&check(&format!("k{i}"), Algorithm::FixedWindow)) {
+                Ok(_) => {}
+                Err(StoreError::Full(_)) => refused += 1,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(
+            refused > 0 && store.len() <= SHARDS,
+            "{refused} refused, {} held",
+            store.len()
+        );
+        // Keys already held keep their exact counts.
+        let held = (0..10 * SHARDS)
+            .map(|i| check(&format!("k{i}"), Algorithm::FixedWindow))
+            .find(|c| store.check_now(c).is_ok())
+            .unwrap();
+        assert!(
+            !store.check_now(&held).unwrap().allowed,
+            "limit 2: third check denied"
+        );
+        // Once state expires, room is made again.
+        clock.advance_us(1_000_000);
+        assert!(
+            store
+                .check_now(&check("new", Algorithm::FixedWindow))
+                .is_ok()
+        );
     }
 }

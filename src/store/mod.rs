@@ -23,6 +23,12 @@ pub trait Store: Send + Sync + 'static {
 
     /// `"memory"` or `"redis"`, for logs and metrics.
     fn name(&self) -> &'static str;
+
+    /// Keys holding state, where the store can count them cheaply (the
+    /// embedded store); Redis reports its own.
+    fn key_count(&self) -> Option<usize> {
+        None
+    }
 }
 
 /// Why a store could not answer.
@@ -35,6 +41,9 @@ pub enum StoreError {
     /// (connection refused or reset, loading, failover in progress).
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// The embedded store is at its key limit and this is a new key.
+    #[error("store full: {0}")]
+    Full(String),
     /// The store answered something we cannot use: a script error, a key of
     /// the wrong type, an unexpected reply. Retrying will not help.
     #[error("store error: {0}")]
@@ -48,11 +57,18 @@ impl StoreError {
         !matches!(self, StoreError::Backend(_))
     }
 
+    /// Whether the store as a whole is unreachable (opens the circuit
+    /// breaker). A full embedded store still serves the keys it holds.
+    pub fn store_is_down(&self) -> bool {
+        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
+    }
+
     /// A bounded label for `ratekeeper_backend_errors_total{kind}`.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Unavailable(_) => "unavailable",
+            StoreError::Full(_) => "full",
             StoreError::Backend(_) => "backend",
         }
     }
