@@ -19,6 +19,10 @@ struct CheckRequest {
     burst: Option<u64>,
 }
 
+// The same allocator as ratekeeper, so the ceiling compares like with like.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const BODY: &str = r#"{"allowed":true,"limit":100,"remaining":99,"retry_after_ms":0,"reset_after_ms":60000,"degraded":false}"#;
 
 async fn check(

@@ -7,12 +7,9 @@ pub mod openapi;
 mod ops;
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post};
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -33,11 +30,8 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let check = Router::new()
-        .route("/v1/check", post(check::check))
-        .route_layer(middleware::from_fn_with_state(state.clone(), time_checks));
     Router::new()
-        .merge(check)
+        .route("/v1/check", post(check::check))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
@@ -47,16 +41,4 @@ pub fn router(state: AppState) -> Router {
         .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
-}
-
-/// Observes `ratekeeper_check_duration_seconds` over the whole request,
-/// body parsing and error responses included.
-async fn time_checks(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let started = Instant::now();
-    let response = next.run(request).await;
-    state
-        .metrics
-        .check_duration
-        .observe(started.elapsed().as_secs_f64());
-    response
 }
