@@ -27,6 +27,11 @@ async fn spawn(redis: &RedisServer, mode: &str) -> TestApp {
     r.timeout = TIMEOUT;
     r.probe_interval = Duration::from_millis(50);
     r.reconnect_max_delay = Duration::from_millis(200);
+    // Fail-open runs go through single EVALSHAs, fail-closed runs through the
+    // batcher (the default), so both paths meet both kinds of outage.
+    if mode == "open" {
+        r.batch_window = Duration::ZERO;
+    }
     config.failure.mode = match mode {
         "open" => ratekeeper::limiter::FailureMode::Open,
         _ => ratekeeper::limiter::FailureMode::Closed,
