@@ -21,18 +21,35 @@
 //!   cached `retry_after` can therefore be shorter than the store's by up to
 //!   one round trip; a client retrying that early misses the cache and gets
 //!   the store's exact answer.
-//! - Durations are measured on a monotonic clock, so a wall-clock step
-//!   cannot stretch an entry.
+//! - Durations are measured on a monotonic clock, so a local wall-clock
+//!   step cannot stretch an entry. The store's clock can still jump, and
+//!   its state can be lost (a Redis restart without persistence, eviction),
+//!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
+//!   for that long after the store would have allowed it, and a flooding key
+//!   still costs one store call per second per instance.
+//! - `token_bucket` is never cached. Its state (tokens, credit time) is
+//!   shared by every rule on the same key and window, and a rule with a
+//!   faster refill credits tokens that a slower rule can then spend, so its
+//!   denials are not monotone across rules. The other four only get harder
+//!   to pass when other traffic arrives, whatever its rule. (`gcra` gives the
+//!   same answers as `token_bucket` for one rule and is cached.)
+//! - With several rules on one key, another rule can be allowed during a
+//!   cached denial and push the key's `reset_after` later than the cached
+//!   one; the decision and `retry_after` stay safe.
 //!
 //! Memory is bounded: a fixed-capacity concurrent map (quick_cache, S3-FIFO
 //! eviction), so a flood of distinct denied keys evicts rather than grows.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
 use crate::domain::{Algorithm, Check, Clock, Outcome};
+
+/// The longest an entry answers for, whatever the denial's length.
+pub const MAX_AGE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct RuleKey {
@@ -82,6 +99,8 @@ struct Denial {
     until_us: u64,
     /// When the key is back to full capacity, as the store said.
     reset_at_us: u64,
+    /// The entry answers until `min(until, recorded + MAX_AGE)`.
+    valid_until_us: u64,
 }
 
 pub struct DenyCache {
@@ -106,13 +125,13 @@ impl DenyCache {
 
     /// The store's answer for `check`, if a recorded denial still covers it.
     pub fn lookup(&self, check: &Check) -> Option<Outcome> {
-        if check.cost > 1 {
+        if !cacheable(check) {
             return None;
         }
         let key = RuleKeyRef::from(check);
         let denial = self.entries.get(&key)?;
         let now = self.clock.now_us();
-        if now >= denial.until_us {
+        if now >= denial.until_us.min(denial.valid_until_us) {
             self.entries.remove(&key);
             return None;
         }
@@ -128,7 +147,7 @@ impl DenyCache {
     /// Remembers the store's `outcome` for `check`, asked at `asked_at_us`,
     /// if it is a one-unit denial.
     pub fn record(&self, check: &Check, asked_at_us: u64, outcome: &Outcome) {
-        if outcome.allowed || check.cost > 1 {
+        if outcome.allowed || !cacheable(check) {
             return;
         }
         let rule = &check.rule;
@@ -143,6 +162,7 @@ impl DenyCache {
             Denial {
                 until_us: asked_at_us + outcome.retry_after_us,
                 reset_at_us: asked_at_us + outcome.reset_after_us,
+                valid_until_us: asked_at_us + MAX_AGE.as_micros() as u64,
             },
         );
     }
@@ -154,6 +174,11 @@ impl DenyCache {
     pub fn is_empty(&self) -> bool {
         self.entries.len() == 0
     }
+}
+
+/// One-unit checks of every algorithm but `token_bucket` (see the module doc).
+fn cacheable(check: &Check) -> bool {
+    check.cost <= 1 && check.rule.algorithm != Algorithm::TokenBucket
 }
 
 #[cfg(test)]
@@ -216,6 +241,32 @@ mod tests {
             ..denied(0)
         };
         cache.record(&check(1, 10), 0, &allowed);
+        assert!(cache.is_empty());
+    }
+
+    #[test]
+    fn entries_answer_for_at_most_max_age() {
+        let clock = ManualClock::new(0);
+        let cache = DenyCache::new(10, Arc::new(clock.clone()));
+        cache.record(&check(1, 5), 0, &denied(60_000_000));
+        clock.advance_us(MAX_AGE.as_micros() as u64 - 1);
+        assert_eq!(
+            cache.lookup(&check(1, 5)).unwrap().retry_after_us,
+            60_000_000 - MAX_AGE.as_micros() as u64 + 1
+        );
+        clock.advance_us(1);
+        assert!(
+            cache.lookup(&check(1, 5)).is_none(),
+            "asks the store again after MAX_AGE"
+        );
+    }
+
+    #[test]
+    fn token_bucket_is_never_cached() {
+        let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
+        let mut c = check(1, 5);
+        c.rule.algorithm = Algorithm::TokenBucket;
+        cache.record(&c, 0, &denied(500));
         assert!(cache.is_empty());
     }
 

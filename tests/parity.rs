@@ -324,10 +324,18 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
             Ok(())
         })
         .unwrap();
-    assert!(
-        metrics.deny_cache_hits.get() > 0,
-        "the sequences exercised the cache"
-    );
+    if algorithm == Algorithm::TokenBucket {
+        assert_eq!(
+            metrics.deny_cache_hits.get(),
+            0,
+            "token_bucket is never cached"
+        );
+    } else {
+        assert!(
+            metrics.deny_cache_hits.get() > 0,
+            "the sequences exercised the cache"
+        );
+    }
 }
 
 #[test]
@@ -411,4 +419,91 @@ fn batch_script_matches_single_checks() {
     for algorithm in Algorithm::ALL {
         run_batch_parity(algorithm, 100, &redis);
     }
+}
+
+/// Two rules (different limits and bursts, same window) on one key, checks
+/// interleaved at random: the deny cache may never change a decision, and
+/// its retry_after may only be shorter than the store's (another rule's
+/// allowed traffic can push the true wait later; never earlier).
+#[test]
+fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
+    use ratekeeper::deny_cache::DenyCache;
+    use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
+    use ratekeeper::metrics::Metrics;
+    use ratekeeper::store::memory::MemoryStore;
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let strategy = prop::sample::select(Algorithm::ALL.to_vec()).prop_flat_map(|algorithm| {
+        (
+            case(algorithm),
+            rule(algorithm),
+            prop::collection::vec(any::<bool>(), 40),
+        )
+    });
+    let mut runner = TestRunner::new(Config {
+        cases: 400,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&strategy, |(case, other, picks)| {
+            let window_us = case.rule.window_us;
+            let other = Rule { window_us, ..other };
+            // The other rule must itself be valid for this window.
+            if other.algorithm.has_burst()
+                && (other.limit > window_us
+                    || other.burst * (window_us / other.limit) > 366 * 86_400 * 1_000_000)
+            {
+                return Ok(());
+            }
+            let clock = ManualClock::new(0);
+            let policy = FailurePolicy {
+                mode: FailureMode::Open,
+                closed_retry_after: Duration::from_secs(1),
+            };
+            let store =
+                |clock: &ManualClock| Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000));
+            let cached = Limiter::new(store(&clock), policy, Arc::new(Metrics::new()))
+                .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone())));
+            let plain = Limiter::new(store(&clock), policy, Arc::new(Metrics::new()));
+            runtime.block_on(async {
+                cached.probe().await;
+                plain.probe().await;
+            });
+            let mut now = case.start_us;
+            for (i, ((step, cost), pick)) in case.steps.iter().zip(&picks).enumerate() {
+                now = now.saturating_add_signed((*step).max(0));
+                clock.set_us(now);
+                let rule = if *pick { other } else { case.rule };
+                let max_cost = if rule.algorithm.has_burst() {
+                    rule.burst
+                } else {
+                    rule.limit
+                };
+                let check = Check {
+                    key: "shared".into(),
+                    rule,
+                    cost: (*cost).min(max_cost),
+                };
+                let (a, b) = runtime.block_on(async {
+                    (
+                        cached.check(&check).await.unwrap(),
+                        plain.check(&check).await.unwrap(),
+                    )
+                });
+                prop_assert_eq!(a.allowed, b.allowed, "step {}: {:?}", i, check);
+                prop_assert!(
+                    a.retry_after_ms <= b.retry_after_ms,
+                    "step {}: cached {:?} store {:?}",
+                    i,
+                    a,
+                    b
+                );
+            }
+            Ok(())
+        })
+        .unwrap();
 }
