@@ -23,7 +23,7 @@ use crate::domain::{Check, Outcome};
 const MAX_BATCH: usize = 128;
 
 pub(super) struct Job {
-    check: Check,
+    pub(super) check: Check,
     reply: oneshot::Sender<Result<Outcome, StoreError>>,
 }
 
@@ -68,27 +68,32 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
                 take_queued(&mut rx, &mut jobs);
             }
         }
-        let inner = inner.clone();
-        in_flight.spawn(async move {
-            let (checks, replies): (Vec<Check>, Vec<_>) =
-                jobs.into_iter().map(|j| (j.check, j.reply)).unzip();
-            let result = match &checks[..] {
-                [one] => inner.check_one(one).await.map(|outcome| vec![outcome]),
-                _ => inner.check_batch(&checks).await,
-            };
-            match result {
-                Ok(outcomes) => {
-                    for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                        let _ = reply.send(Ok(outcome));
+        // One call per cluster slot, each its own task: every caller waits
+        // for one call only, so the wait stays bounded by the Redis timeout,
+        // and a failure in one slot's call does not touch the others.
+        for jobs in inner.split_by_slot(jobs) {
+            let inner = inner.clone();
+            in_flight.spawn(async move {
+                let (checks, replies): (Vec<Check>, Vec<_>) =
+                    jobs.into_iter().map(|j| (j.check, j.reply)).unzip();
+                let result = match &checks[..] {
+                    [one] => inner.check_one(one).await.map(|outcome| vec![outcome]),
+                    _ => inner.check_batch(&checks).await,
+                };
+                match result {
+                    Ok(outcomes) => {
+                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
+                            let _ = reply.send(Ok(outcome));
+                        }
+                    }
+                    Err(error) => {
+                        for reply in replies {
+                            let _ = reply.send(Err(error.clone()));
+                        }
                     }
                 }
-                Err(error) => {
-                    for reply in replies {
-                        let _ = reply.send(Err(error.clone()));
-                    }
-                }
-            }
-        });
+            });
+        }
     }
     while in_flight.join_next().await.is_some() {}
 }

@@ -56,7 +56,19 @@ struct Entry {
 
 // Keyed SipHash (std's RandomState): client keys are attacker-controlled,
 // so neither shard choice nor bucket placement may be predictable.
-type Shard = Mutex<HashMap<StateKey, Entry, RandomState>>;
+type Map = HashMap<StateKey, Entry, RandomState>;
+
+struct ShardData {
+    map: Map,
+    /// When a full shard last scanned itself for expired state. A flood of
+    /// new keys into a full shard would otherwise rescan it on every check.
+    last_reclaim_us: u64,
+}
+
+type Shard = Mutex<ShardData>;
+
+/// How often a full shard may scan for expired state to make room.
+const RECLAIM_INTERVAL_US: u64 = 100_000;
 
 struct Inner {
     shards: Vec<Shard>,
@@ -87,7 +99,12 @@ impl MemoryStore {
         MemoryStore {
             inner: Arc::new(Inner {
                 shards: (0..SHARDS)
-                    .map(|_| Mutex::new(HashMap::with_hasher(RandomState::new())))
+                    .map(|_| {
+                        Mutex::new(ShardData {
+                            map: HashMap::with_hasher(RandomState::new()),
+                            last_reclaim_us: 0,
+                        })
+                    })
                     .collect(),
                 hasher: RandomState::new(),
                 clock,
@@ -119,7 +136,7 @@ impl MemoryStore {
 
     /// How many keys hold state, expired or not.
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).len()).sum()
+        self.inner.shards.iter().map(|s| lock(s).map.len()).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -138,29 +155,35 @@ impl MemoryStore {
         let shard = &inner.shards[inner.hasher.hash_one(&lookup) as usize % SHARDS];
         let now = inner.clock.now_us();
 
-        let mut map = lock(shard);
-        if let Some(entry) = map.get_mut(&lookup) {
+        let mut shard = lock(shard);
+        // Like Redis: state and its expiry change only when a check is
+        // allowed and spends. Reads never shorten or drop state, which
+        // matters when several rules share a key.
+        let writes = |outcome: &Outcome| outcome.allowed && check.cost > 0;
+        if let Some(entry) = shard.map.get_mut(&lookup) {
             if entry.expires_at_us <= now {
                 // Expired state is "never seen", as after a Redis TTL.
                 entry.state = State::fresh(rule.algorithm);
             }
             let outcome = entry.state.apply(rule, now, check.cost);
-            entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
-            if outcome.reset_after_us == 0 {
-                map.remove(&lookup);
+            if writes(&outcome) {
+                entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
             }
             return Ok(outcome);
         }
 
         let mut state = State::fresh(rule.algorithm);
         let outcome = state.apply(rule, now, check.cost);
-        if outcome.reset_after_us == 0 {
-            // Nothing to remember (a cost-0 look at an unseen key).
+        if !writes(&outcome) {
+            // Nothing to remember: the store would not have written either.
             return Ok(outcome);
         }
-        if map.len() >= inner.shard_capacity {
-            map.retain(|_, e| e.expires_at_us > now);
-            if map.len() >= inner.shard_capacity {
+        if shard.map.len() >= inner.shard_capacity {
+            if now.saturating_sub(shard.last_reclaim_us) >= RECLAIM_INTERVAL_US {
+                shard.last_reclaim_us = now;
+                shard.map.retain(|_, e| e.expires_at_us > now);
+            }
+            if shard.map.len() >= inner.shard_capacity {
                 // Answering without keeping the state would let this key
                 // spend without limit; let the failure policy answer instead.
                 return Err(StoreError::Full(format!(
@@ -169,7 +192,7 @@ impl MemoryStore {
                 )));
             }
         }
-        map.insert(
+        shard.map.insert(
             StateKey {
                 algorithm: rule.algorithm,
                 window_us: rule.window_us,
@@ -189,7 +212,7 @@ impl Inner {
         let now = self.clock.now_us();
         let mut removed = 0;
         for shard in &self.shards {
-            let mut map = lock(shard);
+            let map = &mut lock(shard).map;
             let before = map.len();
             map.retain(|_, e| e.expires_at_us > now);
             removed += before - map.len();
@@ -201,7 +224,7 @@ impl Inner {
 /// A poisoned shard only means a panic happened mid-check elsewhere; the map
 /// itself is still consistent (every mutation is a single assignment), so
 /// keep serving rather than failing every later check on that shard.
-fn lock(shard: &Shard) -> MutexGuard<'_, HashMap<StateKey, Entry, RandomState>> {
+fn lock(shard: &Shard) -> MutexGuard<'_, ShardData> {
     shard.lock().unwrap_or_else(|e| e.into_inner())
 }
 

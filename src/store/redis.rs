@@ -223,8 +223,26 @@ impl Inner {
         }
     }
 
-    /// One EVALSHA of the batch script per cluster slot (all of them at once
-    /// on a single server), checks in arrival order within each.
+    /// Splits jobs into one group per cluster slot, keeping arrival order
+    /// within each (a single server is one group).
+    pub(super) fn split_by_slot(&self, jobs: Vec<batch::Job>) -> Vec<Vec<batch::Job>> {
+        if !self.clustered {
+            return vec![jobs];
+        }
+        let mut groups: Vec<(u16, Vec<batch::Job>)> = Vec::new();
+        for job in jobs {
+            let slot = fred::util::redis_keyslot(self.key_for(&job.check).as_bytes());
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(job),
+                None => groups.push((slot, vec![job])),
+            }
+        }
+        groups.into_iter().map(|(_, jobs)| jobs).collect()
+    }
+
+    /// One EVALSHA of the batch script per cluster slot (one in all on a
+    /// single server; the batcher splits by slot first), checks in arrival
+    /// order within each.
     pub(super) async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
         let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
         let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
@@ -241,8 +259,8 @@ impl Inner {
         }
         let mut outcomes = Vec::with_capacity(checks.len());
         outcomes.resize(checks.len(), None);
-        // One call on a single server. On a cluster, one per slot, in turn:
-        // batches are small and this keeps the code free of join machinery.
+        // The batcher hands over one slot at a time, so this is one call; a
+        // direct caller mixing slots gets one call per slot, in turn.
         for (_, members) in &groups {
             let group_keys: Vec<String> = members.iter().map(|&i| keys[i].clone()).collect();
             let mut args = Vec::with_capacity(2 + 5 * members.len());
