@@ -279,3 +279,114 @@ pub fn unique_key(prefix: &str) -> String {
         NEXT.fetch_add(1, Ordering::SeqCst)
     )
 }
+
+/// A Redis Cluster of `redis-server` processes (primaries only) on free
+/// loopback ports, with explicit cluster-bus ports so nothing depends on
+/// `port + 10000` being free.
+pub struct RedisCluster {
+    nodes: Vec<Child>,
+    pub ports: Vec<u16>,
+    dir: PathBuf,
+}
+
+impl RedisCluster {
+    pub fn start(primaries: usize) -> RedisCluster {
+        let dir = std::env::temp_dir().join(format!(
+            "ratekeeper-cluster-{}-{}",
+            std::process::id(),
+            NEXT_DIR.fetch_add(1, Ordering::SeqCst)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        let mut cluster = RedisCluster {
+            nodes: Vec::new(),
+            ports: Vec::new(),
+            dir,
+        };
+        for _ in 0..primaries {
+            let (port, bus) = (free_port(), free_port());
+            let node_dir = cluster.dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            let child = Command::new(redis_server_binary())
+                .args([
+                    "--port",
+                    &port.to_string(),
+                    "--cluster-port",
+                    &bus.to_string(),
+                ])
+                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+                .args([
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                ])
+                .args(["--dir", path_str(&node_dir)])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("failed to run redis-server");
+            cluster.nodes.push(child);
+            cluster.ports.push(port);
+        }
+        for port in &cluster.ports {
+            let node = RedisServer {
+                child: None,
+                port: *port,
+                dir: PathBuf::new(),
+            };
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !node.ping() {
+                assert!(
+                    Instant::now() < deadline,
+                    "cluster node {port} did not start"
+                );
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            std::mem::forget(node); // owns no process or directory
+        }
+        let cli = redis_server_binary().with_file_name("redis-cli");
+        let addresses: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let status = Command::new(&cli)
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("redis-cli is installed with redis-server");
+        assert!(status.success(), "redis-cli --cluster create failed");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        for port in &cluster.ports {
+            loop {
+                let info = Command::new(&cli)
+                    .args(["-p", &port.to_string(), "cluster", "info"])
+                    .output()
+                    .expect("redis-cli runs");
+                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "cluster did not become ok");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        cluster
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis-cluster://127.0.0.1:{}", self.ports[0])
+    }
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for node in &mut self.nodes {
+            let _ = node.kill();
+            let _ = node.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
