@@ -121,17 +121,25 @@ fn rust_outcomes(case: &Case) -> Vec<Outcome> {
         .collect()
 }
 
-fn run_parity(algorithm: Algorithm, cases: u32) {
-    let redis = RedisServer::start();
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime for driving async stores from proptest closures.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap();
-    let clock = ManualClock::new(0);
-    let store = runtime.block_on(async {
+        .unwrap()
+}
+
+/// A Redis store on `clock`, connected and with its scripts loaded.
+fn simulated_redis(
+    runtime: &tokio::runtime::Runtime,
+    url: String,
+    prefix: &str,
+    clock: &ManualClock,
+) -> RedisStore {
+    runtime.block_on(async {
         let store = RedisStore::connect(RedisOptions {
-            url: redis.url(),
-            key_prefix: "parity:".into(),
+            url,
+            key_prefix: prefix.into(),
             timeout: Duration::from_secs(5),
             pool_size: 1,
             reconnect_max_delay: Duration::from_millis(200),
@@ -144,13 +152,24 @@ fn run_parity(algorithm: Algorithm, cases: u32) {
         .unwrap();
         store.ping().await.unwrap();
         store
-    });
+    })
+}
 
-    let mut runner = TestRunner::new(Config {
+fn runner(cases: u32) -> TestRunner {
+    TestRunner::new(Config {
         cases,
         failure_persistence: None,
         ..Config::default()
-    });
+    })
+}
+
+fn run_parity(algorithm: Algorithm, cases: u32) {
+    let redis = RedisServer::start();
+    let runtime = runtime();
+    let clock = ManualClock::new(0);
+    let store = simulated_redis(&runtime, redis.url(), "parity:", &clock);
+
+    let mut runner = runner(cases);
     runner
         .run(&case(algorithm), |case| {
             let expected = rust_outcomes(&case);
@@ -252,26 +271,10 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
     use ratekeeper::metrics::Metrics;
     use ratekeeper::store::memory::MemoryStore;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let clock = ManualClock::new(0);
-    let _runtime_context = runtime.enter();
     let store: Arc<dyn Store> = match redis {
-        Some(server) => Arc::new(
-            RedisStore::connect(RedisOptions {
-                url: server.url(),
-                key_prefix: "cache:".into(),
-                timeout: Duration::from_secs(5),
-                pool_size: 1,
-                reconnect_max_delay: Duration::from_millis(200),
-                batch_window: Duration::ZERO,
-                clock: Some(Arc::new(clock.clone())),
-                ttl_pad_ms: 3_600_000,
-            })
-            .unwrap(),
-        ),
+        Some(server) => Arc::new(simulated_redis(&runtime, server.url(), "cache:", &clock)),
         None => Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
     };
     let policy = FailurePolicy {
@@ -283,11 +286,7 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
         .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone())));
     runtime.block_on(limiter.probe());
 
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(cases);
     runner
         .run(&case(algorithm), |case| {
             let forward: Vec<(i64, u64)> =
@@ -357,31 +356,10 @@ fn deny_cache_answers_exactly_as_redis() {
 /// would run alone: the random sequences, with the checks that share an
 /// instant sent as one batch, must match the Rust functions step by step.
 fn run_batch_parity(algorithm: Algorithm, cases: u32, redis: &RedisServer) {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let clock = ManualClock::new(0);
-    let store = runtime.block_on(async {
-        let store = RedisStore::connect(RedisOptions {
-            url: redis.url(),
-            key_prefix: "batch:".into(),
-            timeout: Duration::from_secs(5),
-            pool_size: 1,
-            reconnect_max_delay: Duration::from_millis(200),
-            batch_window: Duration::ZERO,
-            clock: Some(Arc::new(clock.clone())),
-            ttl_pad_ms: 3_600_000,
-        })
-        .unwrap();
-        store.ping().await.unwrap();
-        store
-    });
-    let mut runner = TestRunner::new(Config {
-        cases,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let store = simulated_redis(&runtime, redis.url(), "batch:", &clock);
+    let mut runner = runner(cases);
     runner
         .run(&case(algorithm), |case| {
             let expected = rust_outcomes(&case);
@@ -432,10 +410,7 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
     use ratekeeper::metrics::Metrics;
     use ratekeeper::store::memory::MemoryStore;
 
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     let strategy = prop::sample::select(Algorithm::ALL.to_vec()).prop_flat_map(|algorithm| {
         (
             case(algorithm),
@@ -443,11 +418,7 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
             prop::collection::vec(any::<bool>(), 40),
         )
     });
-    let mut runner = TestRunner::new(Config {
-        cases: 400,
-        failure_persistence: None,
-        ..Config::default()
-    });
+    let mut runner = runner(400);
     runner
         .run(&strategy, |(case, other, picks)| {
             let window_us = case.rule.window_us;
