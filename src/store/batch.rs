@@ -2,9 +2,11 @@
 //! flight share one EVALSHA of the batch script, which applies them in
 //! arrival order, each exactly as it would run alone.
 //!
-//! Adaptive: a check that finds nothing in flight is sent at once, so a
-//! lone request never waits. Only under load, when calls are already in
-//! flight, does the batcher linger up to `window` to collect more. The
+//! Adaptive: a check that finds no Redis call under way skips the batcher
+//! and goes straight out (see `RedisStore::check`), so a lone request never
+//! waits and pays no hop. Only under load, when calls are already in
+//! flight, do checks come here, and the batcher lingers up to `window` to
+//! collect more. The
 //! linger polls with `yield_now` rather than a timer, because tokio's timer
 //! has millisecond resolution and the window is tens of microseconds; while
 //! it yields, the HTTP tasks that would fill the batch get to run.
@@ -61,7 +63,7 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
         while in_flight.try_join_next().is_some() {}
         let mut jobs = vec![first];
         take_queued(&mut rx, &mut jobs);
-        if !in_flight.is_empty() {
+        if inner.calls_in_flight() > 0 {
             let started = Instant::now();
             while jobs.len() < MAX_BATCH && started.elapsed() < window {
                 tokio::task::yield_now().await;

@@ -17,7 +17,7 @@
 //! false` so a service started before Redis connects once Redis appears.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -65,8 +65,20 @@ pub(super) struct Inner {
     scripts: [Script; 5],
     batch_script: Script,
     scripts_loaded: AtomicBool,
+    /// Redis calls under way, direct or batched: with none, a check skips
+    /// the batcher entirely, so a lone request pays nothing for batching.
+    calls_in_flight: AtomicUsize,
     clustered: bool,
     options: RedisOptions,
+}
+
+/// Counts one Redis call for as long as it lives, error paths included.
+struct CallGuard<'a>(&'a AtomicUsize);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl RedisStore {
@@ -106,6 +118,7 @@ impl RedisStore {
             scripts: Algorithm::ALL.map(|a| Script::from_lua(scripts::source(a))),
             batch_script: Script::from_lua(scripts::BATCH),
             scripts_loaded: AtomicBool::new(false),
+            calls_in_flight: AtomicUsize::new(0),
             clustered,
             options,
         });
@@ -156,6 +169,11 @@ impl Inner {
         key
     }
 
+    /// Redis calls under way right now.
+    pub(super) fn calls_in_flight(&self) -> usize {
+        self.calls_in_flight.load(Ordering::Acquire)
+    }
+
     fn now_arg(&self) -> String {
         self.options
             .clock
@@ -181,6 +199,8 @@ impl Inner {
         keys: K,
         args: Vec<String>,
     ) -> Result<Vec<i64>, StoreError> {
+        self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
+        let _call = CallGuard(&self.calls_in_flight);
         match self
             .pool
             .evalsha(script.sha1().clone(), keys.clone(), args.clone())
@@ -352,8 +372,13 @@ fn is_noscript(error: &Error) -> bool {
 impl Store for RedisStore {
     async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
         match &self.batcher {
-            Some(batcher) => batch::submit(batcher, check).await,
-            None => self.inner.check_one(check).await,
+            // Batch only when a call is already under way: otherwise there is
+            // nothing to wait for, and the hop through the batcher task would
+            // only add latency.
+            Some(batcher) if self.inner.calls_in_flight() > 0 => {
+                batch::submit(batcher, check).await
+            }
+            _ => self.inner.check_one(check).await,
         }
     }
 
