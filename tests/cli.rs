@@ -9,6 +9,16 @@ mod support;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ratekeeper");
 
+/// A spawned service that a failing test must not leave running.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn ratekeeper() -> Command {
     let mut command = Command::new(BIN);
     // Tests must not inherit an operator's configuration.
@@ -84,14 +94,15 @@ fn invalid_configuration_exits_64_naming_every_bad_key() {
 
 #[test]
 fn serve_logs_its_address_and_store_and_stops_gracefully_on_sigterm() {
-    let mut child = ratekeeper()
+    let child = ratekeeper()
         .args(["serve", "--listen", "127.0.0.1:0"])
         .env("RATEKEEPER_LOG__FORMAT", "json")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut child = KillOnDrop(child);
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let started = lines
         .by_ref()
         .map(|l| l.unwrap())
@@ -106,10 +117,10 @@ fn serve_logs_its_address_and_store_and_stops_gracefully_on_sigterm() {
     assert!(response, "healthz answers at the logged address");
 
     // ...and exits 0 on SIGTERM.
-    assert!(support::send_signal(child.id(), support::Signal::SIGTERM));
+    assert!(support::send_signal(child.0.id(), support::Signal::SIGTERM));
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
+        if let Some(status) = child.0.try_wait().unwrap() {
             break status;
         }
         assert!(
@@ -125,7 +136,7 @@ fn serve_logs_its_address_and_store_and_stops_gracefully_on_sigterm() {
 #[test]
 fn redis_outage_is_logged_once_per_transition() {
     let mut redis = support::RedisServer::start();
-    let mut child = ratekeeper()
+    let child = ratekeeper()
         .args([
             "serve",
             "--listen",
@@ -140,7 +151,8 @@ fn redis_outage_is_logged_once_per_transition() {
         .spawn()
         .unwrap();
     let (tx, rx) = std::sync::mpsc::channel::<String>();
-    let stdout = child.stdout.take().unwrap();
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().unwrap();
     let reader = std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
             let _ = tx.send(line);
@@ -173,8 +185,8 @@ fn redis_outage_is_logged_once_per_transition() {
     for _ in 0..20 {
         raw_http::post_check(&addr);
     }
-    assert!(support::send_signal(child.id(), support::Signal::SIGTERM));
-    child.wait().unwrap();
+    assert!(support::send_signal(child.0.id(), support::Signal::SIGTERM));
+    child.0.wait().unwrap();
     reader.join().unwrap();
     let rest: Vec<String> = rx.try_iter().collect();
     assert!(
