@@ -162,7 +162,6 @@ OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
 for scenario in $SCENARIOS; do
   for algorithm in $ALGORITHMS; do
     for c in $CONNECTIONS; do
-      declare -A HINT=()
       for store in $STORES; do
         hint=10000
         if [ "$scenario" = zipf ]; then

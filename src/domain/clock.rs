@@ -41,10 +41,6 @@ impl ManualClock {
     pub fn advance_us(&self, by_us: u64) {
         self.0.fetch_add(by_us, Ordering::SeqCst);
     }
-
-    pub fn advance_ms(&self, by_ms: u64) {
-        self.advance_us(by_ms * super::US_PER_MS);
-    }
 }
 
 impl Clock for ManualClock {

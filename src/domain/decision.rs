@@ -46,9 +46,9 @@ impl Decision {
     /// IETF `RateLimit-Policy`/`RateLimit` (draft-ietf-httpapi-ratelimit-headers-11),
     /// the legacy `X-RateLimit-*` trio, and `Retry-After` when denied.
     /// All second values round up, so a client that obeys them is never early.
-    pub fn headers(&self) -> Vec<(&'static str, String)> {
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
         let secs = |ms: u64| ms.div_ceil(1_000);
-        let mut headers = vec![
+        [
             (
                 "ratelimit-policy",
                 format!(
@@ -68,11 +68,11 @@ impl Decision {
             ("x-ratelimit-limit", self.limit.to_string()),
             ("x-ratelimit-remaining", self.remaining.to_string()),
             ("x-ratelimit-reset", secs(self.reset_after_ms).to_string()),
-        ];
-        if !self.allowed {
-            headers.push(("retry-after", secs(self.retry_after_ms).max(1).to_string()));
-        }
-        headers
+        ]
+        .into_iter()
+        .chain(
+            (!self.allowed).then(|| ("retry-after", secs(self.retry_after_ms).max(1).to_string())),
+        )
     }
 }
 
@@ -91,13 +91,13 @@ mod tests {
             degraded: false,
             window_ms: 250,
         };
-        let h = d.headers();
+        let h: Vec<_> = d.headers().collect();
         let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
         assert_eq!(get("retry-after"), Some("2"));
         assert_eq!(get("ratelimit-policy"), Some("\"default\";q=100;w=1"));
         assert_eq!(get("ratelimit"), Some("\"default\";r=0;t=60"));
         assert_eq!(get("x-ratelimit-reset"), Some("60"));
         let allowed = Decision { allowed: true, ..d };
-        assert!(!allowed.headers().iter().any(|(k, _)| *k == "retry-after"));
+        assert!(!allowed.headers().any(|(k, _)| k == "retry-after"));
     }
 }

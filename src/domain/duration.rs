@@ -49,16 +49,6 @@ pub fn parse_duration_us(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is too long"))
 }
 
-/// Formats microseconds with the largest unit that divides them exactly.
-pub fn format_duration(us: u64) -> String {
-    for (name, per_unit) in UNITS.iter().rev() {
-        if us >= *per_unit && us % per_unit == 0 {
-            return format!("{}{name}", us / per_unit);
-        }
-    }
-    format!("{}ms", us.div_ceil(1_000))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,12 +77,5 @@ mod tests {
         ] {
             assert!(parse_duration_us(bad).is_err(), "{bad} should be rejected");
         }
-    }
-
-    #[test]
-    fn formats_with_the_largest_exact_unit() {
-        assert_eq!(format_duration(60_000_000), "1m");
-        assert_eq!(format_duration(1_500_000), "1500ms");
-        assert_eq!(format_duration(86_400_000_000), "1d");
     }
 }

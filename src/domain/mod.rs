@@ -23,7 +23,7 @@ pub use check::{
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, Outcome};
-pub use duration::{MAX_WINDOW_US, format_duration, parse_duration_us};
+pub use duration::{MAX_WINDOW_US, parse_duration_us};
 
 /// Microseconds per millisecond.
 pub const US_PER_MS: u64 = 1_000;

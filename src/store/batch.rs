@@ -73,14 +73,14 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
         // One call per cluster slot, each its own task: every caller waits
         // for one call only, so the wait stays bounded by the Redis timeout,
         // and a failure in one slot's call does not touch the others.
-        for jobs in inner.split_by_slot(jobs) {
+        for jobs in inner.group_by_slot(jobs, |job| &job.check) {
             let inner = inner.clone();
             in_flight.spawn(async move {
                 let (checks, replies): (Vec<Check>, Vec<_>) =
                     jobs.into_iter().map(|j| (j.check, j.reply)).unzip();
                 let result = match &checks[..] {
                     [one] => inner.check_one(one).await.map(|outcome| vec![outcome]),
-                    _ => inner.check_batch(&checks).await,
+                    _ => inner.run_batch(&checks.iter().collect::<Vec<_>>()).await,
                 };
                 match result {
                     Ok(outcomes) => {

@@ -22,7 +22,7 @@ use hashbrown::{Equivalent, HashMap};
 
 use super::{Store, StoreError};
 use crate::domain::algorithms::State;
-use crate::domain::{Algorithm, Check, Clock, Outcome, SystemClock};
+use crate::domain::{Algorithm, Check, Clock, Outcome};
 
 const SHARDS: usize = 64;
 
@@ -83,15 +83,6 @@ struct Inner {
 pub struct MemoryStore {
     inner: Arc<Inner>,
 }
-
-impl Default for MemoryStore {
-    fn default() -> Self {
-        Self::new(Arc::new(SystemClock), DEFAULT_MAX_KEYS)
-    }
-}
-
-/// The default for `memory.max_keys`.
-pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
 
 impl MemoryStore {
     /// A store holding at most about `max_keys` keys.

@@ -16,6 +16,7 @@
 //! reconnect policy so a dropped connection comes back, and `fail_fast =
 //! false` so a service started before Redis connects once Redis appears.
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -146,10 +147,23 @@ impl RedisStore {
         self.inner.key_for(check)
     }
 
-    /// Runs `checks` as one batch, in order, bypassing the batcher: what the
-    /// batcher sends. Public for the tests that hold it to single checks.
+    /// Runs `checks` in order as the batcher would: one batch call per
+    /// cluster slot. Public for the tests that hold batches to single checks.
     pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
-        self.inner.check_batch(checks).await
+        let mut outcomes = vec![None; checks.len()];
+        for group in self
+            .inner
+            .group_by_slot(checks.iter().enumerate(), |(_, c)| c)
+        {
+            let (indexes, group): (Vec<usize>, Vec<&Check>) = group.into_iter().unzip();
+            for (i, outcome) in indexes.into_iter().zip(self.inner.run_batch(&group).await?) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every check has a reply"))
+            .collect())
     }
 }
 
@@ -164,8 +178,8 @@ impl Inner {
         key.push_str(&check.key);
         key.push_str("}:");
         key.push_str(tag);
-        key.push(':');
-        key.push_str(&window_ms.to_string());
+        // Writing to a String cannot fail.
+        let _ = write!(key, ":{window_ms}");
         key
     }
 
@@ -192,22 +206,21 @@ impl Inner {
     /// EVALSHA, and after a Redis restart or failover emptied its script
     /// cache, EVAL: it runs the call and caches the script in one round trip,
     /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
-    async fn run<K: Into<fred::types::MultipleKeys> + Clone + Send>(
+    /// `call` builds the keys and arguments; fred consumes them, and building
+    /// them again on the rare NOSCRIPT is cheaper than cloning them always.
+    async fn run<K: Into<fred::types::MultipleKeys> + Send>(
         &self,
         script: &Script,
         source: &'static str,
-        keys: K,
-        args: Vec<String>,
+        call: impl Fn() -> (K, Vec<String>),
     ) -> Result<Vec<i64>, StoreError> {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         let _call = CallGuard(&self.calls_in_flight);
-        match self
-            .pool
-            .evalsha(script.sha1().clone(), keys.clone(), args.clone())
-            .await
-        {
+        let (keys, args) = call();
+        match self.pool.evalsha(script.sha1().clone(), keys, args).await {
             Err(e) if is_noscript(&e) => {
                 self.scripts_loaded.store(false, Ordering::Release);
+                let (keys, args) = call();
                 self.pool.eval(source, keys, args).await
             }
             other => other,
@@ -217,101 +230,77 @@ impl Inner {
 
     pub(super) async fn check_one(&self, check: &Check) -> Result<Outcome, StoreError> {
         let rule = &check.rule;
-        let args = vec![
-            self.now_arg(),
-            rule.limit.to_string(),
-            rule.window_us.to_string(),
-            check.cost.to_string(),
-            rule.burst.to_string(),
-            self.options.ttl_pad_ms.to_string(),
-        ];
         let algorithm = rule.algorithm;
-        let script = &self.scripts[algorithm.index()];
         let reply = self
             .run(
-                script,
+                &self.scripts[algorithm.index()],
                 scripts::source(algorithm),
-                self.key_for(check),
-                args,
+                || {
+                    let args = vec![
+                        self.now_arg(),
+                        rule.limit.to_string(),
+                        rule.window_us.to_string(),
+                        check.cost.to_string(),
+                        rule.burst.to_string(),
+                        self.options.ttl_pad_ms.to_string(),
+                    ];
+                    (self.key_for(check), args)
+                },
             )
             .await?;
-        match reply[..] {
-            [_, _, _, _] => outcome(&reply),
-            _ => Err(StoreError::Backend(format!(
-                "unexpected script reply {reply:?}"
-            ))),
-        }
+        outcome(&reply)
     }
 
-    /// Splits jobs into one group per cluster slot, keeping arrival order
-    /// within each (a single server is one group).
-    pub(super) fn split_by_slot(&self, jobs: Vec<batch::Job>) -> Vec<Vec<batch::Job>> {
+    /// Groups items by the cluster slot of their check's key, keeping
+    /// arrival order within each group (a single server is one group).
+    pub(super) fn group_by_slot<T>(
+        &self,
+        items: impl IntoIterator<Item = T>,
+        check: impl Fn(&T) -> &Check,
+    ) -> Vec<Vec<T>> {
+        let items = items.into_iter();
         if !self.clustered {
-            return vec![jobs];
+            return vec![items.collect()];
         }
-        let mut groups: Vec<(u16, Vec<batch::Job>)> = Vec::new();
-        for job in jobs {
-            let slot = fred::util::redis_keyslot(self.key_for(&job.check).as_bytes());
+        let mut groups: Vec<(u16, Vec<T>)> = Vec::new();
+        for item in items {
+            let slot = fred::util::redis_keyslot(self.key_for(check(&item)).as_bytes());
             match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(job),
-                None => groups.push((slot, vec![job])),
+                Some((_, members)) => members.push(item),
+                None => groups.push((slot, vec![item])),
             }
         }
-        groups.into_iter().map(|(_, jobs)| jobs).collect()
+        groups.into_iter().map(|(_, group)| group).collect()
     }
 
-    /// One EVALSHA of the batch script per cluster slot (one in all on a
-    /// single server; the batcher splits by slot first), checks in arrival
-    /// order within each.
-    pub(super) async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
-        let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
-        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
-        for (i, key) in keys.iter().enumerate() {
-            let slot = if self.clustered {
-                fred::util::redis_keyslot(key.as_bytes())
-            } else {
-                0
-            };
-            match groups.iter_mut().find(|(s, _)| *s == slot) {
-                Some((_, members)) => members.push(i),
-                None => groups.push((slot, vec![i])),
-            }
+    /// One EVALSHA of the batch script for checks whose keys share a slot
+    /// (see [`group_by_slot`](Self::group_by_slot)), applied in order.
+    pub(super) async fn run_batch(&self, checks: &[&Check]) -> Result<Vec<Outcome>, StoreError> {
+        let reply = self
+            .run(&self.batch_script, scripts::BATCH, || {
+                let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
+                let mut args = Vec::with_capacity(2 + 5 * checks.len());
+                args.push(self.now_arg());
+                args.push(self.options.ttl_pad_ms.to_string());
+                for check in checks {
+                    let rule = &check.rule;
+                    args.push(rule.algorithm.key_tag().to_string());
+                    args.push(rule.limit.to_string());
+                    args.push(rule.window_us.to_string());
+                    args.push(check.cost.to_string());
+                    args.push(rule.burst.to_string());
+                }
+                (keys, args)
+            })
+            .await?;
+        if reply.len() != 4 * checks.len() {
+            return Err(StoreError::Backend(format!(
+                "unexpected batch reply of {} numbers for {} checks",
+                reply.len(),
+                checks.len()
+            )));
         }
-        let mut outcomes = Vec::with_capacity(checks.len());
-        outcomes.resize(checks.len(), None);
-        // The batcher hands over one slot at a time, so this is one call; a
-        // direct caller mixing slots gets one call per slot, in turn.
-        for (_, members) in &groups {
-            let group_keys: Vec<String> = members.iter().map(|&i| keys[i].clone()).collect();
-            let mut args = Vec::with_capacity(2 + 5 * members.len());
-            args.push(self.now_arg());
-            args.push(self.options.ttl_pad_ms.to_string());
-            for &i in members {
-                let (check, rule) = (&checks[i], &checks[i].rule);
-                args.push(rule.algorithm.key_tag().to_string());
-                args.push(rule.limit.to_string());
-                args.push(rule.window_us.to_string());
-                args.push(check.cost.to_string());
-                args.push(rule.burst.to_string());
-            }
-            let reply = self
-                .run(&self.batch_script, scripts::BATCH, group_keys, args)
-                .await?;
-            if reply.len() != 4 * members.len() {
-                return Err(StoreError::Backend(format!(
-                    "unexpected batch reply of {} numbers for {} checks",
-                    reply.len(),
-                    members.len()
-                )));
-            }
-            for (&i, chunk) in members.iter().zip(reply.chunks(4)) {
-                outcomes[i] = Some(outcome(chunk)?);
-            }
-        }
-        Ok(outcomes
-            .into_iter()
-            .map(|o| o.expect("every check has a reply"))
-            .collect())
+        reply.chunks(4).map(outcome).collect()
     }
 }
 

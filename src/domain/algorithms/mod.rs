@@ -49,6 +49,20 @@ impl State {
     /// Runs the rule's algorithm on this state. A state of another algorithm
     /// is replaced by a fresh one (storage keys include the algorithm, so this
     /// only happens if a caller mixes them up).
+    ///
+    /// ```
+    /// use ratekeeper::domain::algorithms::State;
+    /// use ratekeeper::domain::{Algorithm, Rule};
+    ///
+    /// // 10 per second, bucket of 3: spending 3 leaves nothing, and one more
+    /// // token arrives 100 ms later.
+    /// let rule = Rule { algorithm: Algorithm::Gcra, limit: 10, window_us: 1_000_000, burst: 3 };
+    /// let mut state = State::fresh(Algorithm::Gcra);
+    /// let first = state.apply(&rule, 0, 3);
+    /// assert!(first.allowed && first.remaining == 0);
+    /// let denied = state.apply(&rule, 0, 1);
+    /// assert_eq!((denied.allowed, denied.retry_after_us), (false, 100_000));
+    /// ```
     pub fn apply(&mut self, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
         if !self.is(rule.algorithm) {
             *self = State::fresh(rule.algorithm);
@@ -72,26 +86,6 @@ impl State {
                 | (State::Gcra(_), Algorithm::Gcra)
         )
     }
-}
-
-/// Runs one check of `rule` against a fresh state: a convenience for tests.
-///
-/// ```
-/// use ratekeeper::domain::algorithms::apply_fresh;
-/// use ratekeeper::domain::{Algorithm, Rule};
-///
-/// // 10 per second, bucket of 3: spending 3 leaves nothing, and one more
-/// // token arrives 100 ms later.
-/// let rule = Rule { algorithm: Algorithm::Gcra, limit: 10, window_us: 1_000_000, burst: 3 };
-/// let (mut state, first) = apply_fresh(&rule, 0, 3);
-/// assert!(first.allowed && first.remaining == 0);
-/// let denied = state.apply(&rule, 0, 1);
-/// assert_eq!((denied.allowed, denied.retry_after_us), (false, 100_000));
-/// ```
-pub fn apply_fresh(rule: &Rule, now_us: u64, cost: u64) -> (State, Outcome) {
-    let mut state = State::fresh(rule.algorithm);
-    let outcome = state.apply(rule, now_us, cost);
-    (state, outcome)
 }
 
 #[cfg(test)]
