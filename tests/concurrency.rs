@@ -5,6 +5,10 @@
 mod support;
 
 use std::sync::Arc;
+use std::time::Duration;
+
+use fred::prelude::*;
+use fred::types::InfoKind;
 
 use serde_json::json;
 use support::{RedisServer, TestApp, settings, unique_key};
@@ -47,16 +51,16 @@ async fn allowed_of_concurrent_checks(apps: &[Arc<TestApp>], algorithm: &str) ->
     allowed
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn two_instances_sharing_redis_allow_exactly_the_limit() {
+/// Two instances on one Redis, `batch_window` as given, the deny cache off
+/// so every check reaches Redis. Returns the Redis script calls they made.
+async fn two_instances_allow_exactly_the_limit(batch_window: Duration) -> u64 {
     let redis = RedisServer::start();
-    let url = redis.url();
-    let mut config = settings(Some(&url));
+    let mut config = settings(Some(&redis.url()));
     let r = config.redis.as_mut().unwrap();
     // Generous: this test is about counting, not latency, on a busy 2-core box.
-    r.timeout = std::time::Duration::from_secs(5);
-    // One EVALSHA per check here; the next test covers the batcher.
-    r.batch_window = std::time::Duration::ZERO;
+    r.timeout = Duration::from_secs(5);
+    r.batch_window = batch_window;
+    config.deny_cache_capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),
@@ -65,29 +69,52 @@ async fn two_instances_sharing_redis_allow_exactly_the_limit() {
         let allowed = allowed_of_concurrent_checks(&apps, algorithm).await;
         assert_eq!(
             allowed, LIMIT as usize,
-            "{algorithm}: {REQUESTS} concurrent checks, limit {LIMIT}"
+            "{algorithm}: {REQUESTS} concurrent checks, limit {LIMIT}, batch window {batch_window:?}"
         );
     }
+    script_calls(&redis).await
+}
+
+/// EVALSHA and EVAL calls Redis has served (commandstats also counts the
+/// commands scripts run inside, so only the entry points are summed).
+async fn script_calls(redis: &RedisServer) -> u64 {
+    let client = Builder::from_config(Config::from_url(&redis.url()).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let info: String = client.info(Some(InfoKind::CommandStats)).await.unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_sharing_redis_allow_exactly_the_limit() {
+    let calls = two_instances_allow_exactly_the_limit(Duration::ZERO).await;
+    assert_eq!(
+        calls,
+        (ALGORITHMS.len() * REQUESTS) as u64,
+        "one script call per check"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_batching_instances_sharing_redis_allow_exactly_the_limit() {
-    let redis = RedisServer::start();
-    let url = redis.url();
-    let mut config = settings(Some(&url));
-    let r = config.redis.as_mut().unwrap();
-    r.timeout = std::time::Duration::from_secs(5);
-    r.batch_window = std::time::Duration::from_micros(200);
-    // Without the deny cache every check reaches Redis, so batches fill.
-    config.deny_cache_capacity = 0;
-    let apps = [
-        Arc::new(TestApp::spawn(config.clone()).await),
-        Arc::new(TestApp::spawn(config).await),
-    ];
-    for algorithm in ALGORITHMS {
-        let allowed = allowed_of_concurrent_checks(&apps, algorithm).await;
-        assert_eq!(allowed, LIMIT as usize, "{algorithm}: batched");
-    }
+    let calls = two_instances_allow_exactly_the_limit(Duration::from_micros(200)).await;
+    // Proof that batches formed: far fewer calls than checks.
+    assert!(
+        calls < (ALGORITHMS.len() * REQUESTS / 2) as u64,
+        "{calls} script calls for {} checks",
+        ALGORITHMS.len() * REQUESTS
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

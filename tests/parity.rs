@@ -109,15 +109,30 @@ fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
     })
 }
 
+impl Case {
+    /// The instant and cost of each step.
+    fn timeline(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.steps.iter().scan(self.start_us, |now, (step, cost)| {
+            *now = now.saturating_add_signed(*step);
+            Some((*now, *cost))
+        })
+    }
+
+    /// The same case with the clock never stepping back.
+    fn forward(self) -> Case {
+        let steps = self
+            .steps
+            .iter()
+            .map(|(step, cost)| ((*step).max(0), *cost))
+            .collect();
+        Case { steps, ..self }
+    }
+}
+
 fn rust_outcomes(case: &Case) -> Vec<Outcome> {
     let mut state = State::fresh(case.rule.algorithm);
-    let mut now = case.start_us;
-    case.steps
-        .iter()
-        .map(|(step, cost)| {
-            now = now.saturating_add_signed(*step);
-            state.apply(&case.rule, now, *cost)
-        })
+    case.timeline()
+        .map(|(now, cost)| state.apply(&case.rule, now, cost))
         .collect()
 }
 
@@ -174,14 +189,12 @@ fn run_parity(algorithm: Algorithm, cases: u32) {
         .run(&case(algorithm), |case| {
             let expected = rust_outcomes(&case);
             let key = unique_key("p");
-            let mut now = case.start_us;
-            for (i, ((step, cost), want)) in case.steps.iter().zip(&expected).enumerate() {
-                now = now.saturating_add_signed(*step);
+            for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
                 let check = Check {
                     key: key.clone(),
                     rule: case.rule,
-                    cost: *cost,
+                    cost,
                 };
                 let got = runtime
                     .block_on(store.check(&check))
@@ -234,8 +247,7 @@ proptest! {
     /// from the stored token count by the other, so they may then differ.)
     #[test]
     fn gcra_answers_exactly_like_token_bucket(case in case(Algorithm::Gcra)) {
-        let forward: Vec<(i64, u64)> = case.steps.iter().map(|(step, cost)| ((*step).max(0), *cost)).collect();
-        let case = Case { steps: forward, ..case };
+        let case = case.forward();
         let gcra = rust_outcomes(&case);
         let bucket = rust_outcomes(&Case { rule: Rule { algorithm: Algorithm::TokenBucket, ..case.rule }, ..case.clone() });
         prop_assert_eq!(gcra, bucket);
@@ -246,15 +258,13 @@ proptest! {
     fn retry_after_is_exact(case in prop::sample::select(Algorithm::ALL.to_vec()).prop_flat_map(case)) {
         let algorithm = case.rule.algorithm;
         let mut state = State::fresh(algorithm);
-        let mut now = case.start_us;
-        for (step, cost) in &case.steps {
-            now = now.saturating_add_signed(*step);
+        for (now, cost) in case.timeline() {
             let before = state.clone();
-            let outcome = state.apply(&case.rule, now, *cost);
+            let outcome = state.apply(&case.rule, now, cost);
             if !outcome.allowed {
                 let ms = outcome.retry_after_us.div_ceil(1_000);
-                prop_assert!(!before.clone().apply(&case.rule, now + (ms - 1) * 1_000, *cost).allowed);
-                prop_assert!(before.clone().apply(&case.rule, now + ms * 1_000, *cost).allowed);
+                prop_assert!(!before.clone().apply(&case.rule, now + (ms - 1) * 1_000, cost).allowed);
+                prop_assert!(before.clone().apply(&case.rule, now + ms * 1_000, cost).allowed);
             }
         }
     }
@@ -289,22 +299,15 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
     let mut runner = runner(cases);
     runner
         .run(&case(algorithm), |case| {
-            let forward: Vec<(i64, u64)> =
-                case.steps.iter().map(|(s, c)| ((*s).max(0), *c)).collect();
-            let case = Case {
-                steps: forward,
-                ..case
-            };
+            let case = case.forward();
             let expected = rust_outcomes(&case);
             let key = unique_key("dc");
-            let mut now = case.start_us;
-            for (i, ((step, cost), want)) in case.steps.iter().zip(&expected).enumerate() {
-                now = now.saturating_add_signed(*step);
+            for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
                 let check = Check {
                     key: key.clone(),
                     rule: case.rule,
-                    cost: *cost,
+                    cost,
                 };
                 let got = runtime
                     .block_on(limiter.check(&check))
@@ -364,15 +367,13 @@ fn run_batch_parity(algorithm: Algorithm, cases: u32, redis: &RedisServer) {
         .run(&case(algorithm), |case| {
             let expected = rust_outcomes(&case);
             let key = unique_key("b");
-            let mut now = case.start_us;
             let mut got = Vec::new();
             let mut batch: Vec<Check> = Vec::new();
-            for (i, (step, cost)) in case.steps.iter().enumerate() {
-                now = now.saturating_add_signed(*step);
+            for (i, (now, cost)) in case.timeline().enumerate() {
                 batch.push(Check {
                     key: key.clone(),
                     rule: case.rule,
-                    cost: *cost,
+                    cost,
                 });
                 // Flush when the next check happens at another instant.
                 if case.steps.get(i + 1).is_none_or(|(next, _)| *next != 0) {
@@ -444,9 +445,8 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
                 cached.probe().await;
                 plain.probe().await;
             });
-            let mut now = case.start_us;
-            for (i, ((step, cost), pick)) in case.steps.iter().zip(&picks).enumerate() {
-                now = now.saturating_add_signed((*step).max(0));
+            let case = case.forward();
+            for (i, ((now, cost), pick)) in case.timeline().zip(&picks).enumerate() {
                 clock.set_us(now);
                 let rule = if *pick { other } else { case.rule };
                 let max_cost = if rule.algorithm.has_burst() {
@@ -457,7 +457,7 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
                 let check = Check {
                     key: "shared".into(),
                     rule,
-                    cost: (*cost).min(max_cost),
+                    cost: cost.min(max_cost),
                 };
                 let (a, b) = runtime.block_on(async {
                     (
