@@ -1,7 +1,7 @@
 //! Test harness: real `redis-server` processes on free loopback ports, and
 //! the service itself on port 0. Nothing is mocked and nothing is shared:
 //! each test starts its own servers and they die with it.
-#![allow(dead_code)] // each test binary uses a different part of this module
+#![allow(dead_code, unused_imports)] // each test binary uses a different part of this module
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,18 +10,27 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+mod cluster;
+mod load;
+mod sentinel;
+
+pub use cluster::RedisCluster;
+pub use load::{Load, Outage, Sample};
 pub use nix::sys::signal::Signal;
 use ratekeeper::app::{Application, Backend};
 use ratekeeper::config::{Overrides, Settings};
+pub use sentinel::{SentinelGroup, sentinel_primary};
 
 /// A `redis-server` child process on its own port and directory.
 pub struct RedisServer {
     child: Option<Child>,
     pub port: u16,
     dir: PathBuf,
+    /// Extra `redis-server` arguments (`--replicaof ...`), kept for restarts.
+    extra: Vec<String>,
 }
 
-fn redis_server_binary() -> PathBuf {
+pub fn redis_server_binary() -> PathBuf {
     let candidates = std::env::var_os("PATH")
         .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
         .unwrap_or_default()
@@ -44,6 +53,43 @@ fn redis_server_binary() -> PathBuf {
     );
 }
 
+/// `redis-cli`, installed next to `redis-server` by every Redis package.
+pub fn redis_cli_binary() -> PathBuf {
+    let cli = redis_server_binary().with_file_name("redis-cli");
+    assert!(
+        cli.is_file(),
+        "redis-cli not found next to redis-server ({}). The failover tests drive Redis with it: \
+         install the full Redis package (`sudo apt-get install -y redis-server` or redis-tools).",
+        cli.display()
+    );
+    cli
+}
+
+/// Runs `redis-cli -p PORT ARGS...` and returns its trimmed stdout ("" when
+/// the server is unreachable: callers poll).
+pub fn redis_cli(port: u16, args: &[&str]) -> String {
+    let output = Command::new(redis_cli_binary())
+        .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+        .args(args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .expect("redis-cli runs");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
+}
+
+/// Polls `done` every 50 ms until it holds; panics with `what` after `limit`.
+pub fn wait_until(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A port that was free a moment ago.
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
@@ -53,10 +99,17 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
+/// Numbers the temp directories of one test process.
+pub static NEXT_DIR: AtomicU32 = AtomicU32::new(0);
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_with(&[])
+    }
+
+    /// A server started with extra arguments, e.g. `["--replicaof",
+    /// "127.0.0.1 6379"]`.
+    pub fn start_with(extra: &[&str]) -> RedisServer {
         let dir = std::env::temp_dir().join(format!(
             "ratekeeper-test-{}-{}",
             std::process::id(),
@@ -71,6 +124,7 @@ impl RedisServer {
                 child: None,
                 port,
                 dir: dir.clone(),
+                extra: extra.iter().map(|a| a.to_string()).collect(),
             };
             if server.spawn() {
                 return server;
@@ -92,6 +146,7 @@ impl RedisServer {
                 "no",
             ])
             .args(["--dir", path_str(&self.dir)])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -126,6 +181,11 @@ impl RedisServer {
         stream.write_all(b"PING\r\n").is_ok()
             && stream.read_exact(&mut reply).is_ok()
             && &reply == b"+PONG\r\n"
+    }
+
+    /// `redis-cli` against this server.
+    pub fn cli(&self, args: &[&str]) -> String {
+        redis_cli(self.port, args)
     }
 
     /// SIGKILL: the server is gone, connections are reset.
@@ -179,7 +239,7 @@ impl Drop for RedisServer {
     }
 }
 
-fn path_str(path: &Path) -> &str {
+pub fn path_str(path: &Path) -> &str {
     path.to_str().expect("temp dir path is UTF-8")
 }
 
@@ -280,113 +340,37 @@ pub fn unique_key(prefix: &str) -> String {
     )
 }
 
-/// A Redis Cluster of `redis-server` processes (primaries only) on free
-/// loopback ports, with explicit cluster-bus ports so nothing depends on
-/// `port + 10000` being free.
-pub struct RedisCluster {
-    nodes: Vec<Child>,
-    pub ports: Vec<u16>,
-    dir: PathBuf,
+/// A fresh, empty temp directory named after `kind`, this process and a counter.
+pub fn fresh_dir(kind: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "ratekeeper-{kind}-{}-{}",
+        std::process::id(),
+        NEXT_DIR.fetch_add(1, Ordering::SeqCst)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
-impl RedisCluster {
-    pub fn start(primaries: usize) -> RedisCluster {
-        let dir = std::env::temp_dir().join(format!(
-            "ratekeeper-cluster-{}-{}",
-            std::process::id(),
-            NEXT_DIR.fetch_add(1, Ordering::SeqCst)
-        ));
-        let _ = std::fs::remove_dir_all(&dir);
-        let mut cluster = RedisCluster {
-            nodes: Vec::new(),
-            ports: Vec::new(),
-            dir,
-        };
-        for _ in 0..primaries {
-            let (port, bus) = (free_port(), free_port());
-            let node_dir = cluster.dir.join(port.to_string());
-            std::fs::create_dir_all(&node_dir).unwrap();
-            let child = Command::new(redis_server_binary())
-                .args([
-                    "--port",
-                    &port.to_string(),
-                    "--cluster-port",
-                    &bus.to_string(),
-                ])
-                .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
-                .args([
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-config-file",
-                    "nodes.conf",
-                ])
-                .args(["--dir", path_str(&node_dir)])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("failed to run redis-server");
-            cluster.nodes.push(child);
-            cluster.ports.push(port);
+/// Waits up to 5 s for a just-spawned server on `port` to answer PING.
+/// False if it exited first (most likely its port was taken meanwhile).
+pub fn wait_for_ping(child: &mut Child, port: u16) -> bool {
+    let probe = RedisServer {
+        child: None,
+        port,
+        dir: PathBuf::new(),
+        extra: Vec::new(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let up = loop {
+        if probe.ping() {
+            break true;
         }
-        for port in &cluster.ports {
-            let node = RedisServer {
-                child: None,
-                port: *port,
-                dir: PathBuf::new(),
-            };
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while !node.ping() {
-                assert!(
-                    Instant::now() < deadline,
-                    "cluster node {port} did not start"
-                );
-                std::thread::sleep(Duration::from_millis(20));
-            }
-            std::mem::forget(node); // owns no process or directory
+        if matches!(child.try_wait(), Ok(Some(_))) || Instant::now() > deadline {
+            break false;
         }
-        let cli = redis_server_binary().with_file_name("redis-cli");
-        let addresses: Vec<String> = cluster
-            .ports
-            .iter()
-            .map(|p| format!("127.0.0.1:{p}"))
-            .collect();
-        let status = Command::new(&cli)
-            .args(["--cluster", "create"])
-            .args(&addresses)
-            .args(["--cluster-replicas", "0", "--cluster-yes"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("redis-cli is installed with redis-server");
-        assert!(status.success(), "redis-cli --cluster create failed");
-        let deadline = Instant::now() + Duration::from_secs(20);
-        for port in &cluster.ports {
-            loop {
-                let info = Command::new(&cli)
-                    .args(["-p", &port.to_string(), "cluster", "info"])
-                    .output()
-                    .expect("redis-cli runs");
-                if String::from_utf8_lossy(&info.stdout).contains("cluster_state:ok") {
-                    break;
-                }
-                assert!(Instant::now() < deadline, "cluster did not become ok");
-                std::thread::sleep(Duration::from_millis(100));
-            }
-        }
-        cluster
-    }
-
-    pub fn url(&self) -> String {
-        format!("redis-cluster://127.0.0.1:{}", self.ports[0])
-    }
-}
-
-impl Drop for RedisCluster {
-    fn drop(&mut self) {
-        for node in &mut self.nodes {
-            let _ = node.kill();
-            let _ = node.wait();
-        }
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::mem::forget(probe); // owns no process or directory
+    up
 }

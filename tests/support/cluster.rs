@@ -1,0 +1,203 @@
+//! A Redis Cluster of real `redis-server` processes on free loopback ports,
+//! with explicit cluster-bus ports so nothing depends on `port + 10000`
+//! being free, and optionally a replica per primary for failover tests.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::{free_port, fresh_dir, path_str, redis_cli, redis_cli_binary, redis_server_binary};
+use super::{wait_for_ping, wait_until};
+
+/// How long a silent node takes to be marked failed. Low so a failover
+/// test is quick; a replica is promoted about 1 to 2 s after that.
+pub const NODE_TIMEOUT_MS: u64 = 1000;
+
+pub struct RedisCluster {
+    /// Every node's port, primaries and replicas, in start order.
+    pub ports: Vec<u16>,
+    nodes: Vec<Option<Child>>,
+    dir: PathBuf,
+}
+
+/// One line of `CLUSTER NODES`, as far as the tests need it.
+#[derive(Debug, Clone)]
+pub struct NodeInfo {
+    pub id: String,
+    pub port: u16,
+    pub primary: bool,
+    pub failed: bool,
+    /// The primary's id, for a replica.
+    pub primary_id: Option<String>,
+    pub slots: Vec<(u16, u16)>,
+}
+
+impl RedisCluster {
+    /// `primaries` primaries and no replicas.
+    pub fn start(primaries: usize) -> RedisCluster {
+        Self::start_with(primaries, 0)
+    }
+
+    /// `primaries` primaries, each with `replicas` replicas. Returns once the
+    /// cluster state is ok on every node and every replica is in sync.
+    ///
+    /// `cluster-require-full-coverage no`: with the default (yes) every node
+    /// refuses every key while one slot range has no live primary, so one
+    /// failed node would take the whole cluster down until the failover.
+    pub fn start_with(primaries: usize, replicas: usize) -> RedisCluster {
+        let _ = redis_cli_binary(); // fail early and clearly if it is missing
+        let mut cluster = RedisCluster {
+            ports: Vec::new(),
+            nodes: Vec::new(),
+            dir: fresh_dir("cluster"),
+        };
+        for _ in 0..primaries * (1 + replicas) {
+            let (port, child) = (0..5)
+                .find_map(|_| cluster.spawn_node())
+                .expect("could not start a cluster node on a free port");
+            cluster.ports.push(port);
+            cluster.nodes.push(Some(child));
+        }
+        let addresses: Vec<String> = cluster
+            .ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let output = Command::new(redis_cli_binary())
+            .args(["--cluster", "create"])
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .expect("redis-cli runs");
+        assert!(
+            output.status.success(),
+            "redis-cli --cluster create failed: {}",
+            String::from_utf8_lossy(&output.stdout)
+        );
+        cluster.wait_healthy(primaries * (1 + replicas));
+        cluster
+    }
+
+    fn spawn_node(&self) -> Option<(u16, Child)> {
+        let (port, bus) = (free_port(), free_port());
+        let node_dir = self.dir.join(port.to_string());
+        std::fs::create_dir_all(&node_dir).unwrap();
+        let mut child = Command::new(redis_server_binary())
+            .args(["--port", &port.to_string()])
+            .args(["--cluster-port", &bus.to_string()])
+            .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args(["--cluster-enabled", "yes"])
+            .args(["--cluster-config-file", "nodes.conf"])
+            .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
+            .args(["--cluster-require-full-coverage", "no"])
+            .args(["--dir", path_str(&node_dir)])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("failed to run redis-server");
+        if wait_for_ping(&mut child, port) {
+            Some((port, child))
+        } else {
+            let _ = child.kill();
+            let _ = child.wait();
+            None
+        }
+    }
+
+    /// Every node says the cluster is ok and knows `nodes` nodes, and every
+    /// replica's link to its primary is up (otherwise it could not take over).
+    fn wait_healthy(&self, nodes: usize) {
+        for &port in &self.ports {
+            wait_until(Duration::from_secs(20), "cluster state ok", || {
+                let info = redis_cli(port, &["cluster", "info"]);
+                info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{nodes}"))
+            });
+        }
+        for node in self.nodes_info().iter().filter(|n| !n.primary) {
+            wait_until(Duration::from_secs(20), "replica in sync", || {
+                redis_cli(node.port, &["info", "replication"]).contains("master_link_status:up")
+            });
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis-cluster://127.0.0.1:{}", self.ports[0])
+    }
+
+    /// `CLUSTER NODES` as seen by the first live node.
+    pub fn nodes_info(&self) -> Vec<NodeInfo> {
+        let live = self
+            .ports
+            .iter()
+            .zip(&self.nodes)
+            .find(|(_, child)| child.is_some())
+            .map(|(port, _)| *port)
+            .expect("a live node");
+        parse_nodes(&redis_cli(live, &["cluster", "nodes"]))
+    }
+
+    /// The port of the live primary serving `slot`, if any.
+    pub fn owner_of(&self, slot: u16) -> Option<u16> {
+        self.nodes_info()
+            .into_iter()
+            .find(|n| {
+                n.primary && !n.failed && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+            })
+            .map(|n| n.port)
+    }
+
+    /// SIGKILL the node on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let index = self
+            .ports
+            .iter()
+            .position(|&p| p == port)
+            .expect("a node of this cluster");
+        if let Some(mut child) = self.nodes[index].take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn parse_nodes(text: &str) -> Vec<NodeInfo> {
+    text.lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.len() < 8 {
+                return None;
+            }
+            let address = fields[1].split('@').next()?;
+            let port = address.rsplit(':').next()?.parse().ok()?;
+            let flags = fields[2];
+            let slots = fields[8..]
+                .iter()
+                .filter(|s| !s.starts_with('['))
+                .filter_map(|range| match range.split_once('-') {
+                    Some((a, b)) => Some((a.parse().ok()?, b.parse().ok()?)),
+                    None => range.parse().ok().map(|s| (s, s)),
+                })
+                .collect();
+            Some(NodeInfo {
+                id: fields[0].to_string(),
+                port,
+                primary: flags.contains("master"),
+                failed: flags.contains("fail"),
+                primary_id: (fields[3] != "-").then(|| fields[3].to_string()),
+                slots,
+            })
+        })
+        .collect()
+}
+
+impl Drop for RedisCluster {
+    fn drop(&mut self) {
+        for child in self.nodes.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
