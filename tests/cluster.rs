@@ -1,18 +1,29 @@
-//! Against a real 3-primary Redis Cluster: each check's key lives in one
-//! slot (the client key is a hash tag), batches are split by slot, and
-//! limits hold exactly when the keys of one batch span every node.
+//! Against a real Redis Cluster of 3 primaries, each with a replica:
+//! - each check's key lives in one slot (the client key is a hash tag),
+//!   batches are split by slot, and limits hold exactly when the keys of
+//!   one batch span every node;
+//! - when one primary is SIGKILLed under load, its keys are answered by the
+//!   replica once it is promoted, with no restart of ratekeeper, and keys on
+//!   the other primaries are never degraded.
+//!
+//! One cluster per test binary (creating one takes seconds), so both run in
+//! one test, the failover last. Prints one `FAILOVER cluster ...` line with
+//! the measured times, which `bench/failover.sh` collects.
 
 mod support;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, WindowInput};
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
 use serde_json::json;
-use support::{RedisCluster, TestApp, settings};
+use support::{
+    Load, Outage, RedisCluster, TestApp, cached_scripts, ms, redis_cli, settings, unique_key,
+    wait_for,
+};
 
 fn check(key: &str, algorithm: Algorithm, cost: u64) -> Check {
     Check::new(
@@ -30,9 +41,13 @@ fn check(key: &str, algorithm: Algorithm, cost: u64) -> Check {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn cluster_batches_and_limits() {
-    let cluster = RedisCluster::start(3);
+async fn cluster_batches_limits_and_failover() {
+    let mut cluster = RedisCluster::start_with(3, 1);
+    batches_and_limits(&cluster).await;
+    failover(&mut cluster).await;
+}
 
+async fn batches_and_limits(cluster: &RedisCluster) {
     // 1. A batch whose keys span all slots answers like the embedded store.
     let clock = ManualClock::new(1_767_225_600_000_000);
     let redis = RedisStore::connect(RedisOptions {
@@ -99,4 +114,171 @@ async fn cluster_batches_and_limits() {
         }
         assert!(allowed.iter().all(|&n| n == 3), "{algorithm}: {allowed:?}");
     }
+}
+
+/// Keys per primary in the failover load.
+const KEYS_PER_PRIMARY: usize = 4;
+/// A limit never reached, so every answer carries the count in `remaining`.
+const LIMIT: u64 = 1_000_000;
+/// Allowed on top of the Redis timeout for an answer: the test machine is
+/// shared with compilers, and a debug build is slow.
+const SLACK: Duration = Duration::from_millis(900);
+
+async fn failover(cluster: &mut RedisCluster) {
+    let mut config = settings(Some(&cluster.url()));
+    let redis = config.redis.as_mut().unwrap();
+    redis.reconnect_max_delay = Duration::from_millis(200);
+    let timeout = redis.timeout;
+    let app = Arc::new(TestApp::spawn(config).await);
+
+    // Client keys spread evenly over the primaries: keys[i] lives on owners[i].
+    let primaries: Vec<u16> = cluster
+        .nodes_info()
+        .into_iter()
+        .filter(|n| n.primary)
+        .map(|n| n.port)
+        .collect();
+    let (keys, owners) = keys_on(cluster, &primaries);
+    let bodies: Vec<_> = keys
+        .iter()
+        .map(|k| json!({"key": k, "limit": LIMIT, "window": "1h", "algorithm": "fixed_window"}))
+        .collect();
+    for body in &bodies {
+        let (status, answer) = app.check(body.clone()).await;
+        assert_eq!(
+            (status, &answer["degraded"]),
+            (200, &json!(false)),
+            "{answer}"
+        );
+    }
+    let victim = primaries[0];
+    let replica = cluster
+        .replica_of(victim)
+        .expect("each primary has a replica");
+    assert_eq!(cached_scripts(replica), 0, "scripts are not replicated");
+
+    let load = Load::start(
+        app.clone(),
+        bodies.clone(),
+        12,
+        Duration::from_millis(2),
+        20_000,
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let killed = Instant::now();
+    cluster.kill(victim);
+
+    let on_victim = {
+        let owners = owners.clone();
+        move |i: usize| owners[i] == victim
+    };
+    let slot = slot_of(&keys[0]);
+    let ports = cluster.ports.clone();
+    let promoted = wait_for(Duration::from_secs(20), move || {
+        RedisCluster::owner_among(&ports, slot) == Some(replica)
+    })
+    .await
+    .expect("the replica took over within 20 s")
+        - killed;
+    let recovered = wait_for(Duration::from_secs(20), {
+        let samples = load.samples_handle();
+        let on_victim = on_victim.clone();
+        move || {
+            Outage::measure(&samples(), killed, &on_victim)
+                .recovered_after
+                .is_some()
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let samples = load.finish().await;
+    let outage = Outage::measure(&samples, killed, &on_victim);
+    let others = Outage::measure(&samples, killed, |i| !on_victim(i));
+    let max_latency = samples.iter().map(|s| s.latency()).max().unwrap();
+    println!(
+        "FAILOVER cluster recovered_ms={} last_degraded_ms={} promoted_ms={} max_latency_ms={} checks={} degraded={} other_checks={} other_degraded={} other_last_degraded_ms={}",
+        ms(outage.recovered_after),
+        ms(outage.last_degraded_after),
+        promoted.as_millis(),
+        max_latency.as_millis(),
+        outage.checks,
+        outage.degraded,
+        others.checks,
+        others.degraded,
+        ms(others.last_degraded_after),
+    );
+    assert!(
+        recovered.is_some(),
+        "no check of the killed primary's keys was answered by its replica within 20 s: {outage:?}"
+    );
+    assert!(
+        samples.iter().all(|s| s.status == 200),
+        "every check is answered with 200 throughout"
+    );
+    assert!(
+        max_latency <= timeout + SLACK,
+        "a check took {max_latency:?}, over the Redis timeout {timeout:?} + {SLACK:?}"
+    );
+
+    // The killed primary's key lives on the promoted replica, with its scripts.
+    let (status, answer) = app.check(bodies[0].clone()).await;
+    assert_eq!(
+        (status, &answer["degraded"]),
+        (200, &json!(false)),
+        "{answer}"
+    );
+    let count = LIMIT - answer["remaining"].as_u64().unwrap();
+    let pattern = format!("*{{{}}}*", keys[0]);
+    let stored = redis_cli(replica, &["--scan", "--pattern", &pattern]);
+    let field = redis_cli(replica, &["hget", stored.trim(), "c"]);
+    assert_eq!(
+        field,
+        count.to_string(),
+        "the count of {stored} on the new primary"
+    );
+    assert!(
+        cached_scripts(replica) > 0,
+        "scripts loaded on the new primary"
+    );
+
+    // Last, as it depends on one circuit breaker per cluster node: a failed
+    // node must not degrade the keys the other primaries serve.
+    assert_eq!(
+        others.degraded, 0,
+        "keys on the healthy primaries were degraded: {others:?}"
+    );
+}
+
+/// `KEYS_PER_PRIMARY` fresh client keys on each of `primaries`, and the
+/// port of the primary serving each.
+fn keys_on(cluster: &RedisCluster, primaries: &[u16]) -> (Vec<String>, Vec<u16>) {
+    let mut per_primary = vec![Vec::new(); primaries.len()];
+    while per_primary
+        .iter()
+        .any(|k: &Vec<String>| k.len() < KEYS_PER_PRIMARY)
+    {
+        let key = unique_key("failover");
+        let owner = cluster
+            .owner_of(slot_of(&key))
+            .expect("every slot is served");
+        let at = primaries.iter().position(|&p| p == owner).unwrap();
+        if per_primary[at].len() < KEYS_PER_PRIMARY {
+            per_primary[at].push(key);
+        }
+    }
+    // Interleaved, so every worker of the load touches every primary.
+    let mut keys = Vec::new();
+    let mut owners = Vec::new();
+    for i in 0..KEYS_PER_PRIMARY {
+        for (at, port) in primaries.iter().enumerate() {
+            keys.push(per_primary[at][i].clone());
+            owners.push(*port);
+        }
+    }
+    (keys, owners)
+}
+
+/// The cluster slot of a client key (it is the hash tag of its Redis key).
+fn slot_of(key: &str) -> u16 {
+    fred::util::redis_keyslot(key.as_bytes())
 }

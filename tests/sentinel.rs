@@ -14,7 +14,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
-use support::{Load, Outage, SentinelGroup, TestApp, sentinel_primary, settings, unique_key};
+use support::{
+    Load, Outage, SentinelGroup, TestApp, cached_scripts, ms, sentinel_primary, settings,
+    unique_key, wait_for,
+};
 
 /// A limit never reached, so every answer carries the count in `remaining`.
 const LIMIT: u64 = 1_000_000;
@@ -41,7 +44,7 @@ async fn sentinel_failover_under_load() {
     );
     // SCRIPT LOAD and EVAL are not replicated: the replica has no scripts,
     // so after the promotion ratekeeper must load them again.
-    assert_eq!(cached_scripts(&group.replica), 0);
+    assert_eq!(cached_scripts(group.replica.port), 0);
 
     let load = Load::start(
         app.clone(),
@@ -118,38 +121,7 @@ async fn sentinel_failover_under_load() {
         "the count of {stored} on the new primary"
     );
     assert!(
-        cached_scripts(&group.replica) > 0,
+        cached_scripts(group.replica.port) > 0,
         "scripts reloaded on the new primary"
     );
-}
-
-/// `number_of_cached_scripts` from INFO memory.
-fn cached_scripts(server: &support::RedisServer) -> u64 {
-    let info = server.cli(&["info", "memory"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("INFO memory reports number_of_cached_scripts")
-}
-
-/// Polls the blocking `done` every 50 ms off the runtime's threads; returns
-/// when it first held, or `None` after `limit`.
-async fn wait_for(
-    limit: Duration,
-    done: impl Fn() -> bool + Send + Sync + 'static,
-) -> Option<Instant> {
-    let started = Instant::now();
-    let done = Arc::new(done);
-    while started.elapsed() < limit {
-        let done = done.clone();
-        if tokio::task::spawn_blocking(move || done()).await.unwrap() {
-            return Some(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
-}
-
-fn ms(duration: Option<Duration>) -> String {
-    duration.map_or("none".into(), |d| d.as_millis().to_string())
 }

@@ -128,23 +128,41 @@ impl RedisCluster {
 
     /// `CLUSTER NODES` as seen by the first live node.
     pub fn nodes_info(&self) -> Vec<NodeInfo> {
-        let live = self
-            .ports
+        nodes_info_among(&self.live_ports())
+    }
+
+    fn live_ports(&self) -> Vec<u16> {
+        self.ports
             .iter()
             .zip(&self.nodes)
-            .find(|(_, child)| child.is_some())
+            .filter(|(_, child)| child.is_some())
             .map(|(port, _)| *port)
-            .expect("a live node");
-        parse_nodes(&redis_cli(live, &["cluster", "nodes"]))
+            .collect()
     }
 
     /// The port of the live primary serving `slot`, if any.
     pub fn owner_of(&self, slot: u16) -> Option<u16> {
-        self.nodes_info()
+        Self::owner_among(&self.live_ports(), slot)
+    }
+
+    /// The primary serving `slot` according to the first of `ports` that
+    /// answers (a plain function of ports, for polling from another thread).
+    pub fn owner_among(ports: &[u16], slot: u16) -> Option<u16> {
+        nodes_info_among(ports)
             .into_iter()
             .find(|n| {
                 n.primary && !n.failed && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
             })
+            .map(|n| n.port)
+    }
+
+    /// The port of a replica of the primary on `port`.
+    pub fn replica_of(&self, port: u16) -> Option<u16> {
+        let nodes = self.nodes_info();
+        let id = &nodes.iter().find(|n| n.port == port)?.id;
+        nodes
+            .iter()
+            .find(|n| n.primary_id.as_ref() == Some(id))
             .map(|n| n.port)
     }
 
@@ -160,6 +178,14 @@ impl RedisCluster {
             let _ = child.wait();
         }
     }
+}
+
+fn nodes_info_among(ports: &[u16]) -> Vec<NodeInfo> {
+    ports
+        .iter()
+        .map(|&port| redis_cli(port, &["cluster", "nodes"]))
+        .find(|text| !text.is_empty())
+        .map_or_else(Vec::new, |text| parse_nodes(&text))
 }
 
 fn parse_nodes(text: &str) -> Vec<NodeInfo> {
