@@ -269,9 +269,9 @@ fn keys_on(cluster: &RedisCluster, primaries: &[u16]) -> (Vec<String>, Vec<u16>)
     // Interleaved, so every worker of the load touches every primary.
     let mut keys = Vec::new();
     let mut owners = Vec::new();
-    for i in 0..KEYS_PER_PRIMARY {
-        for (at, port) in primaries.iter().enumerate() {
-            keys.push(per_primary[at][i].clone());
+    for round in 0..KEYS_PER_PRIMARY {
+        for (on_primary, port) in per_primary.iter().zip(primaries) {
+            keys.push(on_primary[round].clone());
             owners.push(*port);
         }
     }
