@@ -2,9 +2,9 @@
 //! - each check's key lives in one slot (the client key is a hash tag),
 //!   batches are split by slot, and limits hold exactly when the keys of
 //!   one batch span every node;
-//! - when one primary is SIGKILLed under load, its keys are answered by the
-//!   replica once it is promoted, with no restart of ratekeeper, and keys on
-//!   the other primaries are never degraded.
+//! - when one primary (the node the URL names) is SIGKILLed under load, its
+//!   keys are answered by the replica once it is promoted, with no restart
+//!   of ratekeeper, and keys on the other primaries are never degraded.
 //!
 //! One cluster per test binary (creating one takes seconds), so both run in
 //! one test, the failover last. Prints one `FAILOVER cluster ...` line with
@@ -131,13 +131,19 @@ async fn failover(cluster: &mut RedisCluster) {
     let timeout = redis.timeout;
     let app = Arc::new(TestApp::spawn(config).await);
 
-    // Client keys spread evenly over the primaries: keys[i] lives on owners[i].
-    let primaries: Vec<u16> = cluster
+    // The victim is the node the URL names, the harder case: the client
+    // must find the cluster again through the nodes it learnt about.
+    let victim = cluster.seed();
+    let mut primaries: Vec<u16> = cluster
         .nodes_info()
         .into_iter()
         .filter(|n| n.primary)
         .map(|n| n.port)
         .collect();
+    assert!(primaries.contains(&victim), "the URL names a primary");
+    primaries.sort_by_key(|&p| p != victim);
+    // Client keys spread evenly over the primaries: keys[i] lives on
+    // owners[i], and keys[0] on the victim.
     let (keys, owners) = keys_on(cluster, &primaries);
     let bodies: Vec<_> = keys
         .iter()
@@ -151,7 +157,6 @@ async fn failover(cluster: &mut RedisCluster) {
             "{answer}"
         );
     }
-    let victim = primaries[0];
     let replica = cluster
         .replica_of(victim)
         .expect("each primary has a replica");
@@ -178,8 +183,12 @@ async fn failover(cluster: &mut RedisCluster) {
         RedisCluster::owner_among(&ports, slot) == Some(replica)
     })
     .await
-    .expect("the replica took over within 20 s")
-        - killed;
+    .unwrap_or_else(|| {
+        panic!(
+            "the replica {replica} did not take over from {victim} within 20 s: {:#?}",
+            cluster.nodes_info()
+        )
+    }) - killed;
     let recovered = wait_for(Duration::from_secs(20), {
         let samples = load.samples_handle();
         let on_victim = on_victim.clone();

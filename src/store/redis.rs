@@ -87,10 +87,17 @@ impl RedisStore {
     /// a service started before Redis answers by its failure policy meanwhile.
     /// Must be called inside a tokio runtime.
     pub fn connect(options: RedisOptions) -> Result<Self, StoreError> {
-        let config = Config {
+        let mut config = Config {
             fail_fast: false,
             ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
         };
+        // Rediscover a cluster through every node it last knew, not only the
+        // URL's: with the default, a client whose URL node dies stays down
+        // for good, even after a replica has taken over (fred only retries
+        // the configured endpoint). Not a cluster: nothing to set.
+        let _ = config
+            .server
+            .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
         let clustered = config.server.is_clustered();
         let max_delay = options
             .reconnect_max_delay

@@ -122,8 +122,15 @@ impl RedisCluster {
         }
     }
 
+    /// The one node named in [`url`](Self::url): the first node started,
+    /// which `redis-cli --cluster create` makes a primary.
+    pub fn seed(&self) -> u16 {
+        self.ports[0]
+    }
+
+    /// A URL naming one node only, as the simplest configuration does.
     pub fn url(&self) -> String {
-        format!("redis-cluster://127.0.0.1:{}", self.ports[0])
+        format!("redis-cluster://127.0.0.1:{}", self.seed())
     }
 
     /// `CLUSTER NODES` as seen by the first live node.
