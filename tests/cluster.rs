@@ -127,7 +127,8 @@ const SLACK: Duration = Duration::from_millis(900);
 async fn failover(cluster: &mut RedisCluster) {
     let mut config = settings(Some(&cluster.url()));
     let redis = config.redis.as_mut().unwrap();
-    redis.reconnect_max_delay = Duration::from_millis(200);
+    redis.reconnect_max_delay = support::failover_reconnect_max_delay();
+    let reconnect = redis.reconnect_max_delay;
     let timeout = redis.timeout;
     let app = Arc::new(TestApp::spawn(config).await);
 
@@ -205,7 +206,8 @@ async fn failover(cluster: &mut RedisCluster) {
     let others = Outage::measure(&samples, killed, |i| !on_victim(i));
     let max_latency = samples.iter().map(|s| s.latency()).max().unwrap();
     println!(
-        "FAILOVER cluster recovered_ms={} last_degraded_ms={} promoted_ms={} max_latency_ms={} checks={} degraded={} other_checks={} other_degraded={} other_last_degraded_ms={}",
+        "FAILOVER cluster reconnect_max_delay_ms={} recovered_ms={} last_degraded_ms={} promoted_ms={} max_latency_ms={} checks={} degraded={} other_checks={} other_degraded={} other_last_degraded_ms={}",
+        reconnect.as_millis(),
         ms(outage.recovered_after),
         ms(outage.last_degraded_after),
         promoted.as_millis(),

@@ -30,7 +30,8 @@ async fn sentinel_failover_under_load() {
     let mut group = SentinelGroup::start(3);
     let mut config = settings(Some(&group.url()));
     let redis = config.redis.as_mut().unwrap();
-    redis.reconnect_max_delay = Duration::from_millis(200);
+    redis.reconnect_max_delay = support::failover_reconnect_max_delay();
+    let reconnect = redis.reconnect_max_delay;
     let timeout = redis.timeout;
     let app = Arc::new(TestApp::spawn(config).await);
 
@@ -82,7 +83,8 @@ async fn sentinel_failover_under_load() {
     let outage = Outage::measure(&samples, killed, |_| true);
     let max_latency = samples.iter().map(|s| s.latency()).max().unwrap();
     println!(
-        "FAILOVER sentinel recovered_ms={} last_degraded_ms={} promoted_ms={} max_latency_ms={} checks={} degraded={}",
+        "FAILOVER sentinel reconnect_max_delay_ms={} recovered_ms={} last_degraded_ms={} promoted_ms={} max_latency_ms={} checks={} degraded={}",
+        reconnect.as_millis(),
         ms(outage.recovered_after),
         ms(outage.last_degraded_after),
         promoted.as_millis(),

@@ -406,3 +406,14 @@ pub async fn wait_for(
 pub fn ms(duration: Option<Duration>) -> String {
     duration.map_or("none".into(), |d| d.as_millis().to_string())
 }
+
+/// `redis.reconnect_max_delay` for the failover tests: 200 ms, or
+/// `FAILOVER_RECONNECT_MAX_DELAY_MS` (bench/failover.sh measures the
+/// default too). It bounds how late the client notices the new primary.
+pub fn failover_reconnect_max_delay() -> Duration {
+    let ms = std::env::var("FAILOVER_RECONNECT_MAX_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    Duration::from_millis(ms)
+}
