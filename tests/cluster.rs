@@ -21,8 +21,8 @@ use ratekeeper::store::memory::MemoryStore;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
 use serde_json::json;
 use support::{
-    Load, Outage, RedisCluster, TestApp, cached_scripts, ms, redis_cli, settings, unique_key,
-    wait_for,
+    Load, Outage, RedisCluster, TestApp, cached_scripts, failover_reconnect_max_delay, ms,
+    redis_cli, settings, unique_key, wait_for,
 };
 
 fn check(key: &str, algorithm: Algorithm, cost: u64) -> Check {
@@ -127,7 +127,7 @@ const SLACK: Duration = Duration::from_millis(900);
 async fn failover(cluster: &mut RedisCluster) {
     let mut config = settings(Some(&cluster.url()));
     let redis = config.redis.as_mut().unwrap();
-    redis.reconnect_max_delay = support::failover_reconnect_max_delay();
+    redis.reconnect_max_delay = failover_reconnect_max_delay();
     let reconnect = redis.reconnect_max_delay;
     let timeout = redis.timeout;
     let app = Arc::new(TestApp::spawn(config).await);

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::{
-    Load, Outage, SentinelGroup, TestApp, cached_scripts, ms, sentinel_primary, settings,
-    unique_key, wait_for,
+    Load, Outage, SentinelGroup, TestApp, cached_scripts, failover_reconnect_max_delay, ms,
+    sentinel_primary, settings, unique_key, wait_for,
 };
 
 /// A limit never reached, so every answer carries the count in `remaining`.
@@ -30,7 +30,7 @@ async fn sentinel_failover_under_load() {
     let mut group = SentinelGroup::start(3);
     let mut config = settings(Some(&group.url()));
     let redis = config.redis.as_mut().unwrap();
-    redis.reconnect_max_delay = support::failover_reconnect_max_delay();
+    redis.reconnect_max_delay = failover_reconnect_max_delay();
     let reconnect = redis.reconnect_max_delay;
     let timeout = redis.timeout;
     let app = Arc::new(TestApp::spawn(config).await);

@@ -1,6 +1,6 @@
-//! A bounded load of concurrent checks against a running service, recording
-//! when each was sent and answered, so failover tests can say what clients
-//! saw before, during and after an outage.
+//! Failover measurement: a bounded load of concurrent checks against a
+//! running service, recording when each was sent and answered, so failover
+//! tests can say what clients saw before, during and after an outage.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::TestApp;
+use super::{TestApp, redis_cli};
 
 /// One answered (or failed) check.
 #[derive(Debug, Clone)]
@@ -166,4 +166,47 @@ impl Outage {
             degraded: after.iter().filter(|s| s.degraded).count(),
         }
     }
+}
+
+/// `number_of_cached_scripts` from INFO memory of the server on `port`.
+pub fn cached_scripts(port: u16) -> u64 {
+    let info = redis_cli(port, &["info", "memory"]);
+    info.lines()
+        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
+        .and_then(|n| n.trim().parse().ok())
+        .expect("INFO memory reports number_of_cached_scripts")
+}
+
+/// Polls the blocking `done` every 50 ms off the runtime's threads; returns
+/// when it first held, or `None` after `limit`.
+pub async fn wait_for(
+    limit: Duration,
+    done: impl Fn() -> bool + Send + Sync + 'static,
+) -> Option<Instant> {
+    let started = Instant::now();
+    let done = Arc::new(done);
+    while started.elapsed() < limit {
+        let done = done.clone();
+        if tokio::task::spawn_blocking(move || done()).await.unwrap() {
+            return Some(Instant::now());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    None
+}
+
+/// Milliseconds for a `FAILOVER ...` line, `none` for an absent duration.
+pub fn ms(duration: Option<Duration>) -> String {
+    duration.map_or("none".into(), |d| d.as_millis().to_string())
+}
+
+/// `redis.reconnect_max_delay` for the failover tests: 200 ms, or
+/// `FAILOVER_RECONNECT_MAX_DELAY_MS` (bench/failover.sh measures the
+/// default too). It bounds how late the client notices the new primary.
+pub fn failover_reconnect_max_delay() -> Duration {
+    let ms = std::env::var("FAILOVER_RECONNECT_MAX_DELAY_MS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200);
+    Duration::from_millis(ms)
 }

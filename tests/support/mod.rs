@@ -15,7 +15,7 @@ mod load;
 mod sentinel;
 
 pub use cluster::RedisCluster;
-pub use load::{Load, Outage, Sample};
+pub use load::{Load, Outage, Sample, cached_scripts, failover_reconnect_max_delay, ms, wait_for};
 pub use nix::sys::signal::Signal;
 use ratekeeper::app::{Application, Backend};
 use ratekeeper::config::{Overrides, Settings};
@@ -373,47 +373,4 @@ pub fn wait_for_ping(child: &mut Child, port: u16) -> bool {
     };
     std::mem::forget(probe); // owns no process or directory
     up
-}
-
-/// `number_of_cached_scripts` from INFO memory of the server on `port`.
-pub fn cached_scripts(port: u16) -> u64 {
-    let info = redis_cli(port, &["info", "memory"]);
-    info.lines()
-        .find_map(|l| l.strip_prefix("number_of_cached_scripts:"))
-        .and_then(|n| n.trim().parse().ok())
-        .expect("INFO memory reports number_of_cached_scripts")
-}
-
-/// Polls the blocking `done` every 50 ms off the runtime's threads; returns
-/// when it first held, or `None` after `limit`.
-pub async fn wait_for(
-    limit: Duration,
-    done: impl Fn() -> bool + Send + Sync + 'static,
-) -> Option<Instant> {
-    let started = Instant::now();
-    let done = std::sync::Arc::new(done);
-    while started.elapsed() < limit {
-        let done = done.clone();
-        if tokio::task::spawn_blocking(move || done()).await.unwrap() {
-            return Some(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    None
-}
-
-/// Milliseconds for a `FAILOVER ...` line, `none` for an absent duration.
-pub fn ms(duration: Option<Duration>) -> String {
-    duration.map_or("none".into(), |d| d.as_millis().to_string())
-}
-
-/// `redis.reconnect_max_delay` for the failover tests: 200 ms, or
-/// `FAILOVER_RECONNECT_MAX_DELAY_MS` (bench/failover.sh measures the
-/// default too). It bounds how late the client notices the new primary.
-pub fn failover_reconnect_max_delay() -> Duration {
-    let ms = std::env::var("FAILOVER_RECONNECT_MAX_DELAY_MS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    Duration::from_millis(ms)
 }
