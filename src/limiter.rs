@@ -126,6 +126,11 @@ impl Limiter {
         self.store.key_count()
     }
 
+    /// Keys the store evicted before their reset, if it evicts (the embedded store).
+    pub fn store_evictions(&self) -> Option<u64> {
+        self.store.evictions()
+    }
+
     /// Whether checks currently reach the store.
     pub fn is_ready(&self) -> bool {
         self.health.load(Ordering::Acquire) == UP

@@ -29,6 +29,9 @@ pub struct Metrics {
     pub backend_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
+    /// Keys the embedded store evicted before their reset (synced when
+    /// /metrics is read).
+    pub store_evictions: IntCounter,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
@@ -94,6 +97,11 @@ impl Metrics {
             "Keys holding state in the embedded store (memory.max_keys bounds it); 0 with Redis.",
         )
         .expect("valid metric");
+        let store_evictions = IntCounter::new(
+            "ratekeeper_store_evictions_total",
+            "Keys the embedded store evicted before their reset because it held memory.max_keys (nearest reset first).",
+        )
+        .expect("valid metric");
         let deny_cache_hits = IntCounter::new(
             "ratekeeper_deny_cache_hits_total",
             "Denials answered by the local deny cache without asking the store.",
@@ -113,6 +121,7 @@ impl Metrics {
             Box::new(backend_duration.clone()),
             Box::new(deny_cache_hits.clone()),
             Box::new(store_keys.clone()),
+            Box::new(store_evictions.clone()),
             Box::new(store_up.clone()),
         ] {
             registry
@@ -135,6 +144,7 @@ impl Metrics {
             backend_duration,
             deny_cache_hits,
             store_keys,
+            store_evictions,
             store_up,
         }
     }

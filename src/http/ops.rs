@@ -64,6 +64,11 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(keys) = state.limiter.store_key_count() {
         state.metrics.store_keys.set(keys as i64);
     }
+    if let Some(total) = state.limiter.store_evictions() {
+        // A counter only goes up: add what the store counted since last read.
+        let counter = &state.metrics.store_evictions;
+        counter.inc_by(total.saturating_sub(counter.get()));
+    }
     (
         [(
             header::CONTENT_TYPE,

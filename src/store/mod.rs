@@ -29,6 +29,13 @@ pub trait Store: Send + Sync + 'static {
     fn key_count(&self) -> Option<usize> {
         None
     }
+
+    /// Keys evicted before their reset to make room, where the store does
+    /// so itself (the embedded store at `memory.max_keys`); Redis counts its
+    /// own in `INFO stats`.
+    fn evictions(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Why a store could not answer.
