@@ -14,10 +14,10 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::Settings;
-use crate::deny_cache::DenyCache;
 use crate::domain::{MonotonicClock, SystemClock};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
+use crate::limiter::deny_cache::DenyCache;
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};

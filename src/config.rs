@@ -12,7 +12,7 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat, Map, Value, ValueKind};
 
 use crate::domain::{Bounds, parse_duration_us};
-use crate::limiter::{FailureMode, FailurePolicy};
+use crate::domain::{FailureMode, FailurePolicy};
 
 /// The reference configuration: every key with its default and a comment.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");

@@ -10,7 +10,7 @@ use prometheus::{
 };
 
 use crate::domain::Algorithm;
-use crate::limiter::FailureMode;
+use crate::domain::FailureMode;
 
 /// Latency buckets from 50 µs to 1 s: a check should sit in the first few.
 const LATENCY_BUCKETS: &[f64] = &[

@@ -12,71 +12,19 @@
 //!   caller already got the policy's answer. The breaker bounds that excess
 //!   to the checks in flight when the outage began.
 
+pub mod deny_cache;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use tracing::{info, warn};
 
-use crate::deny_cache::DenyCache;
+use self::deny_cache::DenyCache;
+pub use crate::domain::failure::{FailureMode, FailurePolicy};
 use crate::domain::{Check, Decision};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailureMode {
-    Open = 0,
-    Closed = 1,
-}
-
-impl FailureMode {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            FailureMode::Open => "open",
-            FailureMode::Closed => "closed",
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-pub struct FailurePolicy {
-    pub mode: FailureMode,
-    /// `retry_after` of a fail-closed denial.
-    pub closed_retry_after: Duration,
-}
-
-impl FailurePolicy {
-    /// The answer when the store cannot give one. Fail-open reports the rule's
-    /// full capacity (`burst`, which is `limit` for the window algorithms)
-    /// less this cost, as for a key never seen: the true count is unknown,
-    /// and a client should not throttle itself on a guess.
-    fn decide(&self, check: &Check) -> Decision {
-        let window_ms = check.rule.window_us.div_ceil(1_000);
-        match self.mode {
-            FailureMode::Open => Decision {
-                allowed: true,
-                limit: check.rule.limit,
-                remaining: check.rule.burst.saturating_sub(check.cost),
-                retry_after_ms: 0,
-                reset_after_ms: 0,
-                degraded: true,
-                window_ms,
-            },
-            FailureMode::Closed => {
-                let retry = self.closed_retry_after.as_millis() as u64;
-                Decision {
-                    allowed: false,
-                    limit: check.rule.limit,
-                    remaining: 0,
-                    retry_after_ms: retry,
-                    reset_after_ms: retry,
-                    degraded: true,
-                    window_ms,
-                }
-            }
-        }
-    }
-}
 
 /// A store error the failure policy must not hide (a script error, a key of
 /// the wrong type): answered with a 500 so it is noticed.
