@@ -17,6 +17,7 @@ use crate::config::Settings;
 use crate::domain::{MonotonicClock, SystemClock};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
+use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
@@ -100,7 +101,12 @@ impl Application {
             }
         };
         let metrics = Arc::new(Metrics::new());
-        let mut limiter = Limiter::new(store, settings.failure, metrics.clone());
+        let breaker = BreakerConfig {
+            trial_interval: probe_interval,
+            ..settings.breaker
+        };
+        let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
+            .with_breaker(breaker, Arc::new(MonotonicClock::default()));
         if settings.deny_cache_capacity > 0 {
             let clock = Arc::new(MonotonicClock::default());
             limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));

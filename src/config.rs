@@ -13,6 +13,7 @@ use config::{Config, Environment, File, FileFormat, Map, Value, ValueKind};
 
 use crate::domain::{Bounds, parse_duration_us};
 use crate::domain::{FailureMode, FailurePolicy};
+use crate::limiter::breaker::BreakerConfig;
 
 /// The reference configuration: every key with its default and a comment.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -24,6 +25,9 @@ pub struct Settings {
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
+    /// When a failure domain's circuit breaker opens. Its `trial_interval`
+    /// is `redis.probe_interval`, set when the application is built.
+    pub breaker: BreakerConfig,
     /// Entries of the local deny cache; 0 turns it off.
     pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
@@ -98,6 +102,11 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.batch_window",
     "failure.mode",
     "failure.closed_retry_after",
+    "breaker.consecutive_failures",
+    "breaker.failure_ratio",
+    "breaker.interval",
+    "breaker.min_calls",
+    "breaker.open_for",
     "deny_cache.capacity",
     "memory.sweep_interval",
     "memory.max_keys",
@@ -176,6 +185,7 @@ impl Settings {
             }),
             r.duration("failure.closed_retry_after"),
         );
+        let breaker = read_breaker(&mut r);
         let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
         let sweep_interval = r.duration("memory.sweep_interval");
         let max_keys = r.parse("memory.max_keys", |s| int_in(s, 64, 1_000_000_000));
@@ -208,6 +218,7 @@ impl Settings {
                     mode: failure.0?,
                     closed_retry_after: failure.1?,
                 },
+                breaker: breaker?,
                 deny_cache_capacity: deny_cache_capacity? as usize,
                 memory: MemorySettings {
                     sweep_interval: sweep_interval?,
@@ -282,6 +293,26 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         batch_window: batch_window?,
     };
     Some((!settings.url.is_empty()).then_some(settings))
+}
+
+/// The `[breaker]` section; `None` when any key is invalid.
+fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
+    let consecutive = r.parse("breaker.consecutive_failures", |s| int_in(s, 1, 1_000_000));
+    let ratio = r.parse("breaker.failure_ratio", |s| match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err("must be a number above 0 and at most 1, e.g. 0.5".into()),
+    });
+    let interval = r.duration("breaker.interval");
+    let min_calls = r.parse("breaker.min_calls", |s| int_in(s, 1, 1_000_000));
+    let open_for = r.duration("breaker.open_for");
+    Some(BreakerConfig {
+        consecutive_failures: consecutive? as u32,
+        failure_ratio: ratio?,
+        interval: interval?,
+        min_calls: min_calls? as u32,
+        open_for: open_for?,
+        ..BreakerConfig::default()
+    })
 }
 
 fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {

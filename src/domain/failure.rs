@@ -13,6 +13,8 @@ pub enum FailureMode {
 }
 
 impl FailureMode {
+    pub const ALL: [FailureMode; 2] = [FailureMode::Open, FailureMode::Closed];
+
     pub fn as_str(self) -> &'static str {
         match self {
             FailureMode::Open => "open",

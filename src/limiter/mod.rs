@@ -1,9 +1,10 @@
 //! The limiter: runs a check on the store and, when the store cannot answer,
 //! applies the failure policy. The one place fail-open/closed is decided.
 //!
-//! It also acts as a circuit breaker. After a transient store error it
-//! stops sending checks to the store and answers by policy at once, and a
-//! prober pings the store until it answers again. Two reasons:
+//! Between the two sit the circuit breakers ([`breaker`], one per failure
+//! domain in [`domains`]). An isolated error answers only its own check by
+//! policy; a sustained failure opens the domain's breaker, and then checks
+//! on it are answered by policy at once, for two reasons:
 //! - callers are not kept waiting a full timeout on every check during an
 //!   outage;
 //! - a frozen Redis does not accumulate a backlog of EVALSHAs. fred cannot
@@ -11,18 +12,25 @@
 //!   Redis runs when it wakes up and counts against its key even though the
 //!   caller already got the policy's answer. The breaker bounds that excess
 //!   to the checks in flight when the outage began.
+//!
+//! A prober ([`health`]) pings the store for readiness, and notices
+//! recovery while no check is sent.
 
+pub mod breaker;
 pub mod deny_cache;
+pub mod domains;
+mod health;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use tracing::{info, warn};
-
+use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
+use self::domains::Breakers;
+pub use self::health::NotReady;
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
-use crate::domain::{Check, Decision};
+use crate::domain::{Check, Clock, Decision, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::store::{Store, StoreError};
 
@@ -37,29 +45,50 @@ pub struct Limiter {
     policy: FailurePolicy,
     metrics: Arc<Metrics>,
     deny_cache: Option<DenyCache>,
-    /// One of UNKNOWN, UP, DOWN: only real transitions are logged, and the
-    /// first probe at startup is not one.
-    health: AtomicU8,
+    breakers: Breakers,
+    /// What the prober last saw: one of `health::{UNKNOWN, UP, DOWN}`.
+    probed: AtomicU8,
+    /// Why the store was last seen failing, for `/readyz`.
+    last_failure: std::sync::Mutex<Option<NotReady>>,
 }
 
-const UNKNOWN: u8 = 0;
-const UP: u8 = 1;
-const DOWN: u8 = 2;
-
 impl Limiter {
-    /// Starts with the store's health unknown (answered like down); the first
-    /// [`probe`](Self::probe) settles it. Call `probe` once before serving.
+    /// Starts with the store's health unknown (not ready) and the default
+    /// breaker on a monotonic clock. Call [`probe`](Self::probe) once
+    /// before serving.
     pub fn new(store: Arc<dyn Store>, policy: FailurePolicy, metrics: Arc<Metrics>) -> Limiter {
+        let breakers = Breakers::new(
+            BreakerConfig::default(),
+            Arc::new(MonotonicClock::default()),
+            metrics.clone(),
+            store.name(),
+            policy.mode,
+        );
         Limiter {
             store,
             policy,
             metrics,
             deny_cache: None,
-            health: AtomicU8::new(UNKNOWN),
+            breakers,
+            probed: AtomicU8::new(health::UNKNOWN),
+            last_failure: std::sync::Mutex::new(None),
         }
     }
 
-    /// Answers repeated denials locally (see [`crate::deny_cache`]).
+    /// Circuit breakers with `config`, timed by `clock` (monotonic in
+    /// production; tests drive a manual one).
+    pub fn with_breaker(mut self, config: BreakerConfig, clock: Arc<dyn Clock>) -> Limiter {
+        self.breakers = Breakers::new(
+            config,
+            clock,
+            self.metrics.clone(),
+            self.store.name(),
+            self.policy.mode,
+        );
+        self
+    }
+
+    /// Answers repeated denials locally (see [`deny_cache`]).
     pub fn with_deny_cache(mut self, cache: DenyCache) -> Limiter {
         self.deny_cache = Some(cache);
         self
@@ -74,11 +103,6 @@ impl Limiter {
         self.store.key_count()
     }
 
-    /// Whether checks currently reach the store.
-    pub fn is_ready(&self) -> bool {
-        self.health.load(Ordering::Acquire) == UP
-    }
-
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
         let cache = self.deny_cache.as_ref();
         // A recorded denial is the store's own answer, even while the store
@@ -86,15 +110,19 @@ impl Limiter {
         let decision = if let Some(outcome) = cache.and_then(|c| c.lookup(check)) {
             self.metrics.deny_cache_hits.inc();
             Decision::from_outcome(check, outcome)
-        } else if self.is_ready() {
+        } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
             let asked_at = cache.map(DenyCache::now_us);
             let started = Instant::now();
             let result = self.store.check(check).await;
             self.metrics
                 .backend_duration
                 .observe(started.elapsed().as_secs_f64());
+            self.breakers.record(permit, result.as_ref().err());
             match result {
                 Ok(outcome) => {
+                    if self.probed.load(Ordering::Relaxed) != health::UP {
+                        self.store_answered();
+                    }
                     if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
                         cache.record(check, asked_at, &outcome);
                     }
@@ -107,8 +135,10 @@ impl Limiter {
                         return Err(error.into());
                     }
                     if error.store_is_down() {
-                        self.mark_down(&error);
+                        self.remember_failure(&error);
                     }
+                    // Only this check: the breaker decides whether the
+                    // store as a whole is down.
                     self.degraded(check)
                 }
             }
@@ -123,58 +153,5 @@ impl Limiter {
     fn degraded(&self, check: &Check) -> Decision {
         self.metrics.record_degraded(self.policy.mode);
         self.policy.decide(check)
-    }
-
-    /// Pings the store and records whether it answers. Logs transitions only.
-    pub async fn probe(&self) {
-        match self.store.ping().await {
-            Ok(()) => {
-                if self.health.swap(UP, Ordering::AcqRel) == DOWN {
-                    info!(
-                        store = self.store.name(),
-                        "{} back: checks reach it again",
-                        self.store.name()
-                    );
-                }
-                self.metrics.store_up.set(1);
-            }
-            Err(error) => {
-                self.metrics.record_backend_error(error.kind());
-                self.mark_down(&error);
-            }
-        }
-    }
-
-    fn mark_down(&self, error: &StoreError) {
-        self.metrics.store_up.set(0);
-        if self.health.swap(DOWN, Ordering::AcqRel) != DOWN {
-            warn!(
-                store = self.store.name(),
-                %error,
-                "{} unreachable: failing {}",
-                self.store.name(),
-                self.policy.mode.as_str()
-            );
-        }
-    }
-
-    /// Probes every `interval` while the store is down (and every 4 intervals
-    /// while it is up, so readiness notices an idle outage).
-    pub fn spawn_prober(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
-        let limiter = Arc::downgrade(self);
-        tokio::spawn(async move {
-            let mut idle_rounds = 0u32;
-            loop {
-                tokio::time::sleep(interval).await;
-                let Some(limiter) = limiter.upgrade() else {
-                    return;
-                };
-                idle_rounds += 1;
-                if !limiter.is_ready() || idle_rounds >= 4 {
-                    idle_rounds = 0;
-                    limiter.probe().await;
-                }
-            }
-        })
     }
 }
