@@ -14,7 +14,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::Settings;
-use crate::domain::{MonotonicClock, SystemClock};
+use crate::domain::{FailureMode, MonotonicClock, SystemClock};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
@@ -86,6 +86,15 @@ impl Application {
             .map_err(|source| StartError::Bind { addr, source })?;
 
         let mut background = Vec::new();
+        // Local fallback only makes sense in front of Redis: the embedded
+        // store as the main store is never unreachable.
+        let local = (settings.failure.mode == FailureMode::Local
+            && matches!(backend, Backend::Redis(_)))
+        .then(|| {
+            let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
+            background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+            store
+        });
         let (store, redis): (Arc<dyn Store>, _) = match backend {
             Backend::Memory(store) => {
                 background.push(store.spawn_sweeper(settings.memory.sweep_interval));
@@ -107,6 +116,9 @@ impl Application {
         };
         let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
             .with_breaker(breaker, Arc::new(MonotonicClock::default()));
+        if let Some(local) = local {
+            limiter = limiter.with_local_store(local);
+        }
         if settings.deny_cache_capacity > 0 {
             let clock = Arc::new(MonotonicClock::default());
             limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));

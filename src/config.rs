@@ -181,7 +181,8 @@ impl Settings {
             r.parse("failure.mode", |s| match s {
                 "open" => Ok(FailureMode::Open),
                 "closed" => Ok(FailureMode::Closed),
-                _ => Err("must be \"open\" or \"closed\"".into()),
+                "local" => Ok(FailureMode::Local),
+                _ => Err("must be \"open\", \"closed\" or \"local\"".into()),
             }),
             r.duration("failure.closed_retry_after"),
         );
@@ -440,6 +441,30 @@ mod tests {
             assert!(text.contains(key), "{key} missing from:\n{text}");
         }
         assert_eq!(err.problems.len(), 4);
+    }
+
+    #[test]
+    fn local_failure_mode_and_breaker_keys() {
+        let vars = [
+            ("RATEKEEPER_FAILURE__MODE", "local"),
+            ("RATEKEEPER_BREAKER__CONSECUTIVE_FAILURES", "3"),
+            ("RATEKEEPER_BREAKER__FAILURE_RATIO", "0.25"),
+        ];
+        let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+        assert_eq!(s.failure.mode, FailureMode::Local);
+        assert_eq!(
+            (s.breaker.consecutive_failures, s.breaker.failure_ratio),
+            (3, 0.25)
+        );
+        assert_eq!(s.breaker.min_calls, 20);
+
+        let bad = [
+            ("RATEKEEPER_BREAKER__FAILURE_RATIO", "1.5"),
+            ("RATEKEEPER_BREAKER__MIN_CALLS", "0"),
+            ("RATEKEEPER_BREAKER__OPEN_FOR", "0s"),
+        ];
+        let err = Settings::load_from(&Overrides::default(), env(&bad)).unwrap_err();
+        assert_eq!(err.problems.len(), 3, "{err}");
     }
 
     #[test]

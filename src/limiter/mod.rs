@@ -15,6 +15,13 @@
 //!
 //! A prober ([`health`]) pings the store for readiness, and notices
 //! recovery while no check is sent.
+//!
+//! With `failure.mode = "local"` the policy's answer comes from an embedded
+//! [`MemoryStore`] that only this instance sees: same algorithms, so each
+//! instance limits on its own during an outage. Once Redis answers again,
+//! its state is authoritative and the local counts are simply no longer
+//! consulted (nor copied back: Redis may have counted the same requests, or
+//! lost everything in a restart, and there is no telling which).
 
 pub mod breaker;
 pub mod deny_cache;
@@ -32,6 +39,7 @@ pub use self::health::NotReady;
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
 use crate::domain::{Check, Clock, Decision, MonotonicClock};
 use crate::metrics::Metrics;
+use crate::store::memory::MemoryStore;
 use crate::store::{Store, StoreError};
 
 /// A store error the failure policy must not hide (a script error, a key of
@@ -45,6 +53,8 @@ pub struct Limiter {
     policy: FailurePolicy,
     metrics: Arc<Metrics>,
     deny_cache: Option<DenyCache>,
+    /// The fallback of [`FailureMode::Local`].
+    local: Option<MemoryStore>,
     breakers: Breakers,
     /// What the prober last saw: one of `health::{UNKNOWN, UP, DOWN}`.
     probed: AtomicU8,
@@ -69,6 +79,7 @@ impl Limiter {
             policy,
             metrics,
             deny_cache: None,
+            local: None,
             breakers,
             probed: AtomicU8::new(health::UNKNOWN),
             last_failure: std::sync::Mutex::new(None),
@@ -85,6 +96,13 @@ impl Limiter {
             self.store.name(),
             self.policy.mode,
         );
+        self
+    }
+
+    /// The embedded store that answers while the store cannot, under
+    /// [`FailureMode::Local`]. Without one, `Local` answers as `Open`.
+    pub fn with_local_store(mut self, store: MemoryStore) -> Limiter {
+        self.local = Some(store);
         self
     }
 
@@ -150,8 +168,21 @@ impl Limiter {
         Ok(decision)
     }
 
+    /// The answer when the store cannot give one: the local store's under
+    /// `Local` (when it can answer), the policy's otherwise.
     fn degraded(&self, check: &Check) -> Decision {
         self.metrics.record_degraded(self.policy.mode);
+        if let (FailureMode::Local, Some(local)) = (self.policy.mode, &self.local) {
+            match local.check_now(check) {
+                Ok(outcome) => {
+                    return Decision {
+                        degraded: true,
+                        ..Decision::from_outcome(check, outcome)
+                    };
+                }
+                Err(error) => self.metrics.record_backend_error(error.kind()),
+            }
+        }
         self.policy.decide(check)
     }
 }
