@@ -463,3 +463,37 @@ async fn refused_credentials_say_so_in_readiness_without_the_reply() {
     }
     assert_eq!(limiter.readiness().unwrap_err().kind, "auth");
 }
+
+/// Readiness must come back without a check: an instance that is not ready
+/// gets no traffic, so waiting for a check would keep it out for good.
+#[tokio::test]
+async fn an_idle_instance_becomes_ready_again_from_pings_alone() {
+    let store = Domains::new(StoreError::Timeout("frozen".into()));
+    let clock = ManualClock::new(0);
+    let (limiter, _) = manual_limiter(store.clone(), &clock).await;
+    store.set_down(0, true);
+    for _ in 0..5 {
+        limiter.check(&check_on("d0:k")).await.unwrap();
+    }
+    // Pings kept answering: the breaker half-opens once open_for is over.
+    store.set_down(0, false);
+    limiter.probe().await;
+    assert!(!limiter.is_ready());
+    clock.advance_us(1_000 * MS);
+    limiter.probe().await;
+    assert!(limiter.is_ready(), "half-open after open_for, on a ping");
+
+    // Pings failed too: the first ping that answers half-opens it at once.
+    store.set_down(0, true);
+    for _ in 0..5 {
+        limiter.check(&check_on("d0:k")).await.unwrap();
+    }
+    store.pings_fail.store(true, Ordering::SeqCst);
+    limiter.probe().await;
+    assert_eq!(limiter.readiness().unwrap_err().kind, "timeout");
+    store.pings_fail.store(false, Ordering::SeqCst);
+    store.set_down(0, false);
+    limiter.probe().await;
+    assert!(limiter.is_ready(), "no need to wait out open_for");
+    assert!(reached(&limiter, "d0:k").await, "the trial closes it");
+}

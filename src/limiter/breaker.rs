@@ -204,10 +204,12 @@ impl Breaker {
         }
     }
 
-    /// The prober saw the store come back: try a real call at once instead
-    /// of waiting out the open period.
-    pub fn store_recovered(&mut self, now_us: u64) -> Option<Transition> {
-        if self.state != State::Open {
+    /// The prober saw the store answer. After an outage (`at_once`), try a
+    /// real call now instead of waiting out the open period; otherwise only
+    /// once it is over, so an idle breaker is not left open for want of a
+    /// check to move it (readiness would keep traffic away for good).
+    pub fn store_recovered(&mut self, now_us: u64, at_once: bool) -> Option<Transition> {
+        if self.state != State::Open || !(at_once || now_us >= self.open_until_us) {
             return None;
         }
         self.enter(State::HalfOpen);
@@ -414,11 +416,28 @@ mod tests {
     #[test]
     fn the_prober_moves_open_to_half_open_at_once() {
         let mut b = breaker();
-        assert_eq!(b.store_recovered(0), None, "closed stays closed");
+        assert_eq!(b.store_recovered(0, true), None, "closed stays closed");
         for _ in 0..3 {
             call(&mut b, 0, true);
         }
-        assert_eq!(b.store_recovered(10 * MS), Some(Transition::HalfOpened));
+        assert_eq!(b.store_recovered(10 * MS, false), None, "still open");
+        assert_eq!(
+            b.store_recovered(10 * MS, true),
+            Some(Transition::HalfOpened)
+        );
         assert!(b.admit(10 * MS).0.is_some(), "trial without waiting");
+    }
+
+    #[test]
+    fn a_ping_after_the_open_period_half_opens_an_idle_breaker() {
+        let mut b = breaker();
+        for _ in 0..3 {
+            call(&mut b, 0, true);
+        }
+        assert_eq!(b.store_recovered(499 * MS, false), None);
+        assert_eq!(
+            b.store_recovered(500 * MS, false),
+            Some(Transition::HalfOpened)
+        );
     }
 }

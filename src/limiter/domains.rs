@@ -125,27 +125,27 @@ impl Breakers {
         }
     }
 
-    /// The prober saw the store answer after an outage: every open breaker
-    /// tries a real check at once.
-    pub fn store_recovered(&self) {
+    /// The prober saw the store answer: open breakers whose open period is
+    /// over (all of them `at_once`, after a failed ping) go half-open.
+    pub fn store_recovered(&self, at_once: bool) {
         let now = self.clock.now_us();
         let map = self.map.read().unwrap_or_else(|e| e.into_inner());
         for (&domain, breaker) in map.iter() {
-            let transition = lock(breaker).store_recovered(now);
+            let transition = lock(breaker).store_recovered(now, at_once);
             if let Some(t) = transition {
                 self.transitioned(domain, State::Open, t, None);
             }
         }
     }
 
-    /// (breakers not closed, breakers).
-    pub fn unhealthy(&self) -> (usize, usize) {
+    /// How many breakers are in each state, indexed by [`State`].
+    pub fn counts(&self) -> [usize; 3] {
         let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-        let open = map
-            .values()
-            .filter(|b| lock(b).state() != State::Closed)
-            .count();
-        (open, map.len())
+        let mut counts = [0; 3];
+        for breaker in map.values() {
+            counts[lock(breaker).state() as usize] += 1;
+        }
+        counts
     }
 
     /// Metrics and one log line per transition.
@@ -174,9 +174,10 @@ impl Breakers {
             Transition::HalfOpened => {
                 debug!(store, domain, "circuit breaker half-open: trying one check")
             }
+            // Not "back": the prober says that once for the store as a whole.
             Transition::Closed => info!(
                 store,
-                domain, "{store} back: circuit breaker closed, checks reach it again"
+                domain, "circuit breaker closed: checks reach {store} again"
             ),
         }
     }

@@ -58,10 +58,11 @@ impl NotReady {
 
 impl Limiter {
     /// Whether checks reach the store: the last ping answered and at least
-    /// one failure domain's breaker is closed. With one Redis node that is
-    /// "its breaker is closed". A cluster with one dead primary stays
-    /// ready: the other primaries answer, and taking every instance out of
-    /// service would turn a partial outage into a total one.
+    /// one failure domain's breaker is not open (half-open counts: it is
+    /// trying real checks). With one Redis node that is "its breaker is not
+    /// open". A cluster with one dead primary stays ready: the other
+    /// primaries answer, and taking every instance out of service would turn
+    /// a partial outage into a total one.
     pub fn is_ready(&self) -> bool {
         self.readiness().is_ok()
     }
@@ -69,8 +70,8 @@ impl Limiter {
     /// [`is_ready`](Self::is_ready), with the reason when not.
     pub fn readiness(&self) -> Result<(), NotReady> {
         let probed = self.probed.load(Ordering::Acquire);
-        let (unhealthy, domains) = self.breakers.unhealthy();
-        if probed == UP && unhealthy < domains {
+        let [closed, _, half_open] = self.breakers.counts();
+        if probed == UP && closed + half_open > 0 {
             return Ok(());
         }
         let last = self
@@ -92,11 +93,12 @@ impl Limiter {
     /// The store answered a ping or a check: it is up. After a failed ping,
     /// open breakers try a real check at once.
     pub(super) fn store_answered(&self) {
-        if self.probed.swap(UP, Ordering::AcqRel) == DOWN {
+        let was_down = self.probed.swap(UP, Ordering::AcqRel) == DOWN;
+        if was_down {
             let store = self.store.name();
-            info!(store, "{store} answers again");
-            self.breakers.store_recovered();
+            info!(store, "{store} back: it answers again");
         }
+        self.breakers.store_recovered(was_down);
     }
 
     /// Pings the store and records whether it answers. Logs transitions only.
@@ -110,7 +112,12 @@ impl Limiter {
                 if self.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
                     match &error {
                         StoreError::Auth(_) => error!(store, %error, "{AUTH_HINT}"),
-                        _ => warn!(store, %error, "{store} does not answer pings: not ready"),
+                        _ => warn!(
+                            store,
+                            %error,
+                            "{store} unreachable: not ready; checks it cannot answer get failing {}",
+                            self.policy.mode.as_str()
+                        ),
                     }
                 }
             }
@@ -130,7 +137,8 @@ impl Limiter {
                     return;
                 };
                 idle_rounds += 1;
-                let healthy = limiter.is_ready() && limiter.breakers.unhealthy().0 == 0;
+                let [_, open, half_open] = limiter.breakers.counts();
+                let healthy = limiter.is_ready() && open + half_open == 0;
                 if !healthy || idle_rounds >= 4 {
                     idle_rounds = 0;
                     limiter.probe().await;
