@@ -13,7 +13,7 @@
 //!   caller already got the policy's answer. The breaker bounds that excess
 //!   to the checks in flight when the outage began.
 //!
-//! A prober ([`health`]) pings the store for readiness, and notices
+//! A prober (`health.rs`) pings the store for readiness, and notices
 //! recovery while no check is sent.
 //!
 //! With `failure.mode = "local"` the policy's answer comes from an embedded
