@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::Settings;
+use crate::config::{RedisSettings, Settings};
 use crate::domain::{FailureMode, MonotonicClock, SystemClock};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
@@ -50,16 +50,7 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Application, StartError> {
         match &settings.redis {
             Some(redis) => {
-                let store = RedisStore::connect(RedisOptions {
-                    url: redis.url.clone(),
-                    key_prefix: redis.key_prefix.clone(),
-                    timeout: redis.timeout,
-                    pool_size: redis.pool_size,
-                    reconnect_max_delay: redis.reconnect_max_delay,
-                    batch_window: redis.batch_window,
-                    clock: None,
-                    ttl_pad_ms: 0,
-                })?;
+                let store = RedisStore::connect(redis_options(redis))?;
                 let probe_interval = redis.probe_interval;
                 Self::build_with(settings, Backend::Redis(store), probe_interval).await
             }
@@ -195,6 +186,21 @@ impl Application {
         }
         info!("stopped");
         result
+    }
+}
+
+/// The Redis client options the `[redis]` settings describe (tests use it
+/// to build stores they wrap).
+pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
+    RedisOptions {
+        url: redis.url.clone(),
+        key_prefix: redis.key_prefix.clone(),
+        timeout: redis.timeout,
+        pool_size: redis.pool_size,
+        reconnect_max_delay: redis.reconnect_max_delay,
+        batch_window: redis.batch_window,
+        clock: None,
+        ttl_pad_ms: 0,
     }
 }
 

@@ -17,12 +17,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use ratekeeper::app::redis_options;
 use ratekeeper::domain::{Algorithm, Check, Outcome, Rule};
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::RedisStore;
 use ratekeeper::store::{Store, StoreError};
-use support::{RedisServer, unique_key};
+use support::{RedisServer, settings, unique_key};
 
 const REQUESTS: usize = 400;
 const LIMIT: u64 = 100;
@@ -63,20 +64,12 @@ impl Store for FaultyStore {
 }
 
 fn redis_store(redis: &RedisServer) -> Arc<dyn Store> {
-    Arc::new(
-        RedisStore::connect(RedisOptions {
-            url: redis.url(),
-            key_prefix: "rk:".into(),
-            // Generous: only the injected call may fail on a busy 2-core box.
-            timeout: Duration::from_secs(5),
-            pool_size: 2,
-            reconnect_max_delay: Duration::from_millis(200),
-            batch_window: Duration::from_micros(100),
-            clock: None,
-            ttl_pad_ms: 0,
-        })
-        .expect("client builds"),
-    )
+    let mut config = settings(Some(&redis.url()));
+    let r = config.redis.as_mut().unwrap();
+    // Generous: only the injected call may fail on a busy 2-core box.
+    r.timeout = Duration::from_secs(5);
+    r.batch_window = Duration::from_micros(100);
+    Arc::new(RedisStore::connect(redis_options(r)).expect("client builds"))
 }
 
 struct Instance {
