@@ -26,7 +26,9 @@ const ALGORITHMS: [&str; 5] = [
 async fn spawn(redis: &RedisServer) -> Arc<TestApp> {
     let mut config = settings(Some(&redis.url()));
     let r = config.redis.as_mut().unwrap();
-    r.timeout = Duration::from_millis(100);
+    // Long enough that 400 checks at once on a busy 2-core box do not time
+    // out while Redis is up (a timeout would be answered locally too).
+    r.timeout = Duration::from_secs(1);
     r.probe_interval = Duration::from_millis(50);
     r.reconnect_max_delay = Duration::from_millis(200);
     config.failure.mode = FailureMode::Local;
