@@ -61,7 +61,8 @@ pub struct ServeArgs {
     /// [config: redis.url].
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// Answer when the store is unreachable: open allows, closed denies
+    /// Answer when the store is unreachable: open allows, closed denies,
+    /// local limits per instance from an embedded store
     /// [config: failure.mode, default open].
     #[arg(long, value_enum)]
     pub failure_mode: Option<FailureModeArg>,
@@ -71,6 +72,7 @@ pub struct ServeArgs {
 pub enum FailureModeArg {
     Open,
     Closed,
+    Local,
 }
 
 impl ServeArgs {
@@ -82,6 +84,7 @@ impl ServeArgs {
             failure_mode: self.failure_mode.map(|m| match m {
                 FailureModeArg::Open => "open".to_string(),
                 FailureModeArg::Closed => "closed".to_string(),
+                FailureModeArg::Local => "local".to_string(),
             }),
         }
     }

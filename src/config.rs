@@ -12,7 +12,8 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat, Map, Value, ValueKind};
 
 use crate::domain::{Bounds, parse_duration_us};
-use crate::limiter::{FailureMode, FailurePolicy};
+use crate::domain::{FailureMode, FailurePolicy};
+use crate::limiter::breaker::BreakerConfig;
 
 /// The reference configuration: every key with its default and a comment.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -24,6 +25,9 @@ pub struct Settings {
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
+    /// When a failure domain's circuit breaker opens. Its `trial_interval`
+    /// is `redis.probe_interval`, set when the application is built.
+    pub breaker: BreakerConfig,
     /// Entries of the local deny cache; 0 turns it off.
     pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
@@ -157,6 +161,11 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.batch_window",
     "failure.mode",
     "failure.closed_retry_after",
+    "breaker.consecutive_failures",
+    "breaker.failure_ratio",
+    "breaker.interval",
+    "breaker.min_calls",
+    "breaker.open_for",
     "deny_cache.capacity",
     "memory.sweep_interval",
     "memory.max_keys",
@@ -234,10 +243,12 @@ impl Settings {
             r.parse("failure.mode", |s| match s {
                 "open" => Ok(FailureMode::Open),
                 "closed" => Ok(FailureMode::Closed),
-                _ => Err("must be \"open\" or \"closed\"".into()),
+                "local" => Ok(FailureMode::Local),
+                _ => Err("must be \"open\", \"closed\" or \"local\"".into()),
             }),
             r.duration("failure.closed_retry_after"),
         );
+        let breaker = read_breaker(&mut r);
         let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
         let sweep_interval = r.duration("memory.sweep_interval");
         let max_keys = r.parse("memory.max_keys", |s| int_in(s, 64, 1_000_000_000));
@@ -270,6 +281,7 @@ impl Settings {
                     mode: failure.0?,
                     closed_retry_after: failure.1?,
                 },
+                breaker: breaker?,
                 deny_cache_capacity: deny_cache_capacity? as usize,
                 memory: MemorySettings {
                     sweep_interval: sweep_interval?,
@@ -402,6 +414,26 @@ fn percent_encode(s: &str) -> String {
         }
     }
     out
+}
+
+/// The `[breaker]` section; `None` when any key is invalid.
+fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
+    let consecutive = r.parse("breaker.consecutive_failures", |s| int_in(s, 1, 1_000_000));
+    let ratio = r.parse("breaker.failure_ratio", |s| match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err("must be a number above 0 and at most 1, e.g. 0.5".into()),
+    });
+    let interval = r.duration("breaker.interval");
+    let min_calls = r.parse("breaker.min_calls", |s| int_in(s, 1, 1_000_000));
+    let open_for = r.duration("breaker.open_for");
+    Some(BreakerConfig {
+        consecutive_failures: consecutive? as u32,
+        failure_ratio: ratio?,
+        interval: interval?,
+        min_calls: min_calls? as u32,
+        open_for: open_for?,
+        ..BreakerConfig::default()
+    })
 }
 
 fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
@@ -625,6 +657,30 @@ mod tests {
             "{text}"
         );
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn local_failure_mode_and_breaker_keys() {
+        let vars = [
+            ("RATEKEEPER_FAILURE__MODE", "local"),
+            ("RATEKEEPER_BREAKER__CONSECUTIVE_FAILURES", "3"),
+            ("RATEKEEPER_BREAKER__FAILURE_RATIO", "0.25"),
+        ];
+        let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+        assert_eq!(s.failure.mode, FailureMode::Local);
+        assert_eq!(
+            (s.breaker.consecutive_failures, s.breaker.failure_ratio),
+            (3, 0.25)
+        );
+        assert_eq!(s.breaker.min_calls, 20);
+
+        let bad = [
+            ("RATEKEEPER_BREAKER__FAILURE_RATIO", "1.5"),
+            ("RATEKEEPER_BREAKER__MIN_CALLS", "0"),
+            ("RATEKEEPER_BREAKER__OPEN_FOR", "0s"),
+        ];
+        let err = Settings::load_from(&Overrides::default(), env(&bad)).unwrap_err();
+        assert_eq!(err.problems.len(), 3, "{err}");
     }
 
     #[test]
