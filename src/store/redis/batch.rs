@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::StoreError;
-use super::redis::Inner;
+use super::Inner;
 use crate::domain::{Check, Outcome};
+use crate::store::StoreError;
 
 /// The most checks one batch carries.
 const MAX_BATCH: usize = 128;
