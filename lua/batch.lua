@@ -5,11 +5,11 @@
 -- ARGV[1]  now in microseconds, or '' to use Redis TIME (one reading for the
 --          whole batch: the checks arrived together)
 -- ARGV[2]  extra TTL in milliseconds
--- ARGV[3 + 5 (i - 1) ...]  check i: algorithm tag (fw, sw, sl, tb, gcra),
+-- ARGV[3 + 5 (i - 1) ...]  check i: algorithm tag (fw, sw, sl2, tb, gcra),
 --          limit, window in microseconds, cost, burst
 -- Reply    4 numbers per check, flattened: allowed, remaining, retry_after_us, reset_after_us
 
-local by_tag = {fw = fixed_window, sw = sliding_window, sl = sliding_log, tb = token_bucket, gcra = gcra}
+local by_tag = {fw = fixed_window, sw = sliding_window, sl2 = sliding_log, tb = token_bucket, gcra = gcra}
 local now = clock(ARGV[1])
 local pad_ms = tonumber(ARGV[2])
 local reply = {}

@@ -1,32 +1,60 @@
--- sliding_log: one sorted-set member per admitted unit, scored by its time
--- (src/domain/algorithms/sliding_log.rs).
--- key      sorted set; member '<time_us>:<n>', score time_us
--- Members of one timestamp are numbered from how many that timestamp already
--- has. Trimming removes whole timestamps, so the numbers never collide.
+-- sliding_log: one entry per admission instant carrying its units, bounded
+-- (src/domain/algorithms/sliding_log.rs explains the bound and its error).
+-- key      sorted set; member '<time_us>:<units>', score time_us; timestamps distinct
+-- At most 2 * MAX_EXACT_ENTRIES + 1 members, so every step below is bounded
+-- whatever the limit or cost, and the key stays a listpack.
+
+local MAX_EXACT_ENTRIES = 63
 
 local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
   local need = math.max(cost, 1)
   if now - window >= 0 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
   end
-  local count = redis.call('ZCARD', key)
+  -- The whole log, oldest first: ts[i], units[i].
+  local ts, units, count = {}, {}, 0
+  for i, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
+    local t, n = string.match(member, '^(%d+):(%d+)$')
+    ts[i], units[i] = tonumber(t), tonumber(n)
+    count = count + units[i]
+  end
+  local len = #ts
 
   local allowed = count + need <= limit
   if allowed and cost > 0 then
-    local at = int(now)
-    local first = redis.call('ZCOUNT', key, at, at)
-    local args = {}
-    for n = first, first + cost - 1 do
-      args[#args + 1] = at
-      args[#args + 1] = at .. ':' .. int(n)
-      -- unpack() has a stack limit; add large costs in slices.
-      if #args >= 1000 then
-        redis.call('ZADD', key, unpack(args))
-        args = {}
+    -- Which entry takes the units: one at this very instant; else a new one
+    -- while the log is short; else the newest, if this instant falls in its
+    -- slot or before it; else a new one.
+    local into = nil
+    for i = len, 1, -1 do
+      if ts[i] == now then
+        into = i
+        break
+      elseif ts[i] < now then
+        break
       end
     end
-    if #args > 0 then
-      redis.call('ZADD', key, unpack(args))
+    if into == nil and len >= MAX_EXACT_ENTRIES then
+      local slot = idiv(window + MAX_EXACT_ENTRIES - 1, MAX_EXACT_ENTRIES)
+      if now < ts[len] or idiv(now, slot) == idiv(ts[len], slot) then
+        into = len
+      end
+    end
+    if into == nil then
+      redis.call('ZADD', key, int(now), int(now) .. ':' .. int(cost))
+      -- Keep the Lua view sorted like the set: insert before later entries.
+      local at = len + 1
+      while at > 1 and ts[at - 1] > now do
+        at = at - 1
+      end
+      table.insert(ts, at, now)
+      table.insert(units, at, cost)
+      len = len + 1
+    else
+      redis.call('ZREM', key, int(ts[into]) .. ':' .. int(units[into]))
+      ts[into] = math.max(ts[into], now)
+      units[into] = units[into] + cost
+      redis.call('ZADD', key, int(ts[into]), int(ts[into]) .. ':' .. int(units[into]))
     end
     count = count + cost
   end
@@ -35,13 +63,18 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
   if not allowed then
     -- Passes once the oldest (count + need - limit) units have left the window.
     local rank = count + need - limit
-    local entry = redis.call('ZRANGE', key, rank - 1, rank - 1, 'WITHSCORES')
-    retry = tonumber(entry[2]) + window - now
+    local seen = 0
+    for i = 1, len do
+      seen = seen + units[i]
+      if seen >= rank then
+        retry = ts[i] + window - now
+        break
+      end
+    end
   end
   local reset = 0
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[2] then
-    reset = tonumber(newest[2]) + window - now
+  if len > 0 then
+    reset = ts[len] + window - now
     if allowed and cost > 0 then
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end

@@ -245,7 +245,7 @@ async fn redis_keys_are_tagged_prefixed_and_expire() {
     }
     // keys of one check share a cluster slot even with braces in the client key
     let odd = check("a}b{c", Algorithm::SlidingLog, 10, "30s", 1);
-    assert_eq!(store.key_for(&odd), "rk:{a}b{c}:sl:30000");
+    assert_eq!(store.key_for(&odd), "rk:{a}b{c}:sl2:30000");
     store.check(&odd).await.unwrap();
 }
 
@@ -267,7 +267,7 @@ async fn scripts_reload_after_the_cache_is_flushed() {
 }
 
 #[tokio::test]
-async fn a_large_cost_on_the_sliding_log_is_stored_in_slices() {
+async fn a_large_cost_on_the_sliding_log_is_one_entry() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     for store in stores(&server, &clock).await {
@@ -282,6 +282,66 @@ async fn a_large_cost_on_the_sliding_log_is_stored_in_slices() {
         .await;
         assert_eq!(denied.retry_after_us, 60 * SEC);
     }
+}
+
+/// Issue 6, defect 1: this one request used to add 100 000 members (11 MB,
+/// kept a year) and hold Redis for 215-305 ms. Now it writes one member, and
+/// a key's log stays small and compact however many admissions it sees.
+#[tokio::test]
+async fn the_sliding_log_dos_request_leaves_a_small_key_and_runs_fast() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    let redis = raw_client(&server).await;
+    let _: () = redis
+        .custom(
+            fred::cmd!("CONFIG"),
+            vec!["SET", "slowlog-log-slower-than", "0"],
+        )
+        .await
+        .unwrap();
+    let _: () = redis
+        .custom(fred::cmd!("SLOWLOG"), vec!["RESET"])
+        .await
+        .unwrap();
+
+    let dos = check("dosN", Algorithm::SlidingLog, 100_000, "366d", 100_000);
+    assert!(store.check(&dos).await.unwrap().allowed);
+    let key = store.key_for(&dos);
+    let bytes: i64 = redis
+        .custom(fred::cmd!("MEMORY"), vec!["USAGE", key.as_str()])
+        .await
+        .unwrap();
+    assert!(bytes < 1_024, "{bytes} B");
+    // Redis's own timing of the script (no sleep involved): main took 215+ ms.
+    let log: Vec<Vec<fred::types::Value>> = redis
+        .custom(fred::cmd!("SLOWLOG"), vec!["GET", "128"])
+        .await
+        .unwrap();
+    let worst_us = log.iter().filter_map(|e| e[2].as_i64()).max().unwrap();
+    assert!(worst_us < 20_000, "the check took {worst_us} µs in Redis");
+
+    // 5 000 admissions at distinct instants within the window: the log is
+    // bounded and stays a listpack.
+    let small = check("dosM", Algorithm::SlidingLog, 100_000, "366d", 1);
+    for i in 0..5_000 {
+        clock.set_us(T0 + i * 7 * SEC);
+        assert!(store.check(&small).await.unwrap().allowed);
+    }
+    let key = store.key_for(&small);
+    let members: i64 = redis.zcard(&key).await.unwrap();
+    assert!(members <= 127, "{members} members");
+    let encoding: String = redis
+        .custom(fred::cmd!("OBJECT"), vec!["ENCODING", key.as_str()])
+        .await
+        .unwrap();
+    assert_eq!(encoding, "listpack");
+    let bytes: i64 = redis
+        .custom(fred::cmd!("MEMORY"), vec!["USAGE", key.as_str()])
+        .await
+        .unwrap();
+    assert!(bytes < 8_192, "{bytes} B");
 }
 
 #[tokio::test]
