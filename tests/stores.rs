@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, Outcome, WindowInput};
-use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::{Store, StoreError};
 use support::{RedisServer, unique_key};
 
 const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
@@ -361,4 +361,103 @@ async fn lowering_the_limit_of_a_spent_key_reports_zero_remaining() {
             assert_eq!(lowered.remaining, 0, "{} {algorithm}", store.name());
         }
     }
+}
+
+/// A batching store under concurrent load on a real clock.
+fn batching_store(server: &RedisServer) -> RedisStore {
+    RedisStore::connect(RedisOptions {
+        url: server.url(),
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(2),
+        pool_size: 2,
+        reconnect_max_delay: Duration::from_millis(100),
+        batch_window: Duration::from_micros(200),
+        clock: None,
+        ttl_pad_ms: 0,
+    })
+    .unwrap()
+}
+
+/// `n` concurrent checks on distinct keys; the errors they got.
+async fn concurrent_errors(store: &RedisStore, n: usize) -> Vec<String> {
+    let tasks: Vec<_> = (0..n)
+        .map(|i| {
+            let store = store.clone();
+            let c = check(
+                &unique_key(&format!("conc{i}")),
+                Algorithm::ALL[i % 5],
+                100,
+                "1m",
+                1,
+            );
+            tokio::spawn(async move { store.check(&c).await })
+        })
+        .collect();
+    let mut errors = Vec::new();
+    for task in tasks {
+        if let Err(e) = task.await.unwrap() {
+            errors.push(e.to_string());
+        }
+    }
+    errors
+}
+
+/// Issue 6, defect 5: after Redis lost its script cache, batched checks
+/// failed until something reloaded the scripts; they must reload and retry
+/// like single checks do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn batched_checks_reload_scripts_after_the_cache_is_flushed() {
+    let server = RedisServer::start();
+    let store = batching_store(&server);
+    store.ping().await.unwrap();
+    assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
+    let redis = raw_client(&server).await;
+    let _: () = redis.script_flush(false).await.unwrap();
+    assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
+}
+
+/// Issue 6, defect 6: a key of the wrong type used to abort the whole batch
+/// (after earlier checks had written) and fail every caller in it.
+#[tokio::test]
+async fn a_wrong_type_key_fails_only_its_own_check_in_a_batch() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
+    store.ping().await.unwrap();
+    let redis = raw_client(&server).await;
+    let checks: Vec<Check> = Algorithm::ALL
+        .iter()
+        .flat_map(|&a| {
+            let good = unique_key("good");
+            [
+                check(&good, a, 5, "1m", 2),
+                check(&unique_key("bad"), a, 5, "1m", 1),
+                check(&good, a, 5, "1m", 2),
+            ]
+        })
+        .collect();
+    for bad in checks.iter().skip(1).step_by(3) {
+        // A string where a hash, sorted set or number is expected (gcra keeps
+        // a string, so give it a list).
+        let key = store.key_for(bad);
+        let _: () = redis.rpush(&key, "x").await.unwrap();
+    }
+    let results = store.check_each(&checks).await.unwrap();
+    for (i, result) in results.iter().enumerate() {
+        let algorithm = checks[i].rule.algorithm;
+        match i % 3 {
+            1 => match result {
+                Err(StoreError::Backend(message)) => {
+                    assert!(message.contains("WRONGTYPE"), "{algorithm}: {message}")
+                }
+                other => panic!("{algorithm}: {other:?}"),
+            },
+            n => {
+                let outcome = result.as_ref().unwrap();
+                let want = if n == 0 { 3 } else { 1 };
+                assert_eq!(outcome.remaining, want, "{algorithm} check {i}");
+            }
+        }
+    }
+    assert!(store.check_batch(&checks).await.is_err());
 }

@@ -36,12 +36,16 @@ impl Inner {
     /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
     /// `call` builds the keys and arguments; fred consumes them, and building
     /// them again on the rare NOSCRIPT is cheaper than cloning them always.
-    pub(super) async fn run<K: Into<fred::types::MultipleKeys> + Send>(
+    pub(super) async fn run<K, R>(
         &self,
         script: &Script,
         source: &'static str,
         call: impl Fn() -> (K, Vec<String>),
-    ) -> Result<Vec<i64>, StoreError> {
+    ) -> Result<R, StoreError>
+    where
+        K: Into<fred::types::MultipleKeys> + Send,
+        R: FromValue,
+    {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         let _call = CallGuard(&self.calls_in_flight);
         let (keys, args) = call();
@@ -59,7 +63,7 @@ impl Inner {
     pub(super) async fn check_one(&self, check: &Check) -> Result<Outcome, StoreError> {
         let rule = &check.rule;
         let algorithm = rule.algorithm;
-        let reply = self
+        let reply: Vec<i64> = self
             .run(
                 &self.scripts[algorithm.index()],
                 scripts::source(algorithm),
@@ -80,9 +84,13 @@ impl Inner {
     }
 
     /// One EVALSHA of the batch script for checks whose keys share a slot
-    /// (see [`group_by_slot`](Self::group_by_slot)), applied in order.
-    pub(super) async fn run_batch(&self, checks: &[&Check]) -> Result<Vec<Outcome>, StoreError> {
-        let reply = self
+    /// (see [`group_by_slot`](Self::group_by_slot)), applied in order. The
+    /// outer error fails the whole call; an inner one, only its check.
+    pub(super) async fn run_batch(
+        &self,
+        checks: &[&Check],
+    ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
+        let reply: Vec<Value> = self
             .run(&self.batch_script, scripts::BATCH, || {
                 let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
                 let mut args = Vec::with_capacity(2 + 5 * checks.len());
@@ -101,12 +109,30 @@ impl Inner {
             .await?;
         if reply.len() != 4 * checks.len() {
             return Err(StoreError::Backend(format!(
-                "unexpected batch reply of {} numbers for {} checks",
+                "unexpected batch reply of {} values for {} checks",
                 reply.len(),
                 checks.len()
             )));
         }
-        reply.chunks(4).map(outcome).collect()
+        Ok(reply.chunks(4).map(batch_outcome).collect())
+    }
+}
+
+/// One check's part of a batch reply: four numbers, or -1 and the error
+/// its check raised (see `lua/batch.lua`).
+fn batch_outcome(reply: &[Value]) -> Result<Outcome, StoreError> {
+    if let [Value::Integer(-1), message, ..] = reply {
+        let message = message.as_str().unwrap_or_default();
+        return Err(StoreError::Backend(format!(
+            "check failed in batch: {message}"
+        )));
+    }
+    let numbers: Option<Vec<i64>> = reply.iter().map(Value::as_i64).collect();
+    match numbers {
+        Some(numbers) => outcome(&numbers),
+        None => Err(StoreError::Backend(format!(
+            "unexpected batch reply {reply:?}"
+        ))),
     }
 }
 

@@ -151,7 +151,17 @@ impl RedisStore {
 
     /// Runs `checks` in order as the batcher would: one batch call per
     /// cluster slot. Public for the tests that hold batches to single checks.
+    /// Fails if any check failed; see [`check_each`](Self::check_each).
     pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
+        self.check_each(checks).await?.into_iter().collect()
+    }
+
+    /// Like [`check_batch`](Self::check_batch), with each check's own
+    /// result: a key of the wrong type fails only its check.
+    pub async fn check_each(
+        &self,
+        checks: &[Check],
+    ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
         let mut outcomes = vec![None; checks.len()];
         for group in self
             .inner
