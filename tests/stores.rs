@@ -461,3 +461,108 @@ async fn a_wrong_type_key_fails_only_its_own_check_in_a_batch() {
     }
     assert!(store.check_batch(&checks).await.is_err());
 }
+
+/// A redis-server that requires the password `sekrit` (support's servers
+/// take no extra arguments), killed on drop.
+struct PasswordServer {
+    child: std::process::Child,
+    port: u16,
+    dir: std::path::PathBuf,
+}
+
+impl PasswordServer {
+    fn start() -> PasswordServer {
+        let port = support::free_port();
+        let dir =
+            std::env::temp_dir().join(format!("ratekeeper-auth-{}-{port}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let child = std::process::Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+            ])
+            .args(["--requirepass", "sekrit", "--dir", dir.to_str().unwrap()])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .expect("redis-server runs");
+        let server = PasswordServer { child, port, dir };
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "redis-server did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        server
+    }
+
+    fn store(&self, credentials: &str) -> RedisStore {
+        RedisStore::connect(RedisOptions {
+            url: format!("redis://{credentials}127.0.0.1:{}", self.port),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_millis(200),
+            pool_size: 2,
+            reconnect_max_delay: Duration::from_millis(100),
+            batch_window: Duration::ZERO,
+            clock: None,
+            ttl_pad_ms: 0,
+        })
+        .unwrap()
+    }
+}
+
+impl Drop for PasswordServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn assert_auth(result: Result<impl std::fmt::Debug, StoreError>, what: &str) {
+    match result {
+        Err(StoreError::Auth(message)) => {
+            assert!(
+                !message.contains("hunter2"),
+                "{what}: the password leaked: {message}"
+            );
+            assert_eq!(StoreError::Auth(message).kind(), "auth");
+        }
+        other => panic!("{what}: expected an auth error, got {other:?}"),
+    }
+}
+
+/// Issue 6, defect 7: a wrong password used to read as "store timed out".
+#[tokio::test]
+async fn refused_credentials_are_reported_as_auth_errors() {
+    let server = PasswordServer::start();
+    let c = check(&unique_key("auth"), Algorithm::Gcra, 3, "1m", 1);
+    for credentials in [":hunter2@", "", "bob:hunter2@"] {
+        let store = server.store(credentials);
+        assert_auth(store.ping().await, credentials);
+        assert_auth(store.check(&c).await, credentials);
+        store.quit().await;
+    }
+    // A user who may connect but not run scripts: NOPERM.
+    let admin = server.store(":sekrit@");
+    admin.ping().await.unwrap();
+    assert!(admin.check(&c).await.unwrap().allowed);
+    let acl = vec![
+        "SETUSER", "limited", "on", ">hunter2", "~*", "+@all", "-evalsha", "-eval",
+    ];
+    let raw = Builder::from_config(
+        Config::from_url(&format!("redis://:sekrit@127.0.0.1:{}", server.port)).unwrap(),
+    )
+    .build()
+    .unwrap();
+    raw.init().await.unwrap();
+    let _: () = raw.custom(fred::cmd!("ACL"), acl).await.unwrap();
+    let limited = server.store("limited:hunter2@");
+    limited.ping().await.unwrap();
+    assert_auth(limited.check(&c).await, "NOPERM");
+}

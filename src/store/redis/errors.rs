@@ -25,6 +25,9 @@ pub(super) fn classify(error: Error) -> StoreError {
     // route command.", "Too many failed write attempts.").
     let code = details.split_whitespace().next().unwrap_or("");
     let from_server = !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase());
+    if super::auth::is_auth(&error) {
+        return StoreError::Auth(error.to_string());
+    }
     match error.kind() {
         ErrorKind::Timeout => StoreError::Timeout(error.to_string()),
         ErrorKind::IO
@@ -85,10 +88,57 @@ mod tests {
         );
         assert_eq!(
             kind_of(
+                ErrorKind::Auth,
+                "WRONGPASS invalid username-password pair or user is disabled."
+            ),
+            "auth"
+        );
+        assert_eq!(
+            kind_of(ErrorKind::Auth, "NOAUTH Authentication required."),
+            "auth"
+        );
+        assert_eq!(
+            kind_of(
+                ErrorKind::Unknown,
+                "NOPERM User bob has no permissions to run the 'evalsha' command"
+            ),
+            "auth"
+        );
+        assert_eq!(
+            kind_of(
                 ErrorKind::InvalidArgument,
                 "WRONGTYPE Operation against a key holding the wrong kind of value"
             ),
             "backend"
         );
+    }
+}
+
+#[cfg(test)]
+mod url_tests {
+    use super::super::{RedisOptions, RedisStore};
+    use std::time::Duration;
+
+    #[test]
+    fn a_bad_url_is_reported_without_its_password() {
+        for url in [
+            "redis://:hunter2@127.0.0.1:notaport",
+            "redis://u:hunter2@[::1:6379",
+            "redis-cluster://:hunter2@",
+            "redis://:hunter2@host:6379/notadb",
+        ] {
+            let options = RedisOptions {
+                url: url.into(),
+                key_prefix: "rk:".into(),
+                timeout: Duration::from_millis(100),
+                pool_size: 1,
+                reconnect_max_delay: Duration::from_millis(100),
+                batch_window: Duration::ZERO,
+                clock: None,
+                ttl_pad_ms: 0,
+            };
+            let error = RedisStore::connect(options).err().expect("rejected");
+            assert!(!error.to_string().contains("hunter2"), "{url}: {error}");
+        }
     }
 }

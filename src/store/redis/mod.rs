@@ -14,6 +14,7 @@
 //! reconnect policy so a dropped connection comes back, and `fail_fast =
 //! false` so a service started before Redis connects once Redis appears.
 
+mod auth;
 mod batch;
 mod calls;
 mod errors;
@@ -72,6 +73,8 @@ pub(super) struct Inner {
     /// the batcher entirely, so a lone request pays nothing for batching.
     calls_in_flight: AtomicUsize,
     clustered: bool,
+    /// Credentials refused while connecting, to explain timeouts.
+    auth: Arc<auth::AuthWatch>,
     options: RedisOptions,
 }
 
@@ -113,6 +116,7 @@ impl RedisStore {
             ))
             .build_pool(options.pool_size.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let auth = auth::AuthWatch::spawn(&pool);
         // The connection tasks end when `quit` closes the pool.
         drop(pool.connect_pool());
         let window = options.batch_window;
@@ -123,6 +127,7 @@ impl RedisStore {
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
             clustered,
+            auth,
             options,
         });
         let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
@@ -182,7 +187,7 @@ impl RedisStore {
 #[async_trait]
 impl Store for RedisStore {
     async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
-        match &self.batcher {
+        let result = match &self.batcher {
             // Batch only when a call is already under way: otherwise there is
             // nothing to wait for, and the hop through the batcher task would
             // only add latency.
@@ -190,11 +195,13 @@ impl Store for RedisStore {
                 batch::submit(batcher, check).await
             }
             _ => self.inner.check_one(check).await,
-        }
+        };
+        result.map_err(|e| self.inner.auth.explain(e))
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        let _: String = self.inner.pool.ping(None).await.map_err(classify)?;
+        let pong: Result<String, _> = self.inner.pool.ping(None).await;
+        pong.map_err(|e| self.inner.auth.explain(classify(e)))?;
         if !self.inner.scripts_loaded.load(Ordering::Acquire) {
             self.inner.load_scripts().await?;
         }
