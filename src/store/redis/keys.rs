@@ -25,6 +25,18 @@ impl Inner {
         key
     }
 
+    /// The cluster slot of `check`'s key, without building the key: Redis
+    /// hashes only the tag, `check.key` up to its first `}`. Builds the key
+    /// only where the rule differs (an empty tag, braces in the prefix).
+    pub(super) fn slot_of(&self, check: &Check) -> u16 {
+        let tag = check.key.split('}').next().unwrap_or_default();
+        let prefix = &self.options.key_prefix;
+        if tag.is_empty() || prefix.contains(['{', '}']) {
+            return fred::util::redis_keyslot(self.key_for(check).as_bytes());
+        }
+        fred::util::redis_keyslot(tag.as_bytes())
+    }
+
     /// Groups items by the cluster slot of their check's key, keeping
     /// arrival order within each group (a single server is one group).
     pub(super) fn group_by_slot<T>(
@@ -38,12 +50,55 @@ impl Inner {
         }
         let mut groups: Vec<(u16, Vec<T>)> = Vec::new();
         for item in items {
-            let slot = fred::util::redis_keyslot(self.key_for(check(&item)).as_bytes());
+            let slot = self.slot_of(check(&item));
             match groups.iter_mut().find(|(s, _)| *s == slot) {
                 Some((_, members)) => members.push(item),
                 None => groups.push((slot, vec![item])),
             }
         }
         groups.into_iter().map(|(_, group)| group).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::{RedisOptions, RedisStore};
+    use crate::domain::{Algorithm, Check, Rule};
+
+    /// `slot_of` skips building the key; it must agree with hashing the key.
+    #[tokio::test]
+    async fn slot_of_agrees_with_hashing_the_whole_key() {
+        for prefix in ["rk:", "", "a{b}:"] {
+            let store = RedisStore::connect(RedisOptions {
+                url: "redis://127.0.0.1:1".into(),
+                key_prefix: prefix.into(),
+                timeout: Duration::from_millis(10),
+                pool_size: 1,
+                reconnect_max_delay: Duration::from_millis(10),
+                batch_window: Duration::ZERO,
+                clock: None,
+                ttl_pad_ms: 0,
+            })
+            .unwrap();
+            for key in [
+                "user:42", "}x", "a}b{c", "{a}", "a{b}c", "{}", "ü}", "x{", "}",
+            ] {
+                let check = Check {
+                    key: key.into(),
+                    rule: Rule {
+                        algorithm: Algorithm::SlidingLog,
+                        limit: 1,
+                        window_us: 1_000_000,
+                        burst: 1,
+                    },
+                    cost: 1,
+                };
+                let whole = fred::util::redis_keyslot(store.key_for(&check).as_bytes());
+                assert_eq!(store.inner.slot_of(&check), whole, "{prefix:?} {key:?}");
+            }
+            store.quit().await;
+        }
     }
 }

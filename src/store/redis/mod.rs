@@ -17,6 +17,7 @@
 mod auth;
 mod batch;
 mod calls;
+mod domains;
 mod errors;
 mod keys;
 
@@ -75,6 +76,8 @@ pub(super) struct Inner {
     clustered: bool,
     /// Credentials refused while connecting, to explain timeouts.
     auth: Arc<auth::AuthWatch>,
+    /// Which node serves which slot, in a cluster.
+    domains: Option<domains::Domains>,
     options: RedisOptions,
 }
 
@@ -117,6 +120,7 @@ impl RedisStore {
             .build_pool(options.pool_size.max(1))
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let auth = auth::AuthWatch::spawn(&pool);
+        let domains = clustered.then(|| domains::Domains::spawn(&pool));
         // The connection tasks end when `quit` closes the pool.
         drop(pool.connect_pool());
         let window = options.batch_window;
@@ -128,6 +132,7 @@ impl RedisStore {
             calls_in_flight: AtomicUsize::new(0),
             clustered,
             auth,
+            domains,
             options,
         });
         let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
@@ -210,5 +215,12 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn failure_domain(&self, check: &Check) -> u64 {
+        match &self.inner.domains {
+            Some(domains) => domains.of(&self.inner.pool, self.inner.slot_of(check)),
+            None => 0,
+        }
     }
 }
