@@ -8,10 +8,15 @@
 #
 # Each binary only prints its script (`ratekeeper script sliding_log`); the
 # defaults are main's build and this tree's debug build (the script text is
-# the same in any profile). Scenarios, each on a fresh key, limit 100 000:
+# the same in any profile). Scenarios, each on a fresh key, limit 100 000 unless said:
 #   dos    one check of cost 100 000 on a 366-day window (the issue's request)
 #   spread 20 000 checks of cost 1, 1 ms apart, on a 10 s window: the log
 #          is always full of distinct instants, its worst shape
+#   denied 20 000 checks of cost 1, 10 µs apart, limit 1 000 per 10 s: the
+#          first 1 000 pass, the rest are denied (a denial scans the log for
+#          its exact retry_after)
+#   widest 63 checks 1 µs apart, then 63 one second apart, on a 63 s window
+#          (slots of 1 s): the log at its most entries
 #   burst  20 000 checks of cost 1 at distinct microseconds on a 366-day
 #          window (all within one slot once the log holds 63 entries)
 # Writes bench/results/slowlog-<date>.md.
@@ -42,6 +47,11 @@ commands() {
     dos) echo "EVALSHA $sha 1 $key $T0 100000 $((366 * DAY)) 100000 100000 0" ;;
     spread) awk -v s="$sha" -v k="$key" -v t="$T0" -v n="$N" \
       'BEGIN { for (i = 0; i < n; i++) printf "EVALSHA %s 1 %s %.0f 100000 10000000 1 100000 0\n", s, k, t + i * 1000 }' ;;
+    denied) awk -v s="$sha" -v k="$key" -v t="$T0" -v n="$N" \
+      'BEGIN { for (i = 0; i < n; i++) printf "EVALSHA %s 1 %s %.0f 1000 10000000 1 1000 0\n", s, k, t + i * 10 }' ;;
+    widest) awk -v s="$sha" -v k="$key" -v t="$T0" \
+      'BEGIN { for (i = 0; i < 63; i++) printf "EVALSHA %s 1 %s %.0f 100000 63000000 1 100000 0\n", s, k, t + i
+               for (j = 0; j < 63; j++) printf "EVALSHA %s 1 %s %.0f 100000 63000000 1 100000 0\n", s, k, t + j * 1000000 + 500000 }' ;;
     burst) awk -v s="$sha" -v k="$key" -v t="$T0" -v n="$N" -v w="$((366 * DAY))" \
       'BEGIN { for (i = 0; i < n; i++) printf "EVALSHA %s 1 %s %.0f 100000 %.0f 1 100000 0\n", s, k, t + i, w }' ;;
   esac
@@ -71,14 +81,14 @@ OUT=bench/results/slowlog-$(date -u +%Y%m%dT%H%M%SZ).md
   echo "# Sliding log worst case in Redis, $(date -u +%F)"
   echo
   echo "Produced by \`bash bench/slowlog.sh\` on Redis $(redis-server --version | awk '{print $3}' | cut -d= -f2)."
-  echo "before: \`$BEFORE\` (one member per unit); after: \`$AFTER\` (one member per instant, at most 127)."
+  echo "before: \`$BEFORE\` (one member per unit); after: \`$AFTER\` (one member per instant, at most 127, plus the running total)."
   echo "Times: EVALSHA durations of the scenario in SLOWLOG (µs, Redis's own time, no network);"
   echo "on a shared 2-core machine a single worst value can include a scheduling hiccup, so"
   echo "median and p99 are shown too. Memory: MEMORY USAGE of the key after the scenario."
   echo
   echo "| version | scenario | checks | median (µs) | p99 (µs) | worst check (µs) | key memory (B) | members | encoding |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  for scenario in dos spread burst; do
+  for scenario in dos spread denied widest burst; do
     measure before "$BEFORE" "$scenario"
     measure after "$AFTER" "$scenario"
   done

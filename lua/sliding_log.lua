@@ -1,80 +1,116 @@
 -- sliding_log: one entry per admission instant carrying its units, bounded
 -- (src/domain/algorithms/sliding_log.rs explains the bound and its error).
--- key      sorted set; member '<time_us>:<units>', score time_us; timestamps distinct
--- At most 2 * MAX_EXACT_ENTRIES + 1 members, so every step below is bounded
--- whatever the limit or cost, and the key stays a listpack.
+-- key      sorted set: member '<time_us>:<units>' scored time_us, timestamps
+--          distinct; plus 'n:<units>' scored +inf, the running total, which
+--          trimming by time never touches.
+-- At most 2 * MAX_EXACT_ENTRIES + 1 entries, so every step is bounded
+-- whatever the limit or cost, and the key stays a listpack. An allowed check
+-- reads only the newest entry, the total and the entries leaving the
+-- window; only a denial scans the log, for its exact retry_after.
 
 local MAX_EXACT_ENTRIES = 63
 
+-- '<a>:<b>' -> a, b as numbers (a is nil for the total's 'n').
+local function split(member)
+  local colon = string.find(member, ':', 1, true)
+  return tonumber(string.sub(member, 1, colon - 1)), tonumber(string.sub(member, colon + 1))
+end
+
+local function entry(ts, units)
+  return int(ts) .. ':' .. int(units)
+end
+
 local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
   local need = math.max(cost, 1)
-  if now - window >= 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+  -- The newest entry and the total: the last two members.
+  local tail = redis.call('ZRANGE', key, -2, -1)
+  local total, count, len, newest, newest_units = nil, 0, 0, nil, 0
+  if #tail > 0 then
+    total = tail[#tail]
+    local _, n = split(total)
+    count = n
+    len = redis.call('ZCARD', key) - 1
   end
-  -- The whole log, oldest first: ts[i], units[i].
-  local ts, units, count = {}, {}, 0
-  for i, member in ipairs(redis.call('ZRANGE', key, 0, -1)) do
-    local t, n = string.match(member, '^(%d+):(%d+)$')
-    ts[i], units[i] = tonumber(t), tonumber(n)
-    count = count + units[i]
+  if #tail == 2 then
+    newest, newest_units = split(tail[1])
   end
-  local len = #ts
+  local changed = false
+  if len > 0 and now - window >= 0 then
+    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', int(now - window))
+    if #expired > 0 then
+      for _, member in ipairs(expired) do
+        local _, n = split(member)
+        count = count - n
+      end
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+      len = len - #expired
+      if len == 0 then
+        newest = nil
+      end
+      changed = true
+    end
+  end
 
   local allowed = count + need <= limit
   if allowed and cost > 0 then
     -- Which entry takes the units: one at this very instant; else a new one
     -- while the log is short; else the newest, if this instant falls in its
     -- slot or before it; else a new one.
-    local into = nil
-    for i = len, 1, -1 do
-      if ts[i] == now then
-        into = i
-        break
-      elseif ts[i] < now then
-        break
-      end
+    local same = {}
+    if len > 0 then
+      same = redis.call('ZRANGEBYSCORE', key, int(now), int(now))
     end
-    if into == nil and len >= MAX_EXACT_ENTRIES then
-      local slot = idiv(window + MAX_EXACT_ENTRIES - 1, MAX_EXACT_ENTRIES)
-      if now < ts[len] or idiv(now, slot) == idiv(ts[len], slot) then
-        into = len
+    if #same > 0 then
+      local _, n = split(same[1])
+      redis.call('ZREM', key, same[1])
+      redis.call('ZADD', key, int(now), entry(now, n + cost))
+      if now == newest then
+        newest_units = n + cost
       end
-    end
-    if into == nil then
-      redis.call('ZADD', key, int(now), int(now) .. ':' .. int(cost))
-      -- Keep the Lua view sorted like the set: insert before later entries.
-      local at = len + 1
-      while at > 1 and ts[at - 1] > now do
-        at = at - 1
-      end
-      table.insert(ts, at, now)
-      table.insert(units, at, cost)
-      len = len + 1
     else
-      redis.call('ZREM', key, int(ts[into]) .. ':' .. int(units[into]))
-      ts[into] = math.max(ts[into], now)
-      units[into] = units[into] + cost
-      redis.call('ZADD', key, int(ts[into]), int(ts[into]) .. ':' .. int(units[into]))
+      local slot = idiv(window + MAX_EXACT_ENTRIES - 1, MAX_EXACT_ENTRIES)
+      if len >= MAX_EXACT_ENTRIES and (now < newest or idiv(now, slot) == idiv(newest, slot)) then
+        redis.call('ZREM', key, entry(newest, newest_units))
+        newest, newest_units = math.max(newest, now), newest_units + cost
+        redis.call('ZADD', key, int(newest), entry(newest, newest_units))
+      else
+        redis.call('ZADD', key, int(now), entry(now, cost))
+        len = len + 1
+        if newest == nil or now > newest then
+          newest, newest_units = now, cost
+        end
+      end
     end
     count = count + cost
+    changed = true
+  end
+  if changed then
+    if total ~= nil then
+      redis.call('ZREM', key, total)
+    end
+    if len > 0 then
+      redis.call('ZADD', key, '+inf', 'n:' .. int(count))
+    end
   end
 
   local retry = 0
   if not allowed then
-    -- Passes once the oldest (count + need - limit) units have left the window.
+    -- Passes once the oldest (count + need - limit) units have left the
+    -- window: when the entry holding that rank expires.
     local rank = count + need - limit
     local seen = 0
-    for i = 1, len do
-      seen = seen + units[i]
+    for _, member in ipairs(redis.call('ZRANGE', key, 0, -2)) do
+      local ts, n = split(member)
+      seen = seen + n
       if seen >= rank then
-        retry = ts[i] + window - now
+        retry = ts + window - now
         break
       end
     end
   end
   local reset = 0
-  if len > 0 then
-    reset = ts[len] + window - now
+  if newest ~= nil then
+    reset = newest + window - now
     if allowed and cost > 0 then
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end

@@ -2,7 +2,8 @@
 //! exactly the units of the last `window`.
 //!
 //! One entry per admission instant, `(timestamp, units)`, in both stores
-//! (Redis: one sorted-set member `<ts>:<units>` scored by `ts`), so a check
+//! (Redis: one sorted-set member `<ts>:<units>` scored by `ts`, plus the
+//! running total, so an allowed check need not read the whole log), so a check
 //! of cost 100 000 writes one entry, not 100 000. The entries of a key are
 //! bounded by [`MAX_EXACT_ENTRIES`]: below it the log is exact; at or above
 //! it, an admission in the same time slot as the newest entry (slots of
@@ -18,9 +19,10 @@ use std::collections::VecDeque;
 use crate::domain::{Outcome, Rule};
 
 /// Entries a log holds before admissions start to share slots. With at most
-/// `2 * 63 + 1 = 127` entries, a Redis key stays within
-/// `zset-max-listpack-entries` (128), its compact encoding. `lua/sliding_log.lua`
-/// has the same constant (a test checks they match).
+/// `2 * 63 + 1 = 127` entries plus the running total the Lua keeps beside
+/// them, a Redis key stays within `zset-max-listpack-entries` (128), its
+/// compact encoding. `lua/sliding_log.lua` has the same constant (a test
+/// checks they match).
 pub const MAX_EXACT_ENTRIES: usize = 63;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
