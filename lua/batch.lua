@@ -1,5 +1,5 @@
 -- batch: several checks in one call, applied in order, each exactly as it
--- would run alone (src/store/batch.rs sends them). All five algorithm
+-- would run alone (src/store/redis/batch.rs sends them). All five algorithm
 -- functions are defined before this file.
 -- KEYS[i]  the state of check i
 -- ARGV[1]  now in microseconds, or '' to use Redis TIME (one reading for the
