@@ -236,7 +236,11 @@ impl Settings {
         );
         let limits = (
             r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
-            r.parse("limits.max_sliding_log_limit", |s| int_in(s, 1, 10_000_000)),
+            // A sliding log's memory no longer grows with its limit (at most 127
+            // entries), so any valid limit may be allowed.
+            r.parse("limits.max_sliding_log_limit", |s| {
+                int_in(s, 1, crate::domain::MAX_LIMIT)
+            }),
         );
         let redis = read_redis(&mut r);
         let failure = (

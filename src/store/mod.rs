@@ -2,7 +2,6 @@
 //! storing: the embedded [`memory::MemoryStore`] runs the domain functions
 //! in-process, [`redis::RedisStore`] runs their Lua twins in Redis.
 
-pub(crate) mod batch;
 pub mod memory;
 pub mod redis;
 pub mod scripts;
