@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use super::errors::{classify, is_noscript};
+use super::errors::{classify, is_moved, is_noscript};
 use super::{CallGuard, Inner};
 use crate::domain::{Check, Outcome};
 use crate::store::{StoreError, scripts};
@@ -36,8 +36,10 @@ impl Inner {
     /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
     /// `call` builds the keys and arguments; fred consumes them, and building
     /// them again on the rare NOSCRIPT is cheaper than cloning them always.
+    /// In a cluster the call goes to the pool of the node owning `slot`.
     pub(super) async fn run<K, R>(
         &self,
+        slot: u16,
         script: &Script,
         source: &'static str,
         call: impl Fn() -> (K, Vec<String>),
@@ -48,16 +50,25 @@ impl Inner {
     {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         let _call = CallGuard(&self.calls_in_flight);
+        let pool = match &self.domains {
+            Some(domains) => domains.route(&self.pool, slot)?,
+            None => self.pool.clone(),
+        };
         let (keys, args) = call();
-        match self.pool.evalsha(script.sha1().clone(), keys, args).await {
+        let result = match pool.evalsha(script.sha1().clone(), keys, args).await {
             Err(e) if is_noscript(&e) => {
                 self.scripts_loaded.store(false, Ordering::Release);
                 let (keys, args) = call();
-                self.pool.eval(source, keys, args).await
+                pool.eval(source, keys, args).await
             }
             other => other,
+        };
+        if let (Err(e), Some(domains)) = (&result, &self.domains) {
+            if is_moved(e) {
+                domains.suspect(&self.pool);
+            }
         }
-        .map_err(classify)
+        result.map_err(classify)
     }
 
     pub(super) async fn check_one(&self, check: &Check) -> Result<Outcome, StoreError> {
@@ -65,6 +76,7 @@ impl Inner {
         let algorithm = rule.algorithm;
         let reply: Vec<i64> = self
             .run(
+                self.slot_of(check),
                 &self.scripts[algorithm.index()],
                 scripts::source(algorithm),
                 || {
@@ -91,21 +103,26 @@ impl Inner {
         checks: &[&Check],
     ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
         let reply: Vec<Value> = self
-            .run(&self.batch_script, scripts::BATCH, || {
-                let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
-                let mut args = Vec::with_capacity(2 + 5 * checks.len());
-                args.push(self.now_arg());
-                args.push(self.options.ttl_pad_ms.to_string());
-                for check in checks {
-                    let rule = &check.rule;
-                    args.push(rule.algorithm.key_tag().to_string());
-                    args.push(rule.limit.to_string());
-                    args.push(rule.window_us.to_string());
-                    args.push(check.cost.to_string());
-                    args.push(rule.burst.to_string());
-                }
-                (keys, args)
-            })
+            .run(
+                self.slot_of(checks[0]),
+                &self.batch_script,
+                scripts::BATCH,
+                || {
+                    let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
+                    let mut args = Vec::with_capacity(2 + 5 * checks.len());
+                    args.push(self.now_arg());
+                    args.push(self.options.ttl_pad_ms.to_string());
+                    for check in checks {
+                        let rule = &check.rule;
+                        args.push(rule.algorithm.key_tag().to_string());
+                        args.push(rule.limit.to_string());
+                        args.push(rule.window_us.to_string());
+                        args.push(check.cost.to_string());
+                        args.push(rule.burst.to_string());
+                    }
+                    (keys, args)
+                },
+            )
             .await?;
         if reply.len() != 4 * checks.len() {
             return Err(StoreError::Backend(format!(

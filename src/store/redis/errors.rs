@@ -7,7 +7,11 @@ use crate::store::StoreError;
 
 /// Server error codes that mean "not now" rather than "never". OOM: Redis is
 /// at maxmemory with noeviction and refuses writes, an outage of capacity.
-const TRANSIENT_SERVER_CODES: [&str; 7] = [
+/// MOVED and ASK: a node pool asked a node that no longer owns the slot;
+/// the routing is refreshed (see `domains.rs`).
+const TRANSIENT_SERVER_CODES: [&str; 9] = [
+    "MOVED",
+    "ASK",
     "LOADING",
     "BUSY",
     "MASTERDOWN",
@@ -39,6 +43,12 @@ pub(super) fn classify(error: Error) -> StoreError {
         ErrorKind::Unknown if !from_server => StoreError::Unavailable(error.to_string()),
         _ => StoreError::Backend(error.to_string()),
     }
+}
+
+/// The node asked no longer serves the slot.
+pub(super) fn is_moved(error: &Error) -> bool {
+    let details = error.details();
+    details.starts_with("MOVED ") || details.starts_with("ASK ")
 }
 
 pub(super) fn is_noscript(error: &Error) -> bool {
@@ -111,6 +121,15 @@ mod tests {
             ),
             "backend"
         );
+        assert_eq!(
+            kind_of(ErrorKind::Unknown, "MOVED 3999 127.0.0.1:6381"),
+            "unavailable"
+        );
+        assert!(is_moved(&Error::new(
+            ErrorKind::Unknown,
+            "MOVED 3999 127.0.0.1:6381"
+        )));
+        assert!(!is_moved(&Error::new(ErrorKind::Unknown, "ERR MOVED")));
     }
 }
 

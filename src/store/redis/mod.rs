@@ -20,6 +20,7 @@ mod calls;
 mod domains;
 mod errors;
 mod keys;
+mod nodes;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -81,6 +82,31 @@ pub(super) struct Inner {
     options: RedisOptions,
 }
 
+/// A pool of `options.pool_size` clients for `config`, with the timeouts,
+/// attempts and reconnect policy described in the module doc. Connecting
+/// is left to the caller.
+pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool, StoreError> {
+    let max_delay = options
+        .reconnect_max_delay
+        .as_millis()
+        .min(u32::MAX as u128) as u32;
+    Builder::from_config(config)
+        .with_performance_config(|p| p.default_command_timeout = options.timeout)
+        .with_connection_config(|c| {
+            c.max_command_attempts = 1;
+            c.connection_timeout = options.timeout.max(Duration::from_millis(500));
+            c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
+        })
+        .set_policy(ReconnectPolicy::new_exponential(
+            0,
+            50,
+            max_delay.max(50),
+            2,
+        ))
+        .build_pool(options.pool_size.max(1))
+        .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
 /// Counts one Redis call for as long as it lives, error paths included.
 struct CallGuard<'a>(&'a AtomicUsize);
 
@@ -107,27 +133,10 @@ impl RedisStore {
             .server
             .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
         let clustered = config.server.is_clustered();
-        let max_delay = options
-            .reconnect_max_delay
-            .as_millis()
-            .min(u32::MAX as u128) as u32;
-        let pool = Builder::from_config(config)
-            .with_performance_config(|p| p.default_command_timeout = options.timeout)
-            .with_connection_config(|c| {
-                c.max_command_attempts = 1;
-                c.connection_timeout = options.timeout.max(Duration::from_millis(500));
-                c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
-            })
-            .set_policy(ReconnectPolicy::new_exponential(
-                0,
-                50,
-                max_delay.max(50),
-                2,
-            ))
-            .build_pool(options.pool_size.max(1))
-            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let pool = build_pool(config.clone(), &options)?;
         let auth = auth::AuthWatch::spawn(&pool);
-        let domains = clustered.then(|| domains::Domains::spawn(&pool));
+        let domains = clustered
+            .then(|| domains::Domains::spawn(&pool, nodes::Nodes::new(config, options.clone())));
         // The connection tasks end when `quit` closes the pool.
         drop(pool.connect_pool());
         let window = options.batch_window;
@@ -158,6 +167,9 @@ impl RedisStore {
 
     /// Closes every connection.
     pub async fn quit(&self) {
+        if let Some(domains) = &self.inner.domains {
+            domains.quit_nodes().await;
+        }
         let _ = self.inner.pool.quit().await;
     }
 

@@ -1,0 +1,103 @@
+//! One client pool per cluster primary, for the checks.
+//!
+//! Why not fred's cluster client: while it reconnects to any one node, it
+//! routes no command at all (its reconnect loop runs in the task that
+//! routes), so one dead primary would time out the checks of every healthy
+//! one until a replica took over. The cluster client still discovers the
+//! topology (`domains.rs`); each check goes to a plain client of the node
+//! that owns its slot, so one node's outage stays its own.
+
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use fred::prelude::*;
+use fred::types::config::Server;
+
+use super::{RedisOptions, build_pool};
+use crate::store::StoreError;
+
+pub(super) struct Nodes {
+    pools: RwLock<HashMap<Server, Pool>>,
+    /// The cluster client's config: credentials, TLS, timeouts.
+    template: Config,
+    options: RedisOptions,
+}
+
+impl Nodes {
+    pub(super) fn new(template: Config, options: RedisOptions) -> Nodes {
+        Nodes {
+            pools: RwLock::new(HashMap::new()),
+            template,
+            options,
+        }
+    }
+
+    /// The pool of `server` once it is connected. Until then `None` (the
+    /// caller uses the cluster client): the pool is created on first ask and
+    /// connects in the background, and a check queued behind a connection
+    /// being set up would only time out.
+    pub(super) fn connected(&self, server: &Server) -> Result<Option<Pool>, StoreError> {
+        let pool = match self.read().get(server) {
+            Some(pool) => pool.clone(),
+            None => self.create(server)?,
+        };
+        Ok(pool
+            .clients()
+            .iter()
+            .all(|c| c.is_connected())
+            .then_some(pool))
+    }
+
+    fn create(&self, server: &Server) -> Result<Pool, StoreError> {
+        let mut pools = self.pools.write().unwrap_or_else(|e| e.into_inner());
+        if let Some(pool) = pools.get(server) {
+            return Ok(pool.clone());
+        }
+        let config = Config {
+            server: ServerConfig::Centralized {
+                server: server.clone(),
+            },
+            ..self.template.clone()
+        };
+        let pool = build_pool(config, &self.options)?;
+        // The connection tasks end when `retain` or `quit_all` closes the pool.
+        drop(pool.connect_pool());
+        pools.insert(server.clone(), pool.clone());
+        Ok(pool)
+    }
+
+    /// Starts connecting to every node that owns slots, so checks find its
+    /// pool ready, and closes the pools of nodes that no longer own any (a
+    /// failed primary demoted or gone), so they stop reconnecting.
+    pub(super) fn retain(&self, owners: &[Server]) {
+        for owner in owners {
+            if let Err(error) = self.create(owner) {
+                tracing::warn!(%error, "cannot set up a client for a cluster node");
+            }
+        }
+        let mut pools = self.pools.write().unwrap_or_else(|e| e.into_inner());
+        let gone: Vec<Server> = pools
+            .keys()
+            .filter(|server| !owners.contains(server))
+            .cloned()
+            .collect();
+        for server in gone {
+            if let Some(pool) = pools.remove(&server) {
+                tokio::spawn(async move {
+                    let _ = pool.quit().await;
+                });
+            }
+        }
+    }
+
+    pub(super) async fn quit_all(&self) {
+        let pools: Vec<Pool> = self.read().values().cloned().collect();
+        for pool in pools {
+            let _ = pool.quit().await;
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Server, Pool>> {
+        self.pools.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
