@@ -37,8 +37,10 @@ impl Nodes {
     /// connects in the background, and a check queued behind a connection
     /// being set up would only time out.
     pub(super) fn connected(&self, server: &Server) -> Result<Option<Pool>, StoreError> {
-        let pool = match self.read().get(server) {
-            Some(pool) => pool.clone(),
+        // Bound first: the read guard must be gone before `create` writes.
+        let known = self.read().get(server).cloned();
+        let pool = match known {
+            Some(pool) => pool,
             None => self.create(server)?,
         };
         Ok(pool
