@@ -6,7 +6,9 @@
 //!
 //! Layout: `keys.rs` (key names and cluster slots), `calls.rs` (EVALSHA of
 //! one check or one batch), `batch.rs` (the micro-batcher task),
-//! `errors.rs` (outage or bug).
+//! `errors.rs` (outage or bug), `auth.rs` (refused credentials),
+//! `domains.rs` (which cluster node owns a slot) and `nodes.rs` (a client
+//! pool per cluster node, so one dead node stalls only its own keys).
 //!
 //! Timeouts and reconnects follow `shared/DEPENDENCIES.md`: fred's
 //! `default_command_timeout` (per-call options are ignored for EVALSHA),
