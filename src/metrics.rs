@@ -33,6 +33,9 @@ pub struct Metrics {
     pub deny_cache_hits: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
     pub store_up: IntGauge,
+    /// Open client connections, and those refused over `server.max_connections`.
+    pub connections: IntGauge,
+    pub connections_refused: IntCounter,
 }
 
 impl Metrics {
@@ -104,6 +107,16 @@ impl Metrics {
             "1 while the store answers checks, 0 while degraded.",
         )
         .expect("valid metric");
+        let connections = IntGauge::new(
+            "ratekeeper_connections",
+            "Open client connections (server.max_connections bounds it).",
+        )
+        .expect("valid metric");
+        let connections_refused = IntCounter::new(
+            "ratekeeper_connections_refused_total",
+            "Connections refused with a canned 503 because server.max_connections were open.",
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks_vec) as Box<dyn prometheus::core::Collector>,
@@ -114,6 +127,8 @@ impl Metrics {
             Box::new(deny_cache_hits.clone()),
             Box::new(store_keys.clone()),
             Box::new(store_up.clone()),
+            Box::new(connections.clone()),
+            Box::new(connections_refused.clone()),
         ] {
             registry
                 .register(collector)
@@ -136,6 +151,8 @@ impl Metrics {
             deny_cache_hits,
             store_keys,
             store_up,
+            connections,
+            connections_refused,
         }
     }
 
