@@ -57,7 +57,7 @@ const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
 content-type: application/json\r\n\
 retry-after: 1\r\n\
 connection: close\r\n\
-content-length: 92\r\n\r\n\
+content-length: 88\r\n\r\n\
 {\"error\":{\"code\":\"overloaded\",\"message\":\"too many open connections; retry in a moment\"}}";
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
