@@ -149,7 +149,7 @@ impl ConnectionConfig {
         let io = TokioIo::new(TimedIo::new(stream, activity.clone(), self.timeouts));
         let service = ConnectionService {
             inner: self.service,
-            activity,
+            activity: activity.clone(),
             body_timeout: self.body_timeout,
         };
         // hyper's own header timer is left off: it restarts whenever the
@@ -176,6 +176,7 @@ impl ConnectionConfig {
                     match now {
                         Stage::Draining if !draining => {
                             draining = true;
+                            activity.drain();
                             conn.as_mut().graceful_shutdown();
                         }
                         Stage::Stop => return,

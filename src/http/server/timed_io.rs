@@ -15,11 +15,13 @@
 //!
 //! A read past its deadline fails with `TimedOut`, and hyper drops the
 //! connection without answering (as nginx does for `client_header_timeout`).
+//! At shutdown, a connection with no request in progress is closed at once,
+//! idle or in the middle of a head (nothing was promised to it yet).
 
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
@@ -36,6 +38,9 @@ pub(super) struct Activity {
     /// woken when it finishes so the keep-alive clock starts (hyper itself
     /// may not read again until the client sends something).
     reader: Mutex<Option<Waker>>,
+    /// Set at shutdown: a connection waiting for a request head is closed at
+    /// once rather than when its deadline comes.
+    draining: AtomicBool,
 }
 
 impl Activity {
@@ -43,6 +48,12 @@ impl Activity {
     pub(super) fn begin(self: &Arc<Self>) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         RequestGuard(self.clone())
+    }
+}
+
+impl Activity {
+    pub(super) fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
     }
 }
 
@@ -120,6 +131,12 @@ impl<T> TimedIo<T> {
     /// Ready(Err) once the current deadline has passed; otherwise registers
     /// the waker for it.
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        if self.activity.draining.load(Ordering::Acquire) {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "shutting down: no request in progress on this connection",
+            ));
+        }
         let deadline = self.deadline();
         if deadline != self.armed_for {
             self.timer.as_mut().reset(deadline);
