@@ -206,12 +206,10 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         let busy = self.activity.begin();
-        request
-            .extensions_mut()
-            .insert(BodyDeadline {
-                at: Instant::now() + self.body_timeout,
-                timeout: self.body_timeout,
-            });
+        request.extensions_mut().insert(BodyDeadline {
+            at: Instant::now() + self.body_timeout,
+            timeout: self.body_timeout,
+        });
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await;
