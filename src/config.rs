@@ -41,6 +41,9 @@ pub struct ServerSettings {
     pub body_read_timeout: Duration,
     /// An idle keep-alive connection is closed after this.
     pub keepalive_timeout: Duration,
+    /// A connection whose client reads nothing of a response for this long
+    /// is closed.
+    pub write_timeout: Duration,
     /// Connections beyond this are refused at once.
     pub max_connections: usize,
 }
@@ -99,6 +102,7 @@ const KNOWN_KEYS: &[&str] = &[
     "server.header_read_timeout",
     "server.body_read_timeout",
     "server.keepalive_timeout",
+    "server.write_timeout",
     "server.max_connections",
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
@@ -178,6 +182,7 @@ impl Settings {
             r.duration("server.header_read_timeout"),
             r.duration("server.body_read_timeout"),
             r.duration("server.keepalive_timeout"),
+            r.duration("server.write_timeout"),
             r.parse("server.max_connections", |s| int_in(s, 1, 10_000_000)),
         );
         let limits = (
@@ -218,7 +223,8 @@ impl Settings {
                     header_read_timeout: server.2?,
                     body_read_timeout: server.3?,
                     keepalive_timeout: server.4?,
-                    max_connections: server.5? as usize,
+                    write_timeout: server.5?,
+                    max_connections: server.6? as usize,
                 },
                 limits: Bounds {
                     max_key_bytes: limits.0? as usize,

@@ -328,6 +328,30 @@ async fn checks_stay_fast_while_2000_slow_connections_are_open_and_then_closed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_nothing_is_closed_by_the_write_timeout() {
+    let app = TestApp::spawn(settings(&[("write_timeout", "1s")])).await;
+    let host = addr(&app);
+    // Pipelined requests for a 1.4 MB asset, answers never read: the
+    // kernel's buffers fill and the server's writes stop making progress.
+    let mut reader = TcpStream::connect(&host).await.unwrap();
+    let request = format!("GET /docs/swagger-ui-bundle.js HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    reader
+        .write_all(request.repeat(50).as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(open_connections(&app).await, 2, "the reader and /metrics");
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut open = open_connections(&app).await;
+    while open > 1 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        open = open_connections(&app).await;
+    }
+    assert_eq!(open, 1, "the non-reading client is still connected");
+    drop(reader);
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_beyond_the_limit_are_refused_while_existing_ones_are_served() {
     let app = TestApp::spawn(settings(&[("max_connections", "4")])).await;
     let host = addr(&app);

@@ -30,7 +30,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use timed_io::{Activity, ReadTimeouts, TimedIo};
+use timed_io::{Activity, TimedIo, Timeouts};
 
 use crate::config::ServerSettings;
 
@@ -81,9 +81,10 @@ pub async fn serve(
     let (stage_tx, stage_rx) = watch::channel(Stage::Serving);
     let connection = ConnectionConfig {
         service: TowerToHyperService::new(router),
-        timeouts: ReadTimeouts {
+        timeouts: Timeouts {
             header: settings.header_read_timeout,
             keepalive: settings.keepalive_timeout,
+            write: settings.write_timeout,
         },
         body_timeout: settings.body_read_timeout,
     };
@@ -137,7 +138,7 @@ pub async fn serve(
 #[derive(Clone)]
 struct ConnectionConfig {
     service: TowerToHyperService<Router>,
-    timeouts: ReadTimeouts,
+    timeouts: Timeouts,
     body_timeout: Duration,
 }
 

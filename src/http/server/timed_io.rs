@@ -13,6 +13,11 @@
 //!   body deadline is the handler's (it answers 408), and hyper closes the
 //!   connection after a response whose body was left unread.
 //!
+//! Writes have their own clock: a response the client does not read (a
+//! slow reader, or pipelined requests whose answers pile up) fails after
+//! `write_timeout` without progress, since hyper reads nothing more while a
+//! write is stuck.
+//!
 //! A read past its deadline fails with `TimedOut`, and hyper drops the
 //! connection without answering (as nginx does for `client_header_timeout`).
 //! At shutdown, a connection with no request in progress is closed at once,
@@ -72,9 +77,10 @@ impl Drop for RequestGuard {
 }
 
 #[derive(Debug, Clone, Copy)]
-pub(super) struct ReadTimeouts {
+pub(super) struct Timeouts {
     pub header: Duration,
     pub keepalive: Duration,
+    pub write: Duration,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -88,15 +94,17 @@ enum Phase {
 pub(super) struct TimedIo<T> {
     inner: T,
     activity: Arc<Activity>,
-    timeouts: ReadTimeouts,
+    timeouts: Timeouts,
     phase: Phase,
     seen_finished: u64,
     timer: Pin<Box<Sleep>>,
     armed_for: Instant,
+    /// Armed while a write waits for the client to read; made on first need.
+    write_timer: Option<Pin<Box<Sleep>>>,
 }
 
 impl<T> TimedIo<T> {
-    pub(super) fn new(inner: T, activity: Arc<Activity>, timeouts: ReadTimeouts) -> Self {
+    pub(super) fn new(inner: T, activity: Arc<Activity>, timeouts: Timeouts) -> Self {
         let now = Instant::now();
         let deadline = now + timeouts.header;
         TimedIo {
@@ -107,6 +115,31 @@ impl<T> TimedIo<T> {
             seen_finished: 0,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
             armed_for: deadline,
+            write_timer: None,
+        }
+    }
+
+    /// Passes a write's result through, failing a write that has made no
+    /// progress for `write_timeout`.
+    fn write_progress<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        if result.is_ready() {
+            self.write_timer = None;
+            return result;
+        }
+        let write = self.timeouts.write;
+        let timer = self
+            .write_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(write)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client read nothing for server.write_timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
         }
     }
 
@@ -194,7 +227,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.write_progress(cx, result)
     }
 
     fn poll_write_vectored(
@@ -202,7 +237,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.write_progress(cx, result)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -210,7 +247,9 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_flush(cx);
+        this.write_progress(cx, result)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
