@@ -409,9 +409,10 @@ impl Drop for KillOnDrop {
     }
 }
 
-#[test]
-fn sigterm_closes_idle_and_half_sent_connections_at_once() {
-    use std::io::{BufRead, BufReader, Read, Write};
+/// The binary with long shutdown, header and body timeouts; returns it and
+/// its address.
+fn spawn_binary() -> (KillOnDrop, String) {
+    use std::io::{BufRead, BufReader};
     let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
     for (name, _) in std::env::vars() {
         if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
@@ -423,18 +424,58 @@ fn sigterm_closes_idle_and_half_sent_connections_at_once() {
         .env("RATEKEEPER_LOG__FORMAT", "json")
         .env("RATEKEEPER_SERVER__SHUTDOWN_TIMEOUT", "30s")
         .env("RATEKEEPER_SERVER__HEADER_READ_TIMEOUT", "30s")
+        .env("RATEKEEPER_SERVER__BODY_READ_TIMEOUT", "30s")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let mut child = KillOnDrop(child);
-    let started = BufReader::new(child.0.stdout.take().unwrap())
-        .lines()
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let started = lines
+        .by_ref()
         .map(|l| l.unwrap())
         .find(|l| l.contains("listening"))
         .expect("a startup line");
+    std::thread::spawn(move || for _ in lines {});
     let log: serde_json::Value = serde_json::from_str(&started).unwrap();
-    let host = log["addr"].as_str().unwrap().to_string();
+    (child, log["addr"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn sigterm_lets_an_in_flight_request_finish() {
+    use std::io::{Read, Write};
+    let (mut child, host) = spawn_binary();
+    let mut stream = std::net::TcpStream::connect(&host).unwrap();
+    let (first, rest) = CHECK_BODY.split_at(10);
+    write!(
+        stream,
+        "POST /v1/check HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{first}",
+        CHECK_BODY.len()
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(support::send_signal(child.0.id(), support::Signal::SIGTERM));
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "exited with a request in flight"
+    );
+    stream.write_all(rest.as_bytes()).unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("connection: close"),
+        "a draining server says it closes: {response}"
+    );
+    let status = child.0.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn sigterm_closes_idle_and_half_sent_connections_at_once() {
+    use std::io::{Read, Write};
+    let (mut child, host) = spawn_binary();
 
     // Three keep-alive connections, each idle after one answered request.
     let mut kept = Vec::new();
