@@ -328,6 +328,24 @@ async fn checks_stay_fast_while_2000_slow_connections_are_open_and_then_closed()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn request_heads_are_bounded_to_64_kib() {
+    let app = TestApp::spawn(settings(&[])).await;
+    let host = addr(&app);
+    for (size, status) in [(60 * 1024, 200), (70 * 1024, 431)] {
+        let mut stream = TcpStream::connect(&host).await.unwrap();
+        let head = format!(
+            "GET /healthz HTTP/1.1\r\nHost: {host}\r\nX-Big: {}\r\n\r\n",
+            "a".repeat(size)
+        );
+        // The server may answer 431 and close before it has read it all.
+        let _ = stream.write_all(head.as_bytes()).await;
+        let response = read_response(&mut stream).await.map(|r| r.0);
+        assert_eq!(response, Some(status), "a {size}-byte header");
+    }
+    app.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_reads_nothing_is_closed_by_the_write_timeout() {
     let app = TestApp::spawn(settings(&[("write_timeout", "1s")])).await;
     let host = addr(&app);

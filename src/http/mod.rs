@@ -34,23 +34,29 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
+    // The Swagger UI answers an unknown file under /docs (and /docs/../x)
+    // with an empty 404; only its routes need the rewrite, the others
+    // answer with ApiError already.
+    let docs: Router<AppState> = SwaggerUi::new("/docs")
+        .url("/openapi.json", openapi::document())
+        .into();
+    let docs = docs.layer(map_response(json_error_bodies));
     Router::new()
         .route("/v1/check", post(check::check))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi::document()))
+        .merge(docs)
         // axum answers these with empty or plain-text bodies; ours are JSON.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(map_response(json_error_bodies))
         .with_state(state)
 }
 
 /// Error responses made below our handlers (the Swagger UI's 404 for an
-/// unknown file under /docs, for example) have empty bodies; give them ours,
-/// keeping their status and headers.
+/// unknown file under /docs) have empty bodies; give them ours, keeping
+/// their status and headers.
 async fn json_error_bodies(response: Response) -> Response {
     let status = response.status();
     if !(status.is_client_error() || status.is_server_error())

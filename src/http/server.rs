@@ -51,6 +51,11 @@ pub struct ConnectionMetrics {
     pub refused: IntCounter,
 }
 
+/// Largest request head (line and headers). hyper's default, ~400 KiB, would
+/// let each of `max_connections` clients make the server buffer that much;
+/// heads over this are answered 431 (by hyper, with an empty body).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
 /// Written to connections over `max_connections`, without reading them:
 /// parsing would cost what the limit is there to save.
 const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
@@ -158,6 +163,8 @@ impl ConnectionConfig {
         // header timeout (see timed_io).
         let conn = hyper::server::conn::http1::Builder::new()
             .header_read_timeout(None)
+            .max_header_size(MAX_HEAD_BYTES)
+            .max_buf_size(MAX_HEAD_BYTES)
             .serve_connection(io, service);
         let mut conn = std::pin::pin!(conn);
         let mut draining = false;
