@@ -392,6 +392,23 @@ mod tests {
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(s.failure.mode, FailureMode::Open);
         assert_eq!(s.limits.max_key_bytes, 512);
+        let server = &s.server;
+        assert_eq!(
+            (
+                server.header_read_timeout,
+                server.body_read_timeout,
+                server.keepalive_timeout,
+                server.write_timeout,
+                server.max_connections,
+            ),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+                10_000
+            )
+        );
     }
 
     #[test]
