@@ -109,7 +109,10 @@ fn schemathesis_finds_nothing() {
         .args(["--no-color", "--request-timeout", "5"])
         .env("SCHEMATHESIS_HOOKS", "ratekeeper_hooks")
         .env("PYTHONPATH", &hooks)
-        .current_dir(&hooks)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Hypothesis and schemathesis keep their databases in the working
+        // directory: keep them out of the source tree.
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
