@@ -25,8 +25,9 @@ ENV RATEKEEPER_SERVER__LISTEN=0.0.0.0:8080 \
     RATEKEEPER_LOG__FORMAT=json
 USER nonroot:nonroot
 EXPOSE 8080
-# The binary probes itself: the image has no curl or wget.
+# The binary probes itself (the image has no curl or wget). It reads the same
+# configuration as `serve`, so it follows a changed server.listen.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-    CMD ["/usr/local/bin/ratekeeper", "healthcheck", "--url", "http://127.0.0.1:8080/healthz"]
+    CMD ["/usr/local/bin/ratekeeper", "healthcheck"]
 ENTRYPOINT ["/usr/local/bin/ratekeeper"]
 CMD ["serve"]

@@ -1,47 +1,116 @@
--- sliding_log: one sorted-set member per admitted unit, scored by its time
--- (src/domain/algorithms/sliding_log.rs).
--- key      sorted set; member '<time_us>:<n>', score time_us
--- Members of one timestamp are numbered from how many that timestamp already
--- has. Trimming removes whole timestamps, so the numbers never collide.
+-- sliding_log: one entry per admission instant carrying its units, bounded
+-- (src/domain/algorithms/sliding_log.rs explains the bound and its error).
+-- key      sorted set: member '<time_us>:<units>' scored time_us, timestamps
+--          distinct; plus 'n:<units>' scored +inf, the running total, which
+--          trimming by time never touches.
+-- At most 2 * MAX_EXACT_ENTRIES + 1 entries, so every step is bounded
+-- whatever the limit or cost, and the key stays a listpack. An allowed check
+-- reads only the newest entry, the total and the entries leaving the
+-- window; only a denial scans the log, for its exact retry_after.
+
+local MAX_EXACT_ENTRIES = 63
+
+-- '<a>:<b>' -> a, b as numbers (a is nil for the total's 'n').
+local function split(member)
+  local colon = string.find(member, ':', 1, true)
+  return tonumber(string.sub(member, 1, colon - 1)), tonumber(string.sub(member, colon + 1))
+end
+
+local function entry(ts, units)
+  return int(ts) .. ':' .. int(units)
+end
 
 local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
   local need = math.max(cost, 1)
-  if now - window >= 0 then
-    redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+  -- The newest entry and the total: the last two members.
+  local tail = redis.call('ZRANGE', key, -2, -1)
+  local total, count, len, newest, newest_units = nil, 0, 0, nil, 0
+  if #tail > 0 then
+    total = tail[#tail]
+    local _, n = split(total)
+    count = n
+    len = redis.call('ZCARD', key) - 1
   end
-  local count = redis.call('ZCARD', key)
+  if #tail == 2 then
+    newest, newest_units = split(tail[1])
+  end
+  local changed = false
+  if len > 0 and now - window >= 0 then
+    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', int(now - window))
+    if #expired > 0 then
+      for _, member in ipairs(expired) do
+        local _, n = split(member)
+        count = count - n
+      end
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+      len = len - #expired
+      if len == 0 then
+        newest = nil
+      end
+      changed = true
+    end
+  end
 
   local allowed = count + need <= limit
   if allowed and cost > 0 then
-    local at = int(now)
-    local first = redis.call('ZCOUNT', key, at, at)
-    local args = {}
-    for n = first, first + cost - 1 do
-      args[#args + 1] = at
-      args[#args + 1] = at .. ':' .. int(n)
-      -- unpack() has a stack limit; add large costs in slices.
-      if #args >= 1000 then
-        redis.call('ZADD', key, unpack(args))
-        args = {}
+    -- Which entry takes the units: one at this very instant; else a new one
+    -- while the log is short; else the newest, if this instant falls in its
+    -- slot or before it; else a new one.
+    local same = {}
+    if len > 0 then
+      same = redis.call('ZRANGEBYSCORE', key, int(now), int(now))
+    end
+    if #same > 0 then
+      local _, n = split(same[1])
+      redis.call('ZREM', key, same[1])
+      redis.call('ZADD', key, int(now), entry(now, n + cost))
+      if now == newest then
+        newest_units = n + cost
+      end
+    else
+      local slot = idiv(window + MAX_EXACT_ENTRIES - 1, MAX_EXACT_ENTRIES)
+      if len >= MAX_EXACT_ENTRIES and (now < newest or idiv(now, slot) == idiv(newest, slot)) then
+        redis.call('ZREM', key, entry(newest, newest_units))
+        newest, newest_units = math.max(newest, now), newest_units + cost
+        redis.call('ZADD', key, int(newest), entry(newest, newest_units))
+      else
+        redis.call('ZADD', key, int(now), entry(now, cost))
+        len = len + 1
+        if newest == nil or now > newest then
+          newest, newest_units = now, cost
+        end
       end
     end
-    if #args > 0 then
-      redis.call('ZADD', key, unpack(args))
-    end
     count = count + cost
+    changed = true
+  end
+  if changed then
+    if total ~= nil then
+      redis.call('ZREM', key, total)
+    end
+    if len > 0 then
+      redis.call('ZADD', key, '+inf', 'n:' .. int(count))
+    end
   end
 
   local retry = 0
   if not allowed then
-    -- Passes once the oldest (count + need - limit) units have left the window.
+    -- Passes once the oldest (count + need - limit) units have left the
+    -- window: when the entry holding that rank expires.
     local rank = count + need - limit
-    local entry = redis.call('ZRANGE', key, rank - 1, rank - 1, 'WITHSCORES')
-    retry = tonumber(entry[2]) + window - now
+    local seen = 0
+    for _, member in ipairs(redis.call('ZRANGE', key, 0, -2)) do
+      local ts, n = split(member)
+      seen = seen + n
+      if seen >= rank then
+        retry = ts + window - now
+        break
+      end
+    end
   end
   local reset = 0
-  local newest = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
-  if newest[2] then
-    reset = tonumber(newest[2]) + window - now
+  if newest ~= nil then
+    reset = newest + window - now
     if allowed and cost > 0 then
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end

@@ -13,12 +13,13 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::{ServerSettings, Settings};
-use crate::deny_cache::DenyCache;
-use crate::domain::{MonotonicClock, SystemClock};
+use crate::config::{RedisSettings, ServerSettings, Settings};
+use crate::domain::{FailureMode, MonotonicClock, SystemClock};
 use crate::http::server::{self, ConnectionMetrics};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
+use crate::limiter::breaker::BreakerConfig;
+use crate::limiter::deny_cache::DenyCache;
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
@@ -51,16 +52,7 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Application, StartError> {
         match &settings.redis {
             Some(redis) => {
-                let store = RedisStore::connect(RedisOptions {
-                    url: redis.url.clone(),
-                    key_prefix: redis.key_prefix.clone(),
-                    timeout: redis.timeout,
-                    pool_size: redis.pool_size,
-                    reconnect_max_delay: redis.reconnect_max_delay,
-                    batch_window: redis.batch_window,
-                    clock: None,
-                    ttl_pad_ms: 0,
-                })?;
+                let store = RedisStore::connect(redis_options(redis))?;
                 let probe_interval = redis.probe_interval;
                 Self::build_with(settings, Backend::Redis(store), probe_interval).await
             }
@@ -87,6 +79,15 @@ impl Application {
             .map_err(|source| StartError::Bind { addr, source })?;
 
         let mut background = Vec::new();
+        // Local fallback only makes sense in front of Redis: the embedded
+        // store as the main store is never unreachable.
+        let local = (settings.failure.mode == FailureMode::Local
+            && matches!(backend, Backend::Redis(_)))
+        .then(|| {
+            let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
+            background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+            store
+        });
         let (store, redis): (Arc<dyn Store>, _) = match backend {
             Backend::Memory(store) => {
                 background.push(store.spawn_sweeper(settings.memory.sweep_interval));
@@ -102,7 +103,15 @@ impl Application {
             }
         };
         let metrics = Arc::new(Metrics::new());
-        let mut limiter = Limiter::new(store, settings.failure, metrics.clone());
+        let breaker = BreakerConfig {
+            trial_interval: probe_interval,
+            ..settings.breaker
+        };
+        let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
+            .with_breaker(breaker, Arc::new(MonotonicClock::default()));
+        if let Some(local) = local {
+            limiter = limiter.with_local_store(local);
+        }
         if settings.deny_cache_capacity > 0 {
             let clock = Arc::new(MonotonicClock::default());
             limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
@@ -188,6 +197,21 @@ impl Application {
         }
         info!("stopped");
         result
+    }
+}
+
+/// The Redis client options the `[redis]` settings describe (tests use it
+/// to build stores they wrap).
+pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
+    RedisOptions {
+        url: redis.url.clone(),
+        key_prefix: redis.key_prefix.clone(),
+        timeout: redis.timeout,
+        pool_size: redis.pool_size,
+        reconnect_max_delay: redis.reconnect_max_delay,
+        batch_window: redis.batch_window,
+        clock: None,
+        ttl_pad_ms: 0,
     }
 }
 

@@ -35,11 +35,17 @@ pub enum Command {
         #[arg(value_parser = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra", "batch"])]
         name: String,
     },
-    /// Exit 0 if GET <URL> answers 200 within 2 s: the container HEALTHCHECK,
-    /// which needs no curl in the image.
+    /// Exit 0 if GET /healthz answers 200 within 2 s: the container
+    /// HEALTHCHECK, which needs no curl in the image. It reads the same
+    /// configuration as `serve` (--config, RATEKEEPER_*), so it probes the
+    /// port the service listens on.
     Healthcheck {
-        #[arg(long, default_value = "http://127.0.0.1:8080/healthz")]
-        url: String,
+        /// A TOML file layered over the defaults, as for `serve`.
+        #[arg(long, value_name = "FILE", env = "RATEKEEPER_CONFIG")]
+        config: Option<PathBuf>,
+        /// Probe this URL instead of the configured server.listen.
+        #[arg(long)]
+        url: Option<String>,
     },
 }
 
@@ -55,7 +61,8 @@ pub struct ServeArgs {
     /// [config: redis.url].
     #[arg(long, value_name = "URL")]
     pub redis_url: Option<String>,
-    /// Answer when the store is unreachable: open allows, closed denies
+    /// Answer when the store is unreachable: open allows, closed denies,
+    /// local limits per instance from an embedded store
     /// [config: failure.mode, default open].
     #[arg(long, value_enum)]
     pub failure_mode: Option<FailureModeArg>,
@@ -65,6 +72,7 @@ pub struct ServeArgs {
 pub enum FailureModeArg {
     Open,
     Closed,
+    Local,
 }
 
 impl ServeArgs {
@@ -76,6 +84,7 @@ impl ServeArgs {
             failure_mode: self.failure_mode.map(|m| match m {
                 FailureModeArg::Open => "open".to_string(),
                 FailureModeArg::Closed => "closed".to_string(),
+                FailureModeArg::Local => "local".to_string(),
             }),
         }
     }
@@ -99,14 +108,41 @@ pub async fn run(cli: Cli) -> ExitCode {
             print!("{script}");
             ExitCode::SUCCESS
         }
-        Command::Healthcheck { url } => match healthcheck(&url).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(reason) => {
-                eprintln!("ratekeeper: unhealthy: {reason}");
-                ExitCode::FAILURE
+        Command::Healthcheck { config, url } => {
+            let url = match url {
+                Some(url) => url,
+                None => match Settings::load(&Overrides {
+                    config_file: config,
+                    ..Overrides::default()
+                }) {
+                    Ok(settings) => healthz_url(settings.server.listen),
+                    Err(error) => {
+                        eprintln!("ratekeeper: {error}");
+                        return ExitCode::from(EX_USAGE);
+                    }
+                },
+            };
+            match healthcheck(&url).await {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(reason) => {
+                    eprintln!("ratekeeper: unhealthy: {reason}");
+                    ExitCode::FAILURE
+                }
             }
-        },
+        }
     }
+}
+
+/// Where the service answers /healthz from inside its own host or
+/// container: a wildcard listen address is reached over loopback.
+fn healthz_url(listen: std::net::SocketAddr) -> String {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+    let ip = match listen.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
+        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
+        ip => ip,
+    };
+    format!("http://{}/healthz", SocketAddr::new(ip, listen.port()))
 }
 
 /// A minimal HTTP/1.1 GET: the image has no curl, and this is all a probe needs.
@@ -151,6 +187,12 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     crate::telemetry::init(&settings.log);
+    for name in &settings.ignored_env {
+        tracing::debug!(
+            variable = %name,
+            "ignoring {name}: not of the RATEKEEPER_<SECTION>__<KEY> shape, so not configuration"
+        );
+    }
     let app = match Application::build(settings).await {
         Ok(app) => app,
         Err(error) => {

@@ -12,7 +12,8 @@ use std::time::Duration;
 use config::{Config, Environment, File, FileFormat, Map, Value, ValueKind};
 
 use crate::domain::{Bounds, parse_duration_us};
-use crate::limiter::{FailureMode, FailurePolicy};
+use crate::domain::{FailureMode, FailurePolicy};
+use crate::limiter::breaker::BreakerConfig;
 
 /// The reference configuration: every key with its default and a comment.
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -24,10 +25,17 @@ pub struct Settings {
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
+    /// When a failure domain's circuit breaker opens. Its `trial_interval`
+    /// is `redis.probe_interval`, set when the application is built.
+    pub breaker: BreakerConfig,
     /// Entries of the local deny cache; 0 turns it off.
     pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
     pub log: LogSettings,
+    /// `RATEKEEPER_*` environment variables that are not of the
+    /// `RATEKEEPER_<SECTION>__<KEY>` shape and were ignored (logged at debug
+    /// once telemetry is up).
+    pub ignored_env: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -48,8 +56,10 @@ pub struct ServerSettings {
     pub max_connections: usize,
 }
 
-#[derive(Debug, Clone)]
+/// Redis settings. `Debug` hides the URL's password.
+#[derive(Clone)]
 pub struct RedisSettings {
+    /// With the password of `redis.password_file` spliced in, if one was given.
     pub url: String,
     pub key_prefix: String,
     pub timeout: Duration,
@@ -58,6 +68,20 @@ pub struct RedisSettings {
     pub probe_interval: Duration,
     /// Micro-batching window; zero turns batching off.
     pub batch_window: Duration,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact_url(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("probe_interval", &self.probe_interval)
+            .field("batch_window", &self.batch_window)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -78,6 +102,44 @@ pub enum LogFormat {
 pub struct LogSettings {
     pub format: LogFormat,
     pub level: String,
+}
+
+/// Whether an environment variable is configuration: `RATEKEEPER_` then
+/// `<SECTION>__<KEY>`. Kubernetes injects `RATEKEEPER_SERVICE_HOST`,
+/// `RATEKEEPER_PORT_8080_TCP_ADDR` and the like for a Service named
+/// `ratekeeper`; they have no `__` and must not stop the service. A typo of
+/// the documented shape (`RATEKEEPER_REDIS__TMEOUT`) still is an error.
+fn is_config_var(name: &str) -> bool {
+    name.strip_prefix("RATEKEEPER_")
+        .and_then(|rest| rest.split_once("__"))
+        .is_some_and(|(section, key)| {
+            let word = |s: &str| {
+                !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            };
+            word(section) && word(key)
+        })
+}
+
+/// `url` with the password of its user-info replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    let Some(scheme_end) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let authority_end = url[scheme_end..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| scheme_end + i);
+    match url[scheme_end..authority_end].rfind('@') {
+        Some(at) => {
+            let userinfo = &url[scheme_end..scheme_end + at];
+            let user = userinfo.split_once(':').map_or(userinfo, |(user, _)| user);
+            format!(
+                "{}{user}:***{}",
+                &url[..scheme_end],
+                &url[scheme_end + at..]
+            )
+        }
+        None => url.to_string(),
+    }
 }
 
 /// Values given on the command line; they override every other layer.
@@ -107,6 +169,7 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
     "redis.url",
+    "redis.password_file",
     "redis.key_prefix",
     "redis.timeout",
     "redis.pool_size",
@@ -115,6 +178,11 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.batch_window",
     "failure.mode",
     "failure.closed_retry_after",
+    "breaker.consecutive_failures",
+    "breaker.failure_ratio",
+    "breaker.interval",
+    "breaker.min_calls",
+    "breaker.open_for",
     "deny_cache.capacity",
     "memory.sweep_interval",
     "memory.max_keys",
@@ -127,10 +195,13 @@ impl Settings {
     /// `RATEKEEPER_CONFIG` names the config file (the CLI reads it), so it is
     /// not a setting.
     pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
-        let vars = std::env::vars()
-            .filter(|(name, _)| name != "RATEKEEPER_CONFIG")
-            .collect();
-        Self::load_from(overrides, Environment::default().source(Some(vars)))
+        let (vars, ignored): (Vec<_>, Vec<_>) = std::env::vars()
+            .filter(|(name, _)| name.starts_with("RATEKEEPER_") && name != "RATEKEEPER_CONFIG")
+            .partition(|(name, _)| is_config_var(name));
+        let env = Environment::default().source(Some(vars.into_iter().collect()));
+        let mut settings = Self::load_from(overrides, env)?;
+        settings.ignored_env = ignored.into_iter().map(|(name, _)| name).collect();
+        Ok(settings)
     }
 
     /// Loads with an explicit environment (tests pass a map).
@@ -187,17 +258,23 @@ impl Settings {
         );
         let limits = (
             r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
-            r.parse("limits.max_sliding_log_limit", |s| int_in(s, 1, 10_000_000)),
+            // A sliding log's memory no longer grows with its limit (at most 127
+            // entries), so any valid limit may be allowed.
+            r.parse("limits.max_sliding_log_limit", |s| {
+                int_in(s, 1, crate::domain::MAX_LIMIT)
+            }),
         );
         let redis = read_redis(&mut r);
         let failure = (
             r.parse("failure.mode", |s| match s {
                 "open" => Ok(FailureMode::Open),
                 "closed" => Ok(FailureMode::Closed),
-                _ => Err("must be \"open\" or \"closed\"".into()),
+                "local" => Ok(FailureMode::Local),
+                _ => Err("must be \"open\", \"closed\" or \"local\"".into()),
             }),
             r.duration("failure.closed_retry_after"),
         );
+        let breaker = read_breaker(&mut r);
         let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
         let sweep_interval = r.duration("memory.sweep_interval");
         let max_keys = r.parse("memory.max_keys", |s| int_in(s, 64, 1_000_000_000));
@@ -235,6 +312,7 @@ impl Settings {
                     mode: failure.0?,
                     closed_retry_after: failure.1?,
                 },
+                breaker: breaker?,
                 deny_cache_capacity: deny_cache_capacity? as usize,
                 memory: MemorySettings {
                     sweep_interval: sweep_interval?,
@@ -244,6 +322,7 @@ impl Settings {
                     format: log.0?,
                     level: log.1?,
                 },
+                ignored_env: Vec::new(),
             })
         })();
         match assembled {
@@ -258,7 +337,7 @@ impl Settings {
 /// The `[redis]` section: `Some(None)` when the URL is empty (embedded store),
 /// `None` when any key is invalid.
 fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
-    let url = r.parse("redis.url", |s| {
+    let url = r.parse_secret("redis.url", redact_url, |s| {
         if s.is_empty() {
             return Ok(String::new());
         }
@@ -270,18 +349,23 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
             "redis+unix://",
         ];
         if !schemes.iter().any(|p| s.starts_with(p)) {
-            return Err("must be empty or a redis://, rediss:// or redis-cluster:// URL".into());
+            return Err(
+                "must be empty or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL"
+                    .into(),
+            );
         }
         // Let the client library judge the URL, so a URL accepted here is
         // one it can use.
+        // fred's message may quote parts of the URL: never echo it.
         fred::prelude::Config::from_url(s)
             .map(|_| s.to_string())
-            .map_err(|e| {
-                format!(
-                    "is not a usable Redis URL ({e}); use redis://, rediss:// or redis-cluster://"
-                )
+            .map_err(|_| {
+                "is not a usable Redis URL; use redis://[user[:password]@]host:port[/db], \
+                 rediss://, redis-cluster:// or redis-sentinel://"
+                    .into()
             })
     });
+    let password_file = r.parse("redis.password_file", |s| Ok(s.to_string()));
     let key_prefix = r.parse("redis.key_prefix", |s| {
         if s.contains(['{', '}']) || s.len() > 64 {
             Err("must be at most 64 bytes without '{' or '}' (they would move the hash tag)".into())
@@ -299,8 +383,9 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
             .then(|| Duration::from_micros(us))
             .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
     });
+    let url = with_password_file(r, url?, password_file?)?;
     let settings = RedisSettings {
-        url: url?,
+        url,
         key_prefix: key_prefix?,
         timeout: timeout?,
         pool_size: pool_size? as usize,
@@ -309,6 +394,77 @@ fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         batch_window: batch_window?,
     };
     Some((!settings.url.is_empty()).then_some(settings))
+}
+
+/// Splices the password read from `redis.password_file` into the URL, so it
+/// never has to appear in the environment or on a command line (`ps`).
+fn with_password_file(r: &mut Reader, url: String, path: String) -> Option<String> {
+    if path.is_empty() || url.is_empty() {
+        return Some(url);
+    }
+    let mut problem = |m: String| {
+        r.problems.push(format!("redis.password_file: {m}"));
+        None
+    };
+    let password = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim_end_matches(['\r', '\n']).to_string(),
+        Err(e) => return problem(format!("cannot read {path}: {e}")),
+    };
+    if password.is_empty() {
+        return problem(format!("{path} is empty"));
+    }
+    let scheme_end = url.find("://").map_or(0, |i| i + 3);
+    let authority_end = url[scheme_end..]
+        .find(['/', '?', '#'])
+        .map_or(url.len(), |i| scheme_end + i);
+    let authority = &url[scheme_end..authority_end];
+    let (user, host) = match authority.rfind('@') {
+        Some(at) if authority[..at].contains(':') => {
+            return problem("redis.url has a password too: give it in one place".into());
+        }
+        Some(at) => (&authority[..at], &authority[at + 1..]),
+        None => ("", authority),
+    };
+    Some(format!(
+        "{}{user}:{}@{host}{}",
+        &url[..scheme_end],
+        percent_encode(&password),
+        &url[authority_end..]
+    ))
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters; the
+/// Redis client decodes the URL's password again.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// The `[breaker]` section; `None` when any key is invalid.
+fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
+    let consecutive = r.parse("breaker.consecutive_failures", |s| int_in(s, 1, 1_000_000));
+    let ratio = r.parse("breaker.failure_ratio", |s| match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err("must be a number above 0 and at most 1, e.g. 0.5".into()),
+    });
+    let interval = r.duration("breaker.interval");
+    let min_calls = r.parse("breaker.min_calls", |s| int_in(s, 1, 1_000_000));
+    let open_for = r.duration("breaker.open_for");
+    Some(BreakerConfig {
+        consecutive_failures: consecutive? as u32,
+        failure_ratio: ratio?,
+        interval: interval?,
+        min_calls: min_calls? as u32,
+        open_for: open_for?,
+        ..BreakerConfig::default()
+    })
 }
 
 fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
@@ -331,6 +487,24 @@ impl Reader<'_> {
             .get_string(key)
             .map_err(|e| format!("cannot be read: {e}"))
             .and_then(|raw| parse(raw.trim()).map_err(|m| format!("{m} (got {raw:?})")));
+        result
+            .map_err(|m| self.problems.push(format!("{key}: {m}")))
+            .ok()
+    }
+
+    /// Like [`parse`](Self::parse), but a problem quotes `shown(raw)`
+    /// rather than the raw value (for values that may hold a password).
+    fn parse_secret<T>(
+        &mut self,
+        key: &str,
+        shown: impl Fn(&str) -> String,
+        parse: impl FnOnce(&str) -> Result<T, String>,
+    ) -> Option<T> {
+        let result = self
+            .config
+            .get_string(key)
+            .map_err(|_| "cannot be read as a string".to_string())
+            .and_then(|raw| parse(raw.trim()).map_err(|m| format!("{m} (got {:?})", shown(&raw))));
         result
             .map_err(|m| self.problems.push(format!("{key}: {m}")))
             .ok()
@@ -453,6 +627,108 @@ mod tests {
             assert!(text.contains(key), "{key} missing from:\n{text}");
         }
         assert_eq!(err.problems.len(), 4);
+    }
+
+    #[test]
+    fn only_variables_of_the_documented_shape_are_configuration() {
+        for name in [
+            "RATEKEEPER_REDIS__URL",
+            "RATEKEEPER_SERVER__SHUTDOWN_TIMEOUT",
+            "RATEKEEPER_REDIS__TMEOUT",
+        ] {
+            assert!(is_config_var(name), "{name}");
+        }
+        // What Kubernetes injects for a Service named `ratekeeper`.
+        for name in [
+            "RATEKEEPER_SERVICE_HOST",
+            "RATEKEEPER_SERVICE_PORT_HTTP",
+            "RATEKEEPER_PORT",
+            "RATEKEEPER_PORT_8080_TCP_ADDR",
+            "RATEKEEPER_CONFIG",
+            "RATEKEEPER___X",
+        ] {
+            assert!(!is_config_var(name), "{name}");
+        }
+    }
+
+    #[test]
+    fn a_bad_redis_url_is_reported_without_its_password() {
+        let vars = [("RATEKEEPER_REDIS__URL", "redis://bob:hunter2@host:notaport")];
+        let text = Settings::load_from(&Overrides::default(), env(&vars))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("redis.url"), "{text}");
+        assert!(text.contains("bob:***@host"), "{text}");
+        assert!(!text.contains("hunter2"), "{text}");
+        assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    }
+
+    #[test]
+    fn the_password_file_is_spliced_into_the_url_and_hidden_from_debug() {
+        let dir = std::env::temp_dir().join(format!("rk-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("password");
+        std::fs::write(&file, "p@ss:w/rd\n").unwrap();
+        let path = file.to_str().unwrap();
+        let vars = [
+            ("RATEKEEPER_REDIS__URL", "redis://app@127.0.0.1:6379/0"),
+            ("RATEKEEPER_REDIS__PASSWORD_FILE", path),
+        ];
+        let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+        let redis = s.redis.unwrap();
+        assert_eq!(redis.url, "redis://app:p%40ss%3Aw%2Frd@127.0.0.1:6379/0");
+        let parsed = fred::prelude::Config::from_url(&redis.url).unwrap();
+        assert_eq!(parsed.password.as_deref(), Some("p@ss:w/rd"));
+        assert!(!format!("{redis:?}").contains("p%40ss"));
+
+        let both = [
+            ("RATEKEEPER_REDIS__URL", "redis://app:other@127.0.0.1:6379"),
+            ("RATEKEEPER_REDIS__PASSWORD_FILE", path),
+        ];
+        let text = Settings::load_from(&Overrides::default(), env(&both))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("one place") && !text.contains("other"),
+            "{text}"
+        );
+        let missing = [
+            ("RATEKEEPER_REDIS__URL", "redis://127.0.0.1:6379"),
+            ("RATEKEEPER_REDIS__PASSWORD_FILE", "/nonexistent/pw"),
+        ];
+        let text = Settings::load_from(&Overrides::default(), env(&missing))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("redis.password_file: cannot read /nonexistent/pw"),
+            "{text}"
+        );
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn local_failure_mode_and_breaker_keys() {
+        let vars = [
+            ("RATEKEEPER_FAILURE__MODE", "local"),
+            ("RATEKEEPER_BREAKER__CONSECUTIVE_FAILURES", "3"),
+            ("RATEKEEPER_BREAKER__FAILURE_RATIO", "0.25"),
+        ];
+        let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+        assert_eq!(s.failure.mode, FailureMode::Local);
+        assert_eq!(
+            (s.breaker.consecutive_failures, s.breaker.failure_ratio),
+            (3, 0.25)
+        );
+        assert_eq!(s.breaker.min_calls, 20);
+
+        let bad = [
+            ("RATEKEEPER_BREAKER__FAILURE_RATIO", "1.5"),
+            ("RATEKEEPER_BREAKER__MIN_CALLS", "0"),
+            ("RATEKEEPER_BREAKER__OPEN_FOR", "0s"),
+        ];
+        let err = Settings::load_from(&Overrides::default(), env(&bad)).unwrap_err();
+        assert_eq!(err.problems.len(), 3, "{err}");
     }
 
     #[test]

@@ -12,21 +12,24 @@
 //! - [`metrics`]: every Prometheus metric, in one place.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
-//! - [`limiter`]: runs a check on the store; the failure policy and circuit breaker.
-//! - [`deny_cache`]: answers repeated denials locally, exactly, without a store call.
+//! - [`limiter`]: runs a check on the store; the circuit breakers, the local
+//!   fallback, and [`limiter::deny_cache`], which answers repeated denials
+//!   locally, exactly, without a store call.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
 //!   the embedded in-memory store.
-//! - [`domain`]: rules, decisions and the five algorithms as pure functions;
-//!   no HTTP, Redis or async here.
+//! - [`domain`]: rules, decisions, the failure policy and the five
+//!   algorithms as pure functions; no HTTP, Redis or async here.
 #![forbid(unsafe_code)]
 
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod deny_cache;
 pub mod domain;
 pub mod http;
 pub mod limiter;
 pub mod metrics;
 pub mod store;
 pub mod telemetry;
+
+/// The deny cache lives in the limiter; this path is kept for callers.
+pub use limiter::deny_cache;

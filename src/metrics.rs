@@ -5,12 +5,13 @@
 //! only increments atomics.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 use crate::domain::Algorithm;
-use crate::limiter::FailureMode;
+use crate::domain::FailureMode;
+use crate::limiter::breaker::State as BreakerState;
 
 /// Latency buckets from 50 µs to 1 s: a check should sit in the first few.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -23,16 +24,24 @@ pub struct Metrics {
     /// `ratekeeper_checks_total{algorithm, decision}`, indexed [algorithm][allowed as usize].
     checks: Vec<[IntCounter; 2]>,
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
-    degraded: [IntCounter; 2],
+    degraded: [IntCounter; FailureMode::ALL.len()],
     backend_errors: IntCounterVec,
     pub check_duration: Histogram,
     pub backend_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
+    /// Keys the embedded store evicted before their reset (synced when
+    /// /metrics is read).
+    pub store_evictions: IntCounter,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
     pub store_up: IntGauge,
+    /// `ratekeeper_breaker_state{state}`: failure domains per breaker state,
+    /// indexed by [`BreakerState`].
+    breaker_state: [IntGauge; 3],
+    /// Times a circuit breaker opened.
+    pub breaker_opened: IntCounter,
     /// Open client connections, and those refused over `server.max_connections`.
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
@@ -66,12 +75,11 @@ impl Metrics {
             &["failure_mode"],
         )
         .expect("valid metric");
-        let degraded = [FailureMode::Open, FailureMode::Closed]
-            .map(|m| degraded_vec.with_label_values(&[m.as_str()]));
+        let degraded = FailureMode::ALL.map(|m| degraded_vec.with_label_values(&[m.as_str()]));
         let backend_errors = IntCounterVec::new(
             Opts::new(
                 "ratekeeper_backend_errors_total",
-                "Store errors by kind: timeout, unavailable (connection or server not ready), backend (script or reply error).",
+                "Store errors by kind: timeout, unavailable (connection or server not ready), auth (credentials or permissions refused), full (embedded store), backend (script or reply error).",
             ),
             &["kind"],
         )
@@ -97,6 +105,11 @@ impl Metrics {
             "Keys holding state in the embedded store (memory.max_keys bounds it); 0 with Redis.",
         )
         .expect("valid metric");
+        let store_evictions = IntCounter::new(
+            "ratekeeper_store_evictions_total",
+            "Keys the embedded store evicted before their reset because it held memory.max_keys (nearest reset first).",
+        )
+        .expect("valid metric");
         let deny_cache_hits = IntCounter::new(
             "ratekeeper_deny_cache_hits_total",
             "Denials answered by the local deny cache without asking the store.",
@@ -104,7 +117,21 @@ impl Metrics {
         .expect("valid metric");
         let store_up = IntGauge::new(
             "ratekeeper_store_up",
-            "1 while the store answers checks, 0 while degraded.",
+            "1 while the store answers checks (ready), 0 while degraded.",
+        )
+        .expect("valid metric");
+        let breaker_vec = IntGaugeVec::new(
+            Opts::new(
+                "ratekeeper_breaker_state",
+                "Failure domains (Redis nodes; one for a single server) whose circuit breaker is closed, open or half_open.",
+            ),
+            &["state"],
+        )
+        .expect("valid metric");
+        let breaker_state = BreakerState::ALL.map(|s| breaker_vec.with_label_values(&[s.as_str()]));
+        let breaker_opened = IntCounter::new(
+            "ratekeeper_breaker_opened_total",
+            "Times a circuit breaker opened after a sustained store failure.",
         )
         .expect("valid metric");
         let connections = IntGauge::new(
@@ -126,7 +153,10 @@ impl Metrics {
             Box::new(backend_duration.clone()),
             Box::new(deny_cache_hits.clone()),
             Box::new(store_keys.clone()),
+            Box::new(store_evictions.clone()),
             Box::new(store_up.clone()),
+            Box::new(breaker_vec),
+            Box::new(breaker_opened.clone()),
             Box::new(connections.clone()),
             Box::new(connections_refused.clone()),
         ] {
@@ -150,7 +180,10 @@ impl Metrics {
             backend_duration,
             deny_cache_hits,
             store_keys,
+            store_evictions,
             store_up,
+            breaker_state,
+            breaker_opened,
             connections,
             connections_refused,
         }
@@ -162,6 +195,22 @@ impl Metrics {
 
     pub fn record_degraded(&self, mode: FailureMode) {
         self.degraded[mode as usize].inc();
+    }
+
+    /// A breaker moved from `from` to `to` (`from` is `None` for a new one).
+    pub fn record_breaker(&self, from: Option<BreakerState>, to: BreakerState) {
+        if let Some(from) = from {
+            self.breaker_state[from as usize].dec();
+        }
+        self.breaker_state[to as usize].inc();
+        if to == BreakerState::Open {
+            self.breaker_opened.inc();
+        }
+    }
+
+    /// A breaker in `state` was dropped with its limiter.
+    pub fn forget_breaker(&self, state: BreakerState) {
+        self.breaker_state[state as usize].dec();
     }
 
     pub fn record_backend_error(&self, kind: &str) {

@@ -231,3 +231,74 @@ mod raw_http {
         assert!(response.starts_with("HTTP/1.1 200"), "{response}");
     }
 }
+
+/// Kubernetes injects `RATEKEEPER_SERVICE_HOST`, `RATEKEEPER_PORT` and the
+/// like for a Service named `ratekeeper`: they are not configuration, and
+/// the healthcheck finds the port the service listens on from the same
+/// configuration as `serve`.
+#[test]
+fn kubernetes_service_variables_are_ignored_and_healthcheck_follows_the_config() {
+    let port = support::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let kubernetes = [
+        ("RATEKEEPER_SERVICE_HOST", "10.96.0.12"),
+        ("RATEKEEPER_SERVICE_PORT", "8080"),
+        ("RATEKEEPER_PORT", "tcp://10.96.0.12:8080"),
+        ("RATEKEEPER_PORT_8080_TCP_ADDR", "10.96.0.12"),
+        ("RATEKEEPER_PORT_8080_TCP_PROTO", "tcp"),
+    ];
+    let child = ratekeeper()
+        .arg("serve")
+        .env("RATEKEEPER_SERVER__LISTEN", &listen)
+        .env("RATEKEEPER_LOG__FORMAT", "json")
+        .env("RATEKEEPER_LOG__LEVEL", "debug")
+        .envs(kubernetes)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let lines: Vec<String> = BufReader::new(child.0.stdout.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+        .take_while(|l| !l.contains("listening"))
+        .collect();
+    assert!(
+        child.0.try_wait().unwrap().is_none(),
+        "the service runs: {lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("RATEKEEPER_PORT_8080_TCP_ADDR")),
+        "each ignored variable is logged at debug: {lines:?}"
+    );
+
+    let healthcheck = |env_listen: &str| {
+        ratekeeper()
+            .arg("healthcheck")
+            .env("RATEKEEPER_SERVER__LISTEN", env_listen)
+            .envs(kubernetes)
+            .output()
+            .unwrap()
+    };
+    let out = healthcheck(&listen);
+    assert!(out.status.success(), "{out:?}");
+    // A wildcard listen address is probed over loopback.
+    assert!(healthcheck(&format!("0.0.0.0:{port}")).status.success());
+    let elsewhere = healthcheck(&format!("127.0.0.1:{}", support::free_port()));
+    assert_eq!(elsewhere.status.code(), Some(1), "{elsewhere:?}");
+}
+
+#[test]
+fn a_bad_redis_url_is_reported_without_its_password() {
+    let out = ratekeeper()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_REDIS__URL", "redis://app:s3cret-pw@db:port")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("redis.url"), "{stderr}");
+    assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+}

@@ -1,7 +1,8 @@
 //! Redis outages: a dead (SIGKILL) or frozen (SIGSTOP) Redis never hangs a
-//! caller, the failure policy answers with `degraded: true`, readiness
-//! drops, and the service recovers on its own when Redis comes back on the
-//! same port with an empty script cache.
+//! caller, the failure policy answers with `degraded: true`, the circuit
+//! breaker opens, readiness drops with a reason, and the service recovers
+//! on its own when Redis comes back on the same port with an empty script
+//! cache.
 
 mod support;
 
@@ -33,8 +34,8 @@ async fn spawn(redis: &RedisServer, mode: &str) -> TestApp {
         r.batch_window = Duration::ZERO;
     }
     config.failure.mode = match mode {
-        "open" => ratekeeper::limiter::FailureMode::Open,
-        _ => ratekeeper::limiter::FailureMode::Closed,
+        "open" => ratekeeper::domain::FailureMode::Open,
+        _ => ratekeeper::domain::FailureMode::Closed,
     };
     config.failure.closed_retry_after = Duration::from_millis(1500);
     TestApp::spawn(config).await
@@ -100,11 +101,15 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
         200,
         "alive while degraded"
     );
-    assert_eq!(
-        app.get("/readyz").await.status(),
-        503,
-        "not ready while degraded"
+    let readyz = app.get("/readyz").await;
+    assert_eq!(readyz.status(), 503, "not ready while degraded");
+    let readyz: Value = readyz.json().await.unwrap();
+    assert_eq!(readyz["status"], "not_ready");
+    assert!(
+        ["timeout", "unavailable"].contains(&readyz["reason"]["kind"].as_str().unwrap()),
+        "{readyz}"
     );
+    assert!(!readyz["reason"]["message"].as_str().unwrap().is_empty());
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(
         metrics.contains(&format!(
@@ -113,6 +118,11 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
         "{metrics}"
     );
     assert!(metrics.contains("ratekeeper_store_up 0"));
+    // Five failed calls in a row: a sustained failure, so the breaker opened.
+    assert!(
+        metrics.contains("ratekeeper_breaker_opened_total 1"),
+        "{metrics}"
+    );
 
     match outage {
         // A new, empty server on the same port: the scripts must be reloaded.
@@ -120,8 +130,14 @@ async fn outage_then_recovery(outage: Outage, mode: &str) {
         Outage::Frozen => redis.thaw(),
     }
     wait_until_recovered(&app).await;
+    let readyz: Value = app.get("/readyz").await.json().await.unwrap();
+    assert!(readyz.get("reason").is_none(), "{readyz}");
     let metrics = app.get("/metrics").await.text().await.unwrap();
     assert!(metrics.contains("ratekeeper_store_up 1"));
+    assert!(
+        metrics.contains("ratekeeper_breaker_state{state=\"closed\"} 1"),
+        "{metrics}"
+    );
     app.stop().await;
 }
 

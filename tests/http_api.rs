@@ -341,38 +341,46 @@ async fn health_readiness_metrics_and_docs() {
 }
 
 #[tokio::test]
-async fn a_full_embedded_store_answers_new_keys_by_the_failure_policy() {
+async fn a_full_embedded_store_still_limits_every_new_client() {
     let mut config = settings(None);
     config.memory.max_keys = 64;
     config.deny_cache_capacity = 0;
     let app = TestApp::spawn(config).await;
-    let mut degraded = 0;
     for i in 0..2_000 {
         let (status, body) = app
             .check(json!({"key": format!("k{i}"), "limit": 5, "window": "1h"}))
             .await;
         assert_eq!(status, 200);
-        degraded += (body["degraded"] == true) as usize;
+        assert_eq!(body["degraded"], false, "a full store is not a down store");
     }
-    assert!(
-        degraded > 1_000,
-        "most new keys are refused once full: {degraded}"
-    );
-    assert_eq!(
-        app.get("/readyz").await.status(),
-        200,
-        "a full store is not a down store"
-    );
+    // A brand-new key with limit 1: allowed once, then denied, every time.
+    let answers: Vec<bool> = newcomer_answers(&app).await;
+    assert_eq!(answers, [true, false, false, false, false]);
+    assert_eq!(app.get("/readyz").await.status(), 200);
     let metrics = app.get("/metrics").await.text().await.unwrap();
+    let value = |name: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("{name} missing from:\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(value("ratekeeper_store_keys ") <= 64, "bounded");
     assert!(
-        metrics.contains("ratekeeper_backend_errors_total{kind=\"full\"}"),
-        "{metrics}"
+        value("ratekeeper_store_evictions_total ") >= 2_000 - 64,
+        "every key beyond the cap evicted another"
     );
-    let keys: u64 = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("ratekeeper_store_keys "))
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert!(keys <= 64, "bounded: {keys}");
+}
+
+async fn newcomer_answers(app: &TestApp) -> Vec<bool> {
+    let mut answers = Vec::new();
+    for _ in 0..5 {
+        let (_, body) = app
+            .check(json!({"key": "newcomer", "limit": 1, "window": "1h"}))
+            .await;
+        answers.push(body["allowed"] == true);
+    }
+    answers
 }

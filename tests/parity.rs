@@ -179,6 +179,10 @@ fn runner(cases: u32) -> TestRunner {
 }
 
 fn run_parity(algorithm: Algorithm, cases: u32) {
+    run_parity_of(case(algorithm), cases);
+}
+
+fn run_parity_of(strategy: impl Strategy<Value = Case>, cases: u32) {
     let redis = RedisServer::start();
     let runtime = runtime();
     let clock = ManualClock::new(0);
@@ -186,7 +190,7 @@ fn run_parity(algorithm: Algorithm, cases: u32) {
 
     let mut runner = runner(cases);
     runner
-        .run(&case(algorithm), |case| {
+        .run(&strategy, |case| {
             let expected = rust_outcomes(&case);
             let key = unique_key("p");
             for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
@@ -228,6 +232,52 @@ fn sliding_window_lua_matches_rust() {
 #[test]
 fn sliding_log_lua_matches_rust() {
     run_parity(Algorithm::SlidingLog, 200);
+}
+
+/// Sequences that drive a sliding log past its exact part: many small
+/// admissions within one window (so admissions share slots), large costs,
+/// limits far above the entry bound, and the clock sometimes stepping back.
+fn long_log_case() -> impl Strategy<Value = Case> {
+    let limits = prop_oneof![64..=300u64, 300..=100_000u64, Just(1_000_000_000_000u64)];
+    (
+        limits,
+        prop_oneof![Just(63u64), Just(1_000), 1..=3_600_000u64],
+    )
+        .prop_flat_map(|(limit, window_ms)| {
+            let rule = Rule {
+                algorithm: Algorithm::SlidingLog,
+                limit,
+                window_us: window_ms * 1_000,
+                burst: limit,
+            };
+            let w = rule.window_us as i64;
+            let step = prop_oneof![
+                3 => Just(0i64),
+                4 => Just(1i64),
+                8 => 0..=w / 64,
+                3 => 0..=w / 8,
+                1 => Just(w / 63),
+                1 => -w / 10..0,
+            ];
+            let cost = prop_oneof![
+                8 => Just(1u64),
+                4 => 0..=5u64,
+                1 => Just(limit / 4),
+                1 => Just(limit),
+            ];
+            (0..=3 * w, prop::collection::vec((step, cost), 100..300)).prop_map(
+                move |(offset, steps)| Case {
+                    rule,
+                    start_us: EPOCH_2026_US + offset as u64,
+                    steps,
+                },
+            )
+        })
+}
+
+#[test]
+fn a_long_sliding_log_lua_matches_rust() {
+    run_parity_of(long_log_case(), 60);
 }
 
 #[test]

@@ -1,12 +1,11 @@
 //! The same scenarios against every store (embedded and Redis), on a
-//! controlled clock, plus what only Redis has: key layout, TTLs, NOSCRIPT.
+//! controlled clock. What only Redis has is in `tests/redis_store.rs`.
 
 mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, Outcome, WindowInput};
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
@@ -203,71 +202,8 @@ async fn same_key_under_other_rules_never_shares_state() {
     }
 }
 
-async fn raw_client(server: &RedisServer) -> Client {
-    let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    client
-}
-
 #[tokio::test]
-async fn redis_keys_are_tagged_prefixed_and_expire() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
-    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
-    store.ping().await.unwrap();
-    let redis = raw_client(&server).await;
-
-    for algorithm in Algorithm::ALL {
-        let c = check("user:42", algorithm, 10, "30s", 2);
-        let key = store.key_for(&c);
-        assert_eq!(key, format!("rk:{{user:42}}:{}:30000", algorithm.key_tag()));
-        let outcome = store.check(&c).await.unwrap();
-        let ttl: i64 = redis.pttl(&key).await.unwrap();
-        let reset_ms = outcome.reset_after_us.div_ceil(MS) as i64;
-        assert!(
-            ttl > 0 && ttl <= reset_ms,
-            "{algorithm}: pttl {ttl} vs reset {reset_ms}"
-        );
-    }
-    // cost 0 on an unseen key writes nothing
-    let probe = check("nobody", Algorithm::Gcra, 10, "30s", 0);
-    store.check(&probe).await.unwrap();
-    let exists: i64 = redis.exists(store.key_for(&probe)).await.unwrap();
-    assert_eq!(exists, 0);
-    // every key ratekeeper wrote has a TTL
-    let keys: Vec<String> = redis.custom(fred::cmd!("KEYS"), vec!["*"]).await.unwrap();
-    assert_eq!(keys.len(), 5);
-    for key in keys {
-        let ttl: i64 = redis.pttl(&key).await.unwrap();
-        assert!(ttl > 0, "{key} has no TTL");
-    }
-    // keys of one check share a cluster slot even with braces in the client key
-    let odd = check("a}b{c", Algorithm::SlidingLog, 10, "30s", 1);
-    assert_eq!(store.key_for(&odd), "rk:{a}b{c}:sl:30000");
-    store.check(&odd).await.unwrap();
-}
-
-#[tokio::test]
-async fn scripts_reload_after_the_cache_is_flushed() {
-    let server = RedisServer::start();
-    let clock = ManualClock::new(T0);
-    let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
-    store.ping().await.unwrap();
-    let c = check(&unique_key("noscript"), Algorithm::TokenBucket, 3, "1s", 1);
-    assert_eq!(store.check(&c).await.unwrap().remaining, 2);
-    let redis = raw_client(&server).await;
-    let _: () = redis.script_flush(false).await.unwrap();
-    assert_eq!(
-        store.check(&c).await.unwrap().remaining,
-        1,
-        "NOSCRIPT is handled by reloading"
-    );
-}
-
-#[tokio::test]
-async fn a_large_cost_on_the_sliding_log_is_stored_in_slices() {
+async fn a_large_cost_on_the_sliding_log_is_one_entry() {
     let server = RedisServer::start();
     let clock = ManualClock::new(T0);
     for store in stores(&server, &clock).await {

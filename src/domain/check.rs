@@ -37,12 +37,14 @@ impl Algorithm {
         }
     }
 
-    /// The short tag used in storage keys, so keys stay small.
+    /// The short tag used in storage keys, so keys stay small. `sl2`: the
+    /// sliding log changed its stored format (one entry per instant, not per
+    /// unit), so it reads new keys and leaves old `sl` ones to expire.
     pub fn key_tag(self) -> &'static str {
         match self {
             Algorithm::FixedWindow => "fw",
             Algorithm::SlidingWindow => "sw",
-            Algorithm::SlidingLog => "sl",
+            Algorithm::SlidingLog => "sl2",
             Algorithm::TokenBucket => "tb",
             Algorithm::Gcra => "gcra",
         }
@@ -166,7 +168,7 @@ impl Check {
             return Err(invalid(
                 "limit",
                 format!(
-                    "sliding_log stores one entry per unit, so its limit is capped at {}, got {limit}; \
+                    "sliding_log's limit is capped at {} (limits.max_sliding_log_limit), got {limit}; \
                      use sliding_window for large limits",
                     bounds.max_sliding_log_limit
                 ),

@@ -17,6 +17,7 @@ mod check;
 mod clock;
 mod decision;
 mod duration;
+pub mod failure;
 
 pub use check::{
     Algorithm, Bounds, Check, CheckInput, MAX_LIMIT, Rule, ValidationError, WindowInput,
@@ -24,6 +25,7 @@ pub use check::{
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, Outcome};
 pub use duration::{MAX_WINDOW_US, parse_duration_us};
+pub use failure::{FailureMode, FailurePolicy};
 
 /// Microseconds per millisecond.
 pub const US_PER_MS: u64 = 1_000;

@@ -8,6 +8,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
+use crate::limiter::NotReady;
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct Health {
@@ -17,6 +18,10 @@ pub struct Health {
     /// `memory` or `redis`.
     #[schema(example = "redis")]
     pub store: &'static str,
+    /// Present when not ready: why the store was last seen failing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reason: Option<NotReady>,
 }
 
 /// Liveness: 200 while the process serves.
@@ -26,11 +31,12 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Health> {
     Json(Health {
         status: "ok",
         store: state.limiter.store_name(),
+        reason: None,
     })
 }
 
-/// Readiness: 200 while the store answers checks, 503 while the failure
-/// policy answers them.
+/// Readiness: 200 while the store answers checks, 503 with a `reason` while
+/// the failure policy answers them.
 #[utoipa::path(get, path = "/readyz", tag = "operations",
     responses(
         (status = 200, description = "The store answers", body = Health),
@@ -38,22 +44,23 @@ pub async fn healthz(State(state): State<AppState>) -> Json<Health> {
     ))]
 pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     let store = state.limiter.store_name();
-    if state.limiter.is_ready() {
-        (
+    match state.limiter.readiness() {
+        Ok(()) => (
             StatusCode::OK,
             Json(Health {
                 status: "ready",
                 store,
+                reason: None,
             }),
-        )
-    } else {
-        (
+        ),
+        Err(reason) => (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(Health {
                 status: "not_ready",
                 store,
+                reason: Some(reason),
             }),
-        )
+        ),
     }
 }
 
@@ -64,6 +71,12 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(keys) = state.limiter.store_key_count() {
         state.metrics.store_keys.set(keys as i64);
     }
+    if let Some(total) = state.limiter.store_evictions() {
+        // A counter only goes up: add what the store counted since last read.
+        let counter = &state.metrics.store_evictions;
+        counter.inc_by(total.saturating_sub(counter.get()));
+    }
+    state.metrics.store_up.set(state.limiter.is_ready() as i64);
     (
         [(
             header::CONTENT_TYPE,

@@ -7,13 +7,18 @@
 //!
 //! State expires when its algorithm says the key is back to "never seen"
 //! (`reset_after`), exactly like the TTLs the Lua scripts set, and a
-//! background sweep reclaims it so memory follows the active keys. A cap on
-//! the number of keys bounds memory under a flood of distinct keys: a new
-//! key that finds its shard full (after reclaiming what has expired there)
-//! is refused with [`StoreError::Full`], so the failure policy answers it,
-//! while keys already held keep their exact counts.
+//! background sweep reclaims it so memory follows the active keys.
+//!
+//! A cap on the number of keys bounds memory under a flood of distinct
+//! keys. A new key that finds its shard full makes room the way Redis's
+//! `volatile-ttl` policy does: first by dropping state that is already back
+//! to full capacity (dropping it changes no decision), then by evicting the
+//! keys nearest to their reset (the ones whose loss admits the least). A new
+//! client is therefore always limited; refusing it instead would hand it to
+//! the failure policy, which under fail-open means no limit at all.
 
 use std::hash::{BuildHasher, Hash, RandomState};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
@@ -60,15 +65,17 @@ type Map = HashMap<StateKey, Entry, RandomState>;
 
 struct ShardData {
     map: Map,
-    /// When a full shard last scanned itself for expired state. A flood of
-    /// new keys into a full shard would otherwise rescan it on every check.
-    last_reclaim_us: u64,
 }
 
 type Shard = Mutex<ShardData>;
 
-/// How often a full shard may scan for expired state to make room.
-const RECLAIM_INTERVAL_US: u64 = 100_000;
+/// A full shard evicts this fraction of its capacity at once, so the scan
+/// that finds the keys nearest to their reset is paid once per many new
+/// keys (amortized: 16 entries looked at per insert), not on every one.
+const EVICT_FRACTION: usize = 16;
+
+/// Evictions further apart than this are separate episodes, each logged once.
+const EPISODE_GAP_US: u64 = 60_000_000;
 
 struct Inner {
     shards: Vec<Shard>,
@@ -76,6 +83,11 @@ struct Inner {
     clock: Arc<dyn Clock>,
     /// Keys one shard may hold: the configured maximum over the shard count.
     shard_capacity: usize,
+    /// Keys evicted before their reset, for `ratekeeper_store_evictions_total`.
+    evictions: AtomicU64,
+    /// When the last eviction happened (clock µs, 0: never), to log each
+    /// episode of a full store once rather than once per new key.
+    last_eviction_us: AtomicU64,
 }
 
 /// The in-process store. Cheap to clone.
@@ -93,13 +105,14 @@ impl MemoryStore {
                     .map(|_| {
                         Mutex::new(ShardData {
                             map: HashMap::with_hasher(RandomState::new()),
-                            last_reclaim_us: 0,
                         })
                     })
                     .collect(),
                 hasher: RandomState::new(),
                 clock,
                 shard_capacity: max_keys.div_ceil(SHARDS).max(1),
+                evictions: AtomicU64::new(0),
+                last_eviction_us: AtomicU64::new(0),
             }),
         }
     }
@@ -170,18 +183,7 @@ impl MemoryStore {
             return Ok(outcome);
         }
         if shard.map.len() >= inner.shard_capacity {
-            if now.saturating_sub(shard.last_reclaim_us) >= RECLAIM_INTERVAL_US {
-                shard.last_reclaim_us = now;
-                shard.map.retain(|_, e| e.expires_at_us > now);
-            }
-            if shard.map.len() >= inner.shard_capacity {
-                // Answering without keeping the state would let this key
-                // spend without limit; let the failure policy answer instead.
-                return Err(StoreError::Full(format!(
-                    "embedded store holds its maximum of about {} keys",
-                    inner.shard_capacity * SHARDS
-                )));
-            }
+            inner.make_room(&mut shard.map, now);
         }
         shard.map.insert(
             StateKey {
@@ -199,6 +201,31 @@ impl MemoryStore {
 }
 
 impl Inner {
+    /// Frees room in a full shard: expired state first, then, if that is
+    /// not enough, the `1 / EVICT_FRACTION` of the shard nearest its reset.
+    fn make_room(&self, map: &mut Map, now: u64) {
+        map.retain(|_, e| e.expires_at_us > now);
+        if map.len() < self.shard_capacity {
+            return;
+        }
+        let evict = (self.shard_capacity / EVICT_FRACTION).max(1);
+        let mut expiries: Vec<u64> = map.values().map(|e| e.expires_at_us).collect();
+        let (_, &mut cutoff, _) = expiries.select_nth_unstable(evict - 1);
+        // Ties at the cutoff may evict a few more than `evict`; never fewer.
+        let before = map.len();
+        map.retain(|_, e| e.expires_at_us > cutoff);
+        let evicted = (before - map.len()) as u64;
+        self.evictions.fetch_add(evicted, Ordering::Relaxed);
+        let last = self.last_eviction_us.swap(now.max(1), Ordering::Relaxed);
+        if last == 0 || now.saturating_sub(last) > EPISODE_GAP_US {
+            tracing::warn!(
+                max_keys = self.shard_capacity * SHARDS,
+                "embedded store full: evicting the keys nearest their reset \
+                 (raise memory.max_keys to keep more); logged once per episode"
+            );
+        }
+    }
+
     fn sweep(&self) -> usize {
         let now = self.clock.now_us();
         let mut removed = 0;
@@ -235,6 +262,10 @@ impl Store for MemoryStore {
 
     fn key_count(&self) -> Option<usize> {
         Some(self.len())
+    }
+
+    fn evictions(&self) -> Option<u64> {
+        Some(self.inner.evictions.load(Ordering::Relaxed))
     }
 }
 
@@ -304,37 +335,82 @@ mod tests {
     }
 
     #[test]
-    fn a_full_store_refuses_new_keys_but_serves_known_ones() {
+    fn a_full_store_evicts_expired_state_first_then_keys_nearest_their_reset() {
         let clock = ManualClock::new(0);
         let store = MemoryStore::new(Arc::new(clock.clone()), SHARDS);
-        let mut refused = 0;
-        for i in 0..10 * SHARDS {
-            match store.check_now(&check(&format!("k{i}"), Algorithm::FixedWindow)) {
-                Ok(_) => {}
-                Err(StoreError::Full(_)) => refused += 1,
-                Err(e) => panic!("{e}"),
-            }
-        }
-        assert!(
-            refused > 0 && store.len() <= SHARDS,
-            "{refused} refused, {} held",
-            store.len()
-        );
-        // Keys already held keep their exact counts.
-        let held = (0..10 * SHARDS)
-            .map(|i| check(&format!("k{i}"), Algorithm::FixedWindow))
-            .find(|c| store.check_now(c).is_ok())
-            .unwrap();
-        assert!(
-            !store.check_now(&held).unwrap().allowed,
-            "limit 2: third check denied"
-        );
-        // Once state expires, room is made again.
-        clock.advance_us(1_000_000);
-        assert!(
+        let long = |key: &str| {
+            let mut c = check(key, Algorithm::FixedWindow);
+            c.rule.window_us = 3_600_000_000;
+            c
+        };
+        // Short-lived state, then long-lived state, more than the store holds.
+        for i in 0..SHARDS {
             store
-                .check_now(&check("new", Algorithm::FixedWindow))
-                .is_ok()
+                .check_now(&check(&format!("short{i}"), Algorithm::FixedWindow))
+                .unwrap();
+        }
+        clock.advance_us(1_000_000);
+        for i in 0..10 * SHARDS {
+            store.check_now(&long(&format!("long{i}"))).unwrap();
+        }
+        assert!(store.len() <= SHARDS, "bounded: {}", store.len());
+        let evicted = store.evictions().unwrap();
+        assert!(
+            evicted > 0,
+            "beyond the expired keys, live ones were evicted"
         );
+
+        // A brand-new client with limit 1 is limited, however full the store.
+        clock.advance_us(1);
+        let mut newcomer = check("newcomer", Algorithm::FixedWindow);
+        newcomer.rule.limit = 1;
+        newcomer.rule.burst = 1;
+        let answers: Vec<bool> = (0..5)
+            .map(|_| store.check_now(&newcomer).unwrap().allowed)
+            .collect();
+        assert_eq!(answers, [true, false, false, false, false]);
+    }
+
+    #[test]
+    fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
+        // 32 keys per shard: an eviction takes 32 / 16 = 2.
+        let store = MemoryStore::new(Arc::new(ManualClock::new(0)), SHARDS * 32);
+        let inner = &store.inner;
+        let filled = |expiries: &mut dyn Iterator<Item = u64>| {
+            let mut map = Map::with_hasher(RandomState::new());
+            for (i, expires_at_us) in expiries.enumerate() {
+                let key = StateKey {
+                    algorithm: Algorithm::FixedWindow,
+                    window_us: 1,
+                    key: format!("k{i}").into(),
+                };
+                let state = State::fresh(Algorithm::FixedWindow);
+                map.insert(
+                    key,
+                    Entry {
+                        state,
+                        expires_at_us,
+                    },
+                );
+            }
+            map
+        };
+        let expiries = |map: &Map| {
+            let mut e: Vec<u64> = map.values().map(|e| e.expires_at_us).collect();
+            e.sort_unstable();
+            e
+        };
+
+        // Three are back to full capacity at now = 500: they alone go.
+        let mut map = filled(&mut (0..3).map(|i| 100 + i).chain((0..29).map(|i| 1_000 + i)));
+        inner.make_room(&mut map, 500);
+        assert_eq!(map.len(), 29);
+        assert_eq!(store.evictions(), Some(0));
+
+        // None expired: the two nearest their reset go, the rest stay.
+        let mut map = filled(&mut (0..32).map(|i| 1_000 + i));
+        inner.make_room(&mut map, 500);
+        assert_eq!(expiries(&map), (1_002..1_032).collect::<Vec<_>>());
+        assert_eq!(store.evictions(), Some(2));
     }
 }

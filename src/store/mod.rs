@@ -2,7 +2,6 @@
 //! storing: the embedded [`memory::MemoryStore`] runs the domain functions
 //! in-process, [`redis::RedisStore`] runs their Lua twins in Redis.
 
-pub(crate) mod batch;
 pub mod memory;
 pub mod redis;
 pub mod scripts;
@@ -24,9 +23,24 @@ pub trait Store: Send + Sync + 'static {
     /// `"memory"` or `"redis"`, for logs and metrics.
     fn name(&self) -> &'static str;
 
+    /// Which independently failing part of the store serves `check`: the
+    /// cluster node that owns its slot, 0 for a single server or the
+    /// embedded store. The limiter keeps one circuit breaker per domain, so
+    /// one failed cluster node does not degrade keys on the others.
+    fn failure_domain(&self, _check: &Check) -> u64 {
+        0
+    }
+
     /// Keys holding state, where the store can count them cheaply (the
     /// embedded store); Redis reports its own.
     fn key_count(&self) -> Option<usize> {
+        None
+    }
+
+    /// Keys evicted before their reset to make room, where the store does
+    /// so itself (the embedded store at `memory.max_keys`); Redis counts its
+    /// own in `INFO stats`.
+    fn evictions(&self) -> Option<u64> {
         None
     }
 }
@@ -41,9 +55,10 @@ pub enum StoreError {
     /// (connection refused or reset, loading, failover in progress).
     #[error("store unavailable: {0}")]
     Unavailable(String),
-    /// The embedded store is at its key limit and this is a new key.
-    #[error("store full: {0}")]
-    Full(String),
+    /// Redis refused our credentials or permissions (WRONGPASS, NOAUTH,
+    /// NOPERM): a misconfiguration, answered by the failure policy.
+    #[error("store refused our credentials: {0}")]
+    Auth(String),
     /// The store answered something we cannot use: a script error, a key of
     /// the wrong type, an unexpected reply. Retrying will not help.
     #[error("store error: {0}")]
@@ -57,10 +72,13 @@ impl StoreError {
         !matches!(self, StoreError::Backend(_))
     }
 
-    /// Whether the store as a whole is unreachable (opens the circuit
-    /// breaker). A full embedded store still serves the keys it holds.
+    /// Whether the store (or its failure domain) is unreachable, slow or
+    /// refusing us: what the circuit breaker counts as a failure.
     pub fn store_is_down(&self) -> bool {
-        matches!(self, StoreError::Timeout(_) | StoreError::Unavailable(_))
+        matches!(
+            self,
+            StoreError::Timeout(_) | StoreError::Unavailable(_) | StoreError::Auth(_)
+        )
     }
 
     /// A bounded label for `ratekeeper_backend_errors_total{kind}`.
@@ -68,7 +86,7 @@ impl StoreError {
         match self {
             StoreError::Timeout(_) => "timeout",
             StoreError::Unavailable(_) => "unavailable",
-            StoreError::Full(_) => "full",
+            StoreError::Auth(_) => "auth",
             StoreError::Backend(_) => "backend",
         }
     }

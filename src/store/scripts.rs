@@ -53,3 +53,17 @@ pub fn source(algorithm: Algorithm) -> &'static str {
         Algorithm::Gcra => GCRA,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::domain::algorithms::sliding_log::MAX_EXACT_ENTRIES;
+
+    #[test]
+    fn the_sliding_log_bound_is_the_same_in_lua_and_rust() {
+        let line = format!("\nlocal MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES}\n");
+        assert!(
+            super::SLIDING_LOG.contains(&line),
+            "lua/sliding_log.lua: {line}"
+        );
+    }
+}

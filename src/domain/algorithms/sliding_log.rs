@@ -1,22 +1,65 @@
-//! Sliding log: the timestamp of every admitted unit. Exact, and the most
-//! expensive: memory grows with the limit, which is why its limit is capped.
+//! Sliding log: when each admitted unit was admitted, so a check counts
+//! exactly the units of the last `window`.
 //!
-//! Redis keeps one sorted-set member per unit; here equal timestamps are
-//! run-length encoded as `(timestamp, units)`, which answers identically.
+//! One entry per admission instant, `(timestamp, units)`, in both stores
+//! (Redis: one sorted-set member `<ts>:<units>` scored by `ts`, plus the
+//! running total, so an allowed check need not read the whole log), so a check
+//! of cost 100 000 writes one entry, not 100 000. The entries of a key are
+//! bounded by [`MAX_EXACT_ENTRIES`]: below it the log is exact; at or above
+//! it, an admission in the same time slot as the newest entry (slots of
+//! `ceil(window / MAX_EXACT_ENTRIES)`) joins that entry, which moves to the
+//! later of the two instants. So units can only be logged later than they
+//! happened, by less than one slot (or by however far the clock stepped
+//! back): they leave the window late, never early, and the log never admits
+//! more than `limit` in any window. Each check's work and each key's memory
+//! are bounded by `2 * MAX_EXACT_ENTRIES + 1` entries whatever the limit.
 
 use std::collections::VecDeque;
 
 use crate::domain::{Outcome, Rule};
 
+/// Entries a log holds before admissions start to share slots. With at most
+/// `2 * 63 + 1 = 127` entries plus the running total the Lua keeps beside
+/// them, a Redis key stays within `zset-max-listpack-entries` (128), its
+/// compact encoding. `lua/sliding_log.lua` has the same constant (a test
+/// checks they match).
+pub const MAX_EXACT_ENTRIES: usize = 63;
+
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SlidingLogState {
-    /// `(timestamp_us, units)`, oldest first.
+    /// `(timestamp_us, units)`, oldest first, timestamps distinct.
     pub entries: VecDeque<(u64, u64)>,
 }
 
 impl SlidingLogState {
     fn total(&self) -> u64 {
         self.entries.iter().map(|(_, n)| n).sum()
+    }
+
+    /// Logs `cost` units admitted at `now_us` (see the module doc).
+    fn log(&mut self, window: u64, now_us: u64, cost: u64) {
+        // Clocks can step back; keep the log sorted as the sorted set is.
+        let at = self.entries.partition_point(|(ts, _)| *ts <= now_us);
+        if let Some((_, n)) = at
+            .checked_sub(1)
+            .and_then(|i| self.entries.get_mut(i))
+            .filter(|(ts, _)| *ts == now_us)
+        {
+            *n += cost;
+            return;
+        }
+        if self.entries.len() < MAX_EXACT_ENTRIES {
+            self.entries.insert(at, (now_us, cost));
+            return;
+        }
+        let slot = window.div_ceil(MAX_EXACT_ENTRIES as u64);
+        match self.entries.back_mut() {
+            Some((newest, n)) if now_us < *newest || now_us / slot == *newest / slot => {
+                *newest = (*newest).max(now_us);
+                *n += cost;
+            }
+            _ => self.entries.push_back((now_us, cost)),
+        }
     }
 }
 
@@ -32,12 +75,7 @@ pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -
     let need = cost.max(1);
     let allowed = count + need <= rule.limit;
     if allowed && cost > 0 {
-        // Clocks can step back; keep the log sorted as the sorted set is.
-        let at = state.entries.partition_point(|(ts, _)| *ts <= now_us);
-        match at.checked_sub(1).and_then(|i| state.entries.get_mut(i)) {
-            Some((ts, n)) if *ts == now_us => *n += cost,
-            _ => state.entries.insert(at, (now_us, cost)),
-        }
+        state.log(window, now_us, cost);
     }
     let count = if allowed { count + cost } else { count };
 
@@ -45,7 +83,7 @@ pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -
         0
     } else {
         // The check passes once the oldest `count + need - limit` units have
-        // left the window: when the one at that rank expires.
+        // left the window: when the entry holding that rank expires.
         let rank = count + need - rule.limit;
         let mut seen = 0;
         let ts = state
@@ -76,6 +114,7 @@ pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -
 mod tests {
     use super::super::test_support::*;
     use super::super::*;
+    use super::MAX_EXACT_ENTRIES;
 
     fn sl(limit: u64, window: u64) -> Rule {
         rule(Algorithm::SlidingLog, limit, window)
@@ -106,6 +145,87 @@ mod tests {
     #[test]
     fn does_not_admit_a_boundary_burst() {
         assert_eq!(boundary_burst_allowed(Algorithm::SlidingLog), 10);
+    }
+
+    /// A tiny deterministic generator, so the long runs below need no crate.
+    fn lcg(seed: &mut u64) -> u64 {
+        *seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        *seed >> 33
+    }
+
+    #[test]
+    fn a_huge_cost_is_one_entry() {
+        let r = sl(100_000, 366 * 86_400 * SEC);
+        let mut s = State::fresh(Algorithm::SlidingLog);
+        assert!(s.apply(&r, SEC, 100_000).allowed);
+        let State::SlidingLog(log) = &s else {
+            unreachable!()
+        };
+        assert_eq!(log.entries, [(SEC, 100_000)]);
+    }
+
+    /// Many small admissions at distinct instants: the log stays within its
+    /// bound, never admits more than `limit` in any window, and every
+    /// denial's retry_after is exact for the stored state.
+    #[test]
+    fn many_admissions_stay_bounded_and_never_over_admit() {
+        for (limit, window) in [(100_000, 366 * 86_400 * SEC), (500, 10 * SEC), (64, 63)] {
+            let r = sl(limit, window);
+            let mut s = State::fresh(Algorithm::SlidingLog);
+            let mut admitted: Vec<(u64, u64)> = Vec::new();
+            let mut seed = limit;
+            let mut now = 1_000 * SEC;
+            for i in 0..5_000 {
+                now += lcg(&mut seed) % (window / 40 + 1);
+                let cost = 1 + lcg(&mut seed) % 3;
+                let before = s.clone();
+                let outcome = s.apply(&r, now, cost);
+                if outcome.allowed {
+                    admitted.push((now, cost));
+                    let in_window: u64 = admitted
+                        .iter()
+                        .filter(|(t, _)| t + window > now)
+                        .map(|(_, n)| n)
+                        .sum();
+                    assert!(in_window <= limit, "step {i}: {in_window} > {limit}");
+                } else if i % 50 == 0 {
+                    assert_retry_exact(&before, &r, now, cost, outcome);
+                }
+                let State::SlidingLog(log) = &s else {
+                    unreachable!()
+                };
+                assert!(log.entries.len() <= 2 * MAX_EXACT_ENTRIES + 1, "step {i}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_log_is_exact_and_a_long_one_errs_late_by_under_a_slot() {
+        let window = 63 * SEC; // slots of 1 s
+        let r = sl(1_000, window);
+        let mut s = State::fresh(Algorithm::SlidingLog);
+        // 63 admissions 10 ms apart fill the exact part...
+        for i in 0..63 {
+            assert!(s.apply(&r, i * 10 * MS, 1).allowed);
+        }
+        // ...then three more in the slot of the newest join it, which moves
+        // to the latest instant.
+        for i in 63..66 {
+            assert!(s.apply(&r, i * 10 * MS, 1).allowed);
+        }
+        let State::SlidingLog(log) = &s else {
+            unreachable!()
+        };
+        assert_eq!(log.entries.len(), 63);
+        assert_eq!(log.entries.back(), Some(&(650 * MS, 4)));
+        // A later slot starts a new entry; a clock stepping back joins the newest.
+        assert!(s.apply(&r, 1_500 * MS, 1).allowed);
+        assert!(s.apply(&r, 1_200 * MS, 2).allowed);
+        let State::SlidingLog(log) = &s else {
+            unreachable!()
+        };
+        assert_eq!(log.entries.len(), 64);
+        assert_eq!(log.entries.back(), Some(&(1_500 * MS, 3)));
     }
 
     #[test]

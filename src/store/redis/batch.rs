@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
-use super::StoreError;
-use super::redis::Inner;
+use super::Inner;
 use crate::domain::{Check, Outcome};
+use crate::store::StoreError;
 
 /// The most checks one batch carries.
 const MAX_BATCH: usize = 128;
@@ -79,13 +79,13 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
                 let (checks, replies): (Vec<Check>, Vec<_>) =
                     jobs.into_iter().map(|j| (j.check, j.reply)).unzip();
                 let result = match &checks[..] {
-                    [one] => inner.check_one(one).await.map(|outcome| vec![outcome]),
+                    [one] => Ok(vec![inner.check_one(one).await]),
                     _ => inner.run_batch(&checks.iter().collect::<Vec<_>>()).await,
                 };
                 match result {
                     Ok(outcomes) => {
                         for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                            let _ = reply.send(Ok(outcome));
+                            let _ = reply.send(outcome);
                         }
                     }
                     Err(error) => {

@@ -1,0 +1,149 @@
+//! Readiness and the prober.
+//!
+//! The prober pings the store on a timer. Its result is readiness
+//! (`/readyz`, `ratekeeper_store_up`), not a breaker input: one slow ping
+//! must not switch limiting off any more than one slow check may. It does
+//! two things for the breakers: it notices an idle outage (no check sent,
+//! so no breaker could), and when the store answers again after a failed
+//! ping it moves open breakers to half-open at once, so recovery does not
+//! wait out `breaker.open_for`. A check the store answers counts as a
+//! successful ping, so readiness follows a recovery without waiting for
+//! the next tick.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use serde::Serialize;
+use tracing::{error, info, warn};
+
+use super::Limiter;
+use super::domains::AUTH_HINT;
+use crate::store::StoreError;
+
+pub(super) const UNKNOWN: u8 = 0;
+pub(super) const UP: u8 = 1;
+pub(super) const DOWN: u8 = 2;
+
+/// Why the instance is not ready: the error kind and a short message
+/// (never a credential: an auth failure gets a fixed hint, not the reply).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
+pub struct NotReady {
+    /// `timeout`, `unavailable`, `auth`, or `unknown` before the first probe.
+    #[schema(example = "timeout")]
+    pub kind: &'static str,
+    #[schema(example = "store timed out: Request timed out.")]
+    pub message: String,
+}
+
+impl NotReady {
+    fn from_error(error: &StoreError) -> NotReady {
+        let message = match error {
+            StoreError::Auth(_) => AUTH_HINT.to_string(),
+            other => {
+                let mut text = other.to_string();
+                if text.len() > 200 {
+                    let cut = (0..=200).rev().find(|&i| text.is_char_boundary(i));
+                    text.truncate(cut.unwrap_or(0));
+                }
+                text
+            }
+        };
+        NotReady {
+            kind: error.kind(),
+            message,
+        }
+    }
+}
+
+impl Limiter {
+    /// Whether checks reach the store: the last ping answered and at least
+    /// one failure domain's breaker is not open (half-open counts: it is
+    /// trying real checks). With one Redis node that is "its breaker is not
+    /// open". A cluster with one dead primary stays ready: the other
+    /// primaries answer, and taking every instance out of service would turn
+    /// a partial outage into a total one.
+    pub fn is_ready(&self) -> bool {
+        self.readiness().is_ok()
+    }
+
+    /// [`is_ready`](Self::is_ready), with the reason when not.
+    pub fn readiness(&self) -> Result<(), NotReady> {
+        let probed = self.probed.load(Ordering::Acquire);
+        let [closed, _, half_open] = self.breakers.counts();
+        if probed == UP && closed + half_open > 0 {
+            return Ok(());
+        }
+        let last = self
+            .last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        Err(last.unwrap_or(NotReady {
+            kind: "unknown",
+            message: "the store has not answered a ping yet".into(),
+        }))
+    }
+
+    pub(super) fn remember_failure(&self, error: &StoreError) {
+        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) =
+            Some(NotReady::from_error(error));
+    }
+
+    /// The store answered a ping or a check: it is up. After a failed ping,
+    /// open breakers try a real check at once.
+    pub(super) fn store_answered(&self) {
+        let was_down = self.probed.swap(UP, Ordering::AcqRel) == DOWN;
+        if was_down {
+            let store = self.store.name();
+            info!(store, "{store} back: it answers again");
+        }
+        self.breakers.store_recovered(was_down);
+    }
+
+    /// Pings the store and records whether it answers. Logs transitions only.
+    pub async fn probe(&self) {
+        let store = self.store.name();
+        match self.store.ping().await {
+            Ok(()) => self.store_answered(),
+            Err(error) => {
+                self.metrics.record_backend_error(error.kind());
+                self.remember_failure(&error);
+                if self.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
+                    match &error {
+                        StoreError::Auth(_) => error!(store, %error, "{AUTH_HINT}"),
+                        _ => warn!(
+                            store,
+                            %error,
+                            "{store} unreachable: not ready; checks it cannot answer get failing {}",
+                            self.policy.mode.as_str()
+                        ),
+                    }
+                }
+            }
+        }
+        self.metrics.store_up.set(self.is_ready() as i64);
+    }
+
+    /// Probes every `interval` while anything is unhealthy (and every 4
+    /// intervals otherwise, so readiness notices an idle outage).
+    pub fn spawn_prober(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
+        let limiter = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut idle_rounds = 0u32;
+            loop {
+                tokio::time::sleep(interval).await;
+                let Some(limiter) = limiter.upgrade() else {
+                    return;
+                };
+                idle_rounds += 1;
+                let [_, open, half_open] = limiter.breakers.counts();
+                let healthy = limiter.is_ready() && open + half_open == 0;
+                if !healthy || idle_rounds >= 4 {
+                    idle_rounds = 0;
+                    limiter.probe().await;
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! The limiter: runs a check on the store and, when the store cannot answer,
+//! applies the failure policy. The one place fail-open/closed is decided.
+//!
+//! Between the two sit the circuit breakers ([`breaker`], one per failure
+//! domain in [`domains`]). An isolated error answers only its own check by
+//! policy; a sustained failure opens the domain's breaker, and then checks
+//! on it are answered by policy at once, for two reasons:
+//! - callers are not kept waiting a full timeout on every check during an
+//!   outage;
+//! - a frozen Redis does not accumulate a backlog of EVALSHAs. fred cannot
+//!   cancel a command it already wrote, so every check sent to a frozen
+//!   Redis runs when it wakes up and counts against its key even though the
+//!   caller already got the policy's answer. The breaker bounds that excess
+//!   to the checks in flight when the outage began.
+//!
+//! A prober (`health.rs`) pings the store for readiness, and notices
+//! recovery while no check is sent.
+//!
+//! With `failure.mode = "local"` the policy's answer comes from an embedded
+//! [`MemoryStore`] that only this instance sees: same algorithms, so each
+//! instance limits on its own during an outage. Once Redis answers again,
+//! its state is authoritative and the local counts are simply no longer
+//! consulted (nor copied back: Redis may have counted the same requests, or
+//! lost everything in a restart, and there is no telling which).
+
+pub mod breaker;
+pub mod deny_cache;
+pub mod domains;
+mod health;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::Instant;
+
+use self::breaker::BreakerConfig;
+use self::deny_cache::DenyCache;
+use self::domains::Breakers;
+pub use self::health::NotReady;
+pub use crate::domain::failure::{FailureMode, FailurePolicy};
+use crate::domain::{Check, Clock, Decision, MonotonicClock};
+use crate::metrics::Metrics;
+use crate::store::memory::MemoryStore;
+use crate::store::{Store, StoreError};
+
+/// A store error the failure policy must not hide (a script error, a key of
+/// the wrong type): answered with a 500 so it is noticed.
+#[derive(Debug, thiserror::Error)]
+#[error(transparent)]
+pub struct LimiterError(#[from] pub StoreError);
+
+pub struct Limiter {
+    store: Arc<dyn Store>,
+    policy: FailurePolicy,
+    metrics: Arc<Metrics>,
+    deny_cache: Option<DenyCache>,
+    /// The fallback of [`FailureMode::Local`].
+    local: Option<MemoryStore>,
+    breakers: Breakers,
+    /// What the prober last saw: one of `health::{UNKNOWN, UP, DOWN}`.
+    probed: AtomicU8,
+    /// Why the store was last seen failing, for `/readyz`.
+    last_failure: std::sync::Mutex<Option<NotReady>>,
+}
+
+impl Limiter {
+    /// Starts with the store's health unknown (not ready) and the default
+    /// breaker on a monotonic clock. Call [`probe`](Self::probe) once
+    /// before serving.
+    pub fn new(store: Arc<dyn Store>, policy: FailurePolicy, metrics: Arc<Metrics>) -> Limiter {
+        let breakers = Breakers::new(
+            BreakerConfig::default(),
+            Arc::new(MonotonicClock::default()),
+            metrics.clone(),
+            store.name(),
+            policy.mode,
+        );
+        Limiter {
+            store,
+            policy,
+            metrics,
+            deny_cache: None,
+            local: None,
+            breakers,
+            probed: AtomicU8::new(health::UNKNOWN),
+            last_failure: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// Circuit breakers with `config`, timed by `clock` (monotonic in
+    /// production; tests drive a manual one).
+    pub fn with_breaker(mut self, config: BreakerConfig, clock: Arc<dyn Clock>) -> Limiter {
+        self.breakers = Breakers::new(
+            config,
+            clock,
+            self.metrics.clone(),
+            self.store.name(),
+            self.policy.mode,
+        );
+        self
+    }
+
+    /// The embedded store that answers while the store cannot, under
+    /// [`FailureMode::Local`]. Without one, `Local` answers as `Open`.
+    pub fn with_local_store(mut self, store: MemoryStore) -> Limiter {
+        self.local = Some(store);
+        self
+    }
+
+    /// Answers repeated denials locally (see [`deny_cache`]).
+    pub fn with_deny_cache(mut self, cache: DenyCache) -> Limiter {
+        self.deny_cache = Some(cache);
+        self
+    }
+
+    pub fn store_name(&self) -> &'static str {
+        self.store.name()
+    }
+
+    /// Keys the store holds, if it counts them (the embedded store).
+    pub fn store_key_count(&self) -> Option<usize> {
+        self.store.key_count()
+    }
+
+    /// Keys the store evicted before their reset, if it evicts (the embedded store).
+    pub fn store_evictions(&self) -> Option<u64> {
+        self.store.evictions()
+    }
+
+    pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
+        let cache = self.deny_cache.as_ref();
+        // A recorded denial is the store's own answer, even while the store
+        // is unreachable: nothing can have been allowed since.
+        let decision = if let Some(outcome) = cache.and_then(|c| c.lookup(check)) {
+            self.metrics.deny_cache_hits.inc();
+            Decision::from_outcome(check, outcome)
+        } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
+            let asked_at = cache.map(DenyCache::now_us);
+            let started = Instant::now();
+            let result = self.store.check(check).await;
+            self.metrics
+                .backend_duration
+                .observe(started.elapsed().as_secs_f64());
+            self.breakers.record(permit, result.as_ref().err());
+            match result {
+                Ok(outcome) => {
+                    if self.probed.load(Ordering::Relaxed) != health::UP {
+                        self.store_answered();
+                    }
+                    if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
+                        cache.record(check, asked_at, &outcome);
+                    }
+                    Decision::from_outcome(check, outcome)
+                }
+                Err(error) => {
+                    self.metrics.record_backend_error(error.kind());
+                    if !error.is_transient() {
+                        tracing::error!(%error, "store error");
+                        return Err(error.into());
+                    }
+                    if error.store_is_down() {
+                        self.remember_failure(&error);
+                    }
+                    // Only this check: the breaker decides whether the
+                    // store as a whole is down.
+                    self.degraded(check)
+                }
+            }
+        } else {
+            self.degraded(check)
+        };
+        self.metrics
+            .record_decision(check.rule.algorithm, decision.allowed);
+        Ok(decision)
+    }
+
+    /// The answer when the store cannot give one: the local store's under
+    /// `Local` (when it can answer), the policy's otherwise.
+    fn degraded(&self, check: &Check) -> Decision {
+        self.metrics.record_degraded(self.policy.mode);
+        if let (FailureMode::Local, Some(local)) = (self.policy.mode, &self.local) {
+            match local.check_now(check) {
+                Ok(outcome) => {
+                    return Decision {
+                        degraded: true,
+                        ..Decision::from_outcome(check, outcome)
+                    };
+                }
+                Err(error) => self.metrics.record_backend_error(error.kind()),
+            }
+        }
+        self.policy.decide(check)
+    }
+}

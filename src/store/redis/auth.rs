@@ -1,0 +1,72 @@
+//! Credentials that Redis refuses while connecting never reach a caller as
+//! such: fred keeps retrying the connection, and the commands queued behind
+//! it time out. A wrong password would read as "store timed out" forever.
+//! So each client's connection errors are watched; an authentication
+//! failure is remembered until a connection succeeds, and meanwhile turns
+//! the outage errors callers see into [`StoreError::Auth`].
+
+use std::sync::{Arc, Mutex};
+
+use fred::prelude::*;
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::store::StoreError;
+
+/// Redis's replies to bad credentials (WRONGPASS, NOAUTH) and to a user
+/// whose ACL lacks a command or key (NOPERM).
+pub(super) fn is_auth(error: &Error) -> bool {
+    let code = error.details().split_whitespace().next().unwrap_or("");
+    *error.kind() == ErrorKind::Auth || matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
+}
+
+#[derive(Default)]
+pub(super) struct AuthWatch {
+    /// Why the last connection attempt was refused, if it was.
+    refused: Mutex<Option<String>>,
+}
+
+impl AuthWatch {
+    /// Starts one listener per client of `pool`. They hold only the
+    /// clients' event receivers, so they end when the pool is dropped.
+    pub(super) fn spawn(pool: &Pool) -> Arc<AuthWatch> {
+        let watch = Arc::new(AuthWatch::default());
+        for client in pool.clients() {
+            let (mut errors, mut connects) = (client.error_rx(), client.reconnect_rx());
+            let watch = watch.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        error = errors.recv() => match error {
+                            Ok((error, _)) if is_auth(&error) => watch.set(Some(error.details().to_string())),
+                            Ok(_) | Err(RecvError::Lagged(_)) => {}
+                            Err(RecvError::Closed) => return,
+                        },
+                        connected = connects.recv() => match connected {
+                            Ok(_) => watch.set(None),
+                            Err(RecvError::Lagged(_)) => {}
+                            Err(RecvError::Closed) => return,
+                        },
+                    }
+                }
+            });
+        }
+        watch
+    }
+
+    fn set(&self, refused: Option<String>) {
+        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = refused;
+    }
+
+    /// `error`, or the refused credentials behind it: a timeout or an
+    /// unreachable store while the last connection attempt was refused.
+    pub(super) fn explain(&self, error: StoreError) -> StoreError {
+        if !error.store_is_down() || matches!(error, StoreError::Auth(_)) {
+            return error;
+        }
+        match &*self.refused.lock().unwrap_or_else(|e| e.into_inner()) {
+            // Redis's own words; they never contain the password.
+            Some(reason) => StoreError::Auth(format!("{reason} (while connecting)")),
+            None => error,
+        }
+    }
+}

@@ -1,0 +1,226 @@
+//! The Redis store: every check is one `EVALSHA` of its algorithm's script.
+//!
+//! Why Lua and not MULTI/EXEC: a check reads, decides and writes; only a
+//! script does all three atomically in one round trip, so every instance
+//! of every caller shares one exact limit per key.
+//!
+//! Layout: `keys.rs` (key names and cluster slots), `calls.rs` (EVALSHA of
+//! one check or one batch), `batch.rs` (the micro-batcher task),
+//! `errors.rs` (outage or bug).
+//!
+//! Timeouts and reconnects follow `shared/DEPENDENCIES.md`: fred's
+//! `default_command_timeout` (per-call options are ignored for EVALSHA),
+//! `max_command_attempts = 1` so nothing is replayed after a reconnect, a
+//! reconnect policy so a dropped connection comes back, and `fail_fast =
+//! false` so a service started before Redis connects once Redis appears.
+
+mod auth;
+mod batch;
+mod calls;
+mod domains;
+mod errors;
+mod keys;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fred::prelude::*;
+use fred::types::scripts::Script;
+use tokio::sync::mpsc;
+
+use super::{Store, StoreError, scripts};
+use crate::domain::{Algorithm, Check, Clock, Outcome};
+use errors::classify;
+
+/// How to reach Redis and how to lay out keys.
+#[derive(Clone)]
+pub struct RedisOptions {
+    pub url: String,
+    pub key_prefix: String,
+    /// Bound on every command, including the wait for a connection.
+    pub timeout: Duration,
+    pub pool_size: usize,
+    /// Longest pause between reconnect attempts.
+    pub reconnect_max_delay: Duration,
+    /// Micro-batching: how long checks that arrive while another call is in
+    /// flight wait to share one EVALSHA. Zero sends every check on its own.
+    pub batch_window: Duration,
+    /// `None`: scripts read Redis `TIME`, so all instances share one clock.
+    /// Tests pass a controlled clock instead.
+    pub clock: Option<Arc<dyn Clock>>,
+    /// Extra key lifetime. 0 in production; tests that drive a simulated clock
+    /// set it so real-time expiry cannot race simulated time.
+    pub ttl_pad_ms: u64,
+}
+
+/// A store backed by a Redis server (or a cluster, via a `redis-cluster://` URL).
+#[derive(Clone)]
+pub struct RedisStore {
+    inner: Arc<Inner>,
+    /// Present when micro-batching is on; the batcher task ends when the last
+    /// clone of this sender is dropped.
+    batcher: Option<mpsc::Sender<batch::Job>>,
+}
+
+/// What the batcher task shares with the store.
+pub(super) struct Inner {
+    pool: Pool,
+    scripts: [Script; 5],
+    batch_script: Script,
+    scripts_loaded: AtomicBool,
+    /// Redis calls under way, direct or batched: with none, a check skips
+    /// the batcher entirely, so a lone request pays nothing for batching.
+    calls_in_flight: AtomicUsize,
+    clustered: bool,
+    /// Credentials refused while connecting, to explain timeouts.
+    auth: Arc<auth::AuthWatch>,
+    /// Which node serves which slot, in a cluster.
+    domains: Option<domains::Domains>,
+    options: RedisOptions,
+}
+
+/// Counts one Redis call for as long as it lives, error paths included.
+struct CallGuard<'a>(&'a AtomicUsize);
+
+impl Drop for CallGuard<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+impl RedisStore {
+    /// Builds the client and starts connecting in the background. Does not wait:
+    /// a service started before Redis answers by its failure policy meanwhile.
+    /// Must be called inside a tokio runtime.
+    pub fn connect(options: RedisOptions) -> Result<Self, StoreError> {
+        let config = Config {
+            fail_fast: false,
+            ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
+        };
+        let clustered = config.server.is_clustered();
+        let max_delay = options
+            .reconnect_max_delay
+            .as_millis()
+            .min(u32::MAX as u128) as u32;
+        let pool = Builder::from_config(config)
+            .with_performance_config(|p| p.default_command_timeout = options.timeout)
+            .with_connection_config(|c| {
+                c.max_command_attempts = 1;
+                c.connection_timeout = options.timeout.max(Duration::from_millis(500));
+                c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
+            })
+            .set_policy(ReconnectPolicy::new_exponential(
+                0,
+                50,
+                max_delay.max(50),
+                2,
+            ))
+            .build_pool(options.pool_size.max(1))
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let auth = auth::AuthWatch::spawn(&pool);
+        let domains = clustered.then(|| domains::Domains::spawn(&pool));
+        // The connection tasks end when `quit` closes the pool.
+        drop(pool.connect_pool());
+        let window = options.batch_window;
+        let inner = Arc::new(Inner {
+            pool,
+            scripts: Algorithm::ALL.map(|a| Script::from_lua(scripts::source(a))),
+            batch_script: Script::from_lua(scripts::BATCH),
+            scripts_loaded: AtomicBool::new(false),
+            calls_in_flight: AtomicUsize::new(0),
+            clustered,
+            auth,
+            domains,
+            options,
+        });
+        let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
+        Ok(RedisStore { inner, batcher })
+    }
+
+    /// Waits up to `limit` for the first connection, so a service started next
+    /// to a healthy Redis is ready from its first request. Returns whether it
+    /// connected; giving up is harmless, the client keeps trying.
+    pub async fn wait_connected(&self, limit: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(limit, self.inner.pool.wait_for_connect()).await,
+            Ok(Ok(()))
+        )
+    }
+
+    /// Closes every connection.
+    pub async fn quit(&self) {
+        let _ = self.inner.pool.quit().await;
+    }
+
+    /// The Redis key holding `check`'s state.
+    pub fn key_for(&self, check: &Check) -> String {
+        self.inner.key_for(check)
+    }
+
+    /// Runs `checks` in order as the batcher would: one batch call per
+    /// cluster slot. Public for the tests that hold batches to single checks.
+    /// Fails if any check failed; see [`check_each`](Self::check_each).
+    pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
+        self.check_each(checks).await?.into_iter().collect()
+    }
+
+    /// Like [`check_batch`](Self::check_batch), with each check's own
+    /// result: a key of the wrong type fails only its check.
+    pub async fn check_each(
+        &self,
+        checks: &[Check],
+    ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
+        let mut outcomes = vec![None; checks.len()];
+        for group in self
+            .inner
+            .group_by_slot(checks.iter().enumerate(), |(_, c)| c)
+        {
+            let (indexes, group): (Vec<usize>, Vec<&Check>) = group.into_iter().unzip();
+            for (i, outcome) in indexes.into_iter().zip(self.inner.run_batch(&group).await?) {
+                outcomes[i] = Some(outcome);
+            }
+        }
+        Ok(outcomes
+            .into_iter()
+            .map(|o| o.expect("every check has a reply"))
+            .collect())
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
+        let result = match &self.batcher {
+            // Batch only when a call is already under way: otherwise there is
+            // nothing to wait for, and the hop through the batcher task would
+            // only add latency.
+            Some(batcher) if self.inner.calls_in_flight() > 0 => {
+                batch::submit(batcher, check).await
+            }
+            _ => self.inner.check_one(check).await,
+        };
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    async fn ping(&self) -> Result<(), StoreError> {
+        let pong: Result<String, _> = self.inner.pool.ping(None).await;
+        pong.map_err(|e| self.inner.auth.explain(classify(e)))?;
+        if !self.inner.scripts_loaded.load(Ordering::Acquire) {
+            self.inner.load_scripts().await?;
+        }
+        Ok(())
+    }
+
+    fn name(&self) -> &'static str {
+        "redis"
+    }
+
+    fn failure_domain(&self, check: &Check) -> u64 {
+        match &self.inner.domains {
+            Some(domains) => domains.of(&self.inner.pool, self.inner.slot_of(check)),
+            None => 0,
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Failure domains on a real 3-primary Redis Cluster: checks whose keys
+//! live on different primaries get different domains, so the limiter can
+//! keep one circuit breaker per node. (Its own binary: `tests/cluster.rs`
+//! starts its own cluster.)
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use ratekeeper::domain::{Algorithm, Check, Rule};
+use ratekeeper::store::Store;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use support::{RedisCluster, RedisServer};
+
+fn check(key: &str) -> Check {
+    Check {
+        key: key.into(),
+        rule: Rule {
+            algorithm: Algorithm::FixedWindow,
+            limit: 10,
+            window_us: 60_000_000,
+            burst: 10,
+        },
+        cost: 1,
+    }
+}
+
+fn options(url: String) -> RedisOptions {
+    RedisOptions {
+        url,
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(5),
+        pool_size: 2,
+        reconnect_max_delay: Duration::from_millis(200),
+        batch_window: Duration::ZERO,
+        clock: None,
+        ttl_pad_ms: 0,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_on_different_primaries_get_different_domains() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(options(cluster.url())).unwrap();
+    assert!(store.wait_connected(Duration::from_secs(10)).await);
+    store.ping().await.unwrap();
+
+    // Which node owns each key, as Redis itself says (CLUSTER KEYSLOT and
+    // the slot table), against the domain the store reports.
+    let mut by_domain: BTreeMap<u64, BTreeSet<u16>> = BTreeMap::new();
+    for i in 0..60 {
+        let c = check(&format!("user:{i}"));
+        let domain = store.failure_domain(&c);
+        assert_ne!(domain, 0, "routing is known once connected");
+        assert_eq!(domain, store.failure_domain(&c), "stable");
+        let port = owner(&cluster, &store.key_for(&c));
+        by_domain.entry(domain).or_default().insert(port);
+    }
+    assert_eq!(by_domain.len(), 3, "one domain per primary: {by_domain:?}");
+    for ports in by_domain.values() {
+        assert_eq!(ports.len(), 1, "a domain is one node: {by_domain:?}");
+    }
+    store.quit().await;
+
+    // A single server is one domain.
+    let single = RedisServer::start();
+    let store = RedisStore::connect(options(single.url())).unwrap();
+    assert_eq!(store.failure_domain(&check("user:1")), 0);
+}
+
+/// The port of the primary owning `key`, from `redis-cli CLUSTER` replies.
+fn owner(cluster: &RedisCluster, key: &str) -> u16 {
+    let cli = |args: &[&str]| {
+        let out = std::process::Command::new("redis-cli")
+            .args(["-p", &cluster.ports[0].to_string()])
+            .args(args)
+            .output()
+            .expect("redis-cli runs");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let slot: u16 = cli(&["CLUSTER", "KEYSLOT", key]).trim().parse().unwrap();
+    // CLUSTER SHARDS is 7.0+; CLUSTER SLOTS lines: start, end, ip, port, id...
+    let slots = cli(&["CLUSTER", "SLOTS"]);
+    let lines: Vec<&str> = slots.lines().collect();
+    let mut i = 0;
+    while i + 3 < lines.len() {
+        let (start, end) = (lines[i].parse::<u16>(), lines[i + 1].parse::<u16>());
+        if let (Ok(start), Ok(end)) = (start, end)
+            && (start..=end).contains(&slot)
+        {
+            return lines[i + 3].parse().unwrap();
+        }
+        i += 1;
+    }
+    panic!("no owner for slot {slot} in {slots}");
+}
