@@ -164,7 +164,9 @@ impl<T> TimedIo<T> {
     /// Ready(Err) once the current deadline has passed; otherwise registers
     /// the waker for it.
     fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
-        if self.activity.draining.load(Ordering::Acquire) {
+        // hyper also reads while it writes a response body, to notice a
+        // closed connection; a response still going out is not idle.
+        if self.activity.draining.load(Ordering::Acquire) && self.write_timer.is_none() {
             return Poll::Ready(io::Error::new(
                 io::ErrorKind::ConnectionAborted,
                 "shutting down: no request in progress on this connection",
