@@ -2,16 +2,32 @@
 # Runs the whole test suite, the tests against real Redis included.
 # The Redis tests start their own redis-server processes on free loopback
 # ports, so redis-server must be installed; on Debian/Ubuntu this installs it.
+# tests/schemathesis.rs installs schemathesis from PyPI into a virtualenv
+# under target/, so it needs python3 with venv and pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+apt_install() {
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "$@" >/dev/null
+}
+
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "python3 venv/pip is missing: installing it with apt-get" >&2
+    apt_install python3 python3-venv python3-pip
+  else
+    echo "python3 with venv and pip is missing: install them and run again" >&2
+    exit 1
+  fi
+fi
+
 if ! command -v redis-server >/dev/null 2>&1; then
   if command -v apt-get >/dev/null 2>&1; then
-    sudo=""
-    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     echo "redis-server is missing: installing it with apt-get" >&2
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq redis-server >/dev/null
+    apt_install redis-server
   else
     echo "redis-server is missing: install Redis (e.g. 'brew install redis') and run again" >&2
     exit 1

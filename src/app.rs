@@ -13,8 +13,9 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use crate::config::{RedisSettings, Settings};
+use crate::config::{RedisSettings, ServerSettings, Settings};
 use crate::domain::{FailureMode, MonotonicClock, SystemClock};
+use crate::http::server::{self, ConnectionMetrics};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
@@ -40,7 +41,8 @@ pub struct Application {
     listener: TcpListener,
     router: axum::Router,
     addr: SocketAddr,
-    shutdown_timeout: Duration,
+    server: ServerSettings,
+    connections: ConnectionMetrics,
     background: Vec<JoinHandle<()>>,
     redis: Option<RedisStore>,
 }
@@ -128,6 +130,10 @@ impl Application {
             limiter.store_name()
         );
 
+        let connections = ConnectionMetrics {
+            open: metrics.connections.clone(),
+            refused: metrics.connections_refused.clone(),
+        };
         let router = http::router(AppState {
             limiter,
             metrics,
@@ -137,7 +143,8 @@ impl Application {
             listener,
             router,
             addr,
-            shutdown_timeout: settings.server.shutdown_timeout,
+            server: settings.server,
+            connections,
             background,
             redis,
         })
@@ -152,32 +159,36 @@ impl Application {
     }
 
     /// Serves until `shutdown` completes, then lets in-flight requests finish
-    /// for at most `server.shutdown_timeout`.
+    /// for at most `server.shutdown_timeout` (idle connections close at once).
     pub async fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        let (stopping_tx, mut stopping_rx) = tokio::sync::watch::channel(false);
-        let signal = async move {
-            shutdown.await;
-            info!("shutting down: finishing in-flight requests");
-            let _ = stopping_tx.send(true);
-        };
-        let server = axum::serve(self.listener, self.router).with_graceful_shutdown(signal);
-        let drain_limit = self.shutdown_timeout;
-        let deadline = async move {
-            if stopping_rx.wait_for(|stopping| *stopping).await.is_err() {
-                std::future::pending::<()>().await;
+        match server::raise_fd_limit() {
+            Some(limit) => {
+                info!(
+                    open_files_limit = limit,
+                    max_connections = self.server.max_connections,
+                    "open-files limit is {limit}"
+                );
+                if (limit as usize) < self.server.max_connections.saturating_add(64) {
+                    warn!(
+                        limit,
+                        "the open-files limit is below server.max_connections (+64 spare): \
+                         accepting may fail before connections are refused cleanly"
+                    );
+                }
             }
-            tokio::time::sleep(drain_limit).await;
-        };
-        let result = tokio::select! {
-            result = server => result,
-            () = deadline => {
-                warn!(?drain_limit, "shutdown timeout reached; dropping remaining connections");
-                Ok(())
-            }
-        };
+            None => warn!("cannot read the open-files limit"),
+        }
+        let result = server::serve(
+            self.listener,
+            self.router,
+            &self.server,
+            self.connections,
+            shutdown,
+        )
+        .await;
         for task in &self.background {
             task.abort();
         }
@@ -210,26 +221,26 @@ pub enum Backend {
     Redis(RedisStore),
 }
 
-/// Completes on the first SIGINT or SIGTERM.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        if tokio::signal::ctrl_c().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    };
-    #[cfg(unix)]
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
+/// Completes on the first SIGINT or SIGTERM. The handlers are installed
+/// when this is called, not when the future is first polled: a signal that
+/// arrives while the service is still starting (after it logged its
+/// address, say) must stop it gracefully rather than kill it.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
+    use tokio::signal::unix::{SignalKind, signal};
+    let interrupt = signal(SignalKind::interrupt());
+    let terminate = signal(SignalKind::terminate());
+    async move {
+        let wait = |s: std::io::Result<tokio::signal::unix::Signal>| async move {
+            match s {
+                Ok(mut s) => {
+                    s.recv().await;
+                }
+                Err(_) => std::future::pending::<()>().await,
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        tokio::select! {
+            () = wait(interrupt) => {},
+            () = wait(terminate) => {},
         }
-    };
-    #[cfg(not(unix))]
-    let terminate = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = terminate => {},
     }
 }

@@ -187,6 +187,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
         }
     };
     crate::telemetry::init(&settings.log);
+    let shutdown = shutdown_signal();
     for name in &settings.ignored_env {
         tracing::debug!(
             variable = %name,
@@ -200,7 +201,7 @@ async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match app.run_until_stopped(shutdown_signal()).await {
+    match app.run_until_stopped(shutdown).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "server error");

@@ -42,6 +42,18 @@ pub struct Settings {
 pub struct ServerSettings {
     pub listen: SocketAddr,
     pub shutdown_timeout: Duration,
+    /// A request head (line and headers) must arrive within this, counted
+    /// from the connection's start or from the first byte of a later request.
+    pub header_read_timeout: Duration,
+    /// A request body must arrive whole within this after its head.
+    pub body_read_timeout: Duration,
+    /// An idle keep-alive connection is closed after this.
+    pub keepalive_timeout: Duration,
+    /// A connection whose client reads nothing of a response for this long
+    /// is closed.
+    pub write_timeout: Duration,
+    /// Connections beyond this are refused at once.
+    pub max_connections: usize,
 }
 
 /// Redis settings. `Debug` hides the URL's password.
@@ -149,6 +161,11 @@ pub struct ConfigError {
 const KNOWN_KEYS: &[&str] = &[
     "server.listen",
     "server.shutdown_timeout",
+    "server.header_read_timeout",
+    "server.body_read_timeout",
+    "server.keepalive_timeout",
+    "server.write_timeout",
+    "server.max_connections",
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
     "redis.url",
@@ -233,6 +250,11 @@ impl Settings {
                     .map_err(|_| "must be an address with a port, e.g. 127.0.0.1:8080".into())
             }),
             r.duration("server.shutdown_timeout"),
+            r.duration("server.header_read_timeout"),
+            r.duration("server.body_read_timeout"),
+            r.duration("server.keepalive_timeout"),
+            r.duration("server.write_timeout"),
+            r.parse("server.max_connections", |s| int_in(s, 1, 10_000_000)),
         );
         let limits = (
             r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
@@ -275,6 +297,11 @@ impl Settings {
                 server: ServerSettings {
                     listen: server.0?,
                     shutdown_timeout: server.1?,
+                    header_read_timeout: server.2?,
+                    body_read_timeout: server.3?,
+                    keepalive_timeout: server.4?,
+                    write_timeout: server.5?,
+                    max_connections: server.6? as usize,
                 },
                 limits: Bounds {
                     max_key_bytes: limits.0? as usize,
@@ -539,6 +566,23 @@ mod tests {
         assert_eq!(s.server.listen.to_string(), "127.0.0.1:8080");
         assert_eq!(s.failure.mode, FailureMode::Open);
         assert_eq!(s.limits.max_key_bytes, 512);
+        let server = &s.server;
+        assert_eq!(
+            (
+                server.header_read_timeout,
+                server.body_read_timeout,
+                server.keepalive_timeout,
+                server.write_timeout,
+                server.max_connections,
+            ),
+            (
+                Duration::from_secs(10),
+                Duration::from_secs(10),
+                Duration::from_secs(60),
+                Duration::from_secs(10),
+                10_000
+            )
+        );
     }
 
     #[test]

@@ -10,7 +10,8 @@
 //! - [`app`]: builds the listener, store, limiter and router; runs until a signal.
 //! - [`telemetry`]: logging setup.
 //! - [`metrics`]: every Prometheus metric, in one place.
-//! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI.
+//! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
+//!   [`http::server`] is the accept loop with connection timeouts and limits.
 //! - [`limiter`]: runs a check on the store; the circuit breakers, the local
 //!   fallback, and [`limiter::deny_cache`], which answers repeated denials
 //!   locally, exactly, without a store call.

@@ -42,6 +42,9 @@ pub struct Metrics {
     breaker_state: [IntGauge; 3],
     /// Times a circuit breaker opened.
     pub breaker_opened: IntCounter,
+    /// Open client connections, and those refused over `server.max_connections`.
+    pub connections: IntGauge,
+    pub connections_refused: IntCounter,
 }
 
 impl Metrics {
@@ -131,6 +134,16 @@ impl Metrics {
             "Times a circuit breaker opened after a sustained store failure.",
         )
         .expect("valid metric");
+        let connections = IntGauge::new(
+            "ratekeeper_connections",
+            "Open client connections (server.max_connections bounds it).",
+        )
+        .expect("valid metric");
+        let connections_refused = IntCounter::new(
+            "ratekeeper_connections_refused_total",
+            "Connections refused with a canned 503 because server.max_connections were open.",
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks_vec) as Box<dyn prometheus::core::Collector>,
@@ -144,6 +157,8 @@ impl Metrics {
             Box::new(store_up.clone()),
             Box::new(breaker_vec),
             Box::new(breaker_opened.clone()),
+            Box::new(connections.clone()),
+            Box::new(connections_refused.clone()),
         ] {
             registry
                 .register(collector)
@@ -169,6 +184,8 @@ impl Metrics {
             store_up,
             breaker_state,
             breaker_opened,
+            connections,
+            connections_refused,
         }
     }
 

@@ -134,6 +134,8 @@ async fn invalid_values_are_422_and_name_the_field() {
         (json!({"key": "k", "limit": 1}), "window"),
         (json!({"key": "k", "limit": 1, "window": "10"}), "window"),
         (json!({"key": "k", "limit": 1, "window": "1.5s"}), "window"),
+        (json!({"key": "k", "limit": 1, "window": " 1m"}), "window"),
+        (json!({"key": "k", "limit": 1, "window": "1m "}), "window"),
         (json!({"key": "k", "limit": 1, "window": 1.5}), "window"),
         (json!({"key": "k", "limit": 1, "window": 0}), "window"),
         (json!({"key": "k", "limit": 1, "window": "367d"}), "window"),
@@ -231,6 +233,16 @@ async fn transport_errors_are_json_with_the_right_status() {
             404,
             "not_found",
         ),
+        // Answered by the Swagger UI route, below our handlers.
+        (
+            app.http
+                .get(app.url("/docs/no-such-file.js"))
+                .send()
+                .await
+                .unwrap(),
+            404,
+            "not_found",
+        ),
     ];
     for (response, status, code) in cases {
         assert_eq!(response.status().as_u16(), status, "{code}");
@@ -267,6 +279,26 @@ async fn transport_errors_are_json_with_the_right_status() {
         .check(json!({"key": "after", "limit": 1, "window": "1s"}))
         .await;
     assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_dot_dot_path_under_docs_is_a_json_404() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let app = app().await;
+    let host = app.base.trim_start_matches("http://").to_string();
+    // Raw, because HTTP clients resolve `..` before sending.
+    let mut stream = tokio::net::TcpStream::connect(&host).await.unwrap();
+    let request = format!("GET /docs/../x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    assert!(response.starts_with("HTTP/1.1 404"), "{response}");
+    assert!(
+        response.contains("content-type: application/json"),
+        "{response}"
+    );
+    let body: Value = serde_json::from_str(response.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(error_code(&body), "not_found");
 }
 
 #[tokio::test]

@@ -33,11 +33,12 @@ pub fn parse_duration_us(text: &str) -> Result<u64, String> {
             "`{text}` is not a duration: write a whole number and a unit (ms, s, m, h or d), e.g. `250ms`, `10s`, `1m`"
         )
     };
-    let trimmed = text.trim();
-    let split = trimmed
+    // No trimming: a window of " 1m" is a malformed value, not "1m". The
+    // config reader trims its own values before calling this.
+    let split = text
         .find(|c: char| !c.is_ascii_digit())
         .ok_or_else(invalid)?;
-    let (digits, unit) = trimmed.split_at(split);
+    let (digits, unit) = text.split_at(split);
     let value: u64 = digits.parse().map_err(|_| invalid())?;
     let per_unit = UNITS
         .iter()
@@ -74,6 +75,10 @@ mod tests {
             "s",
             "1h30m",
             "99999999999999999999d",
+            " 1m",
+            "1m ",
+            "\t1s",
+            "1 m",
         ] {
             assert!(parse_duration_us(bad).is_err(), "{bad} should be rejected");
         }

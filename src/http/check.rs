@@ -23,26 +23,81 @@ use crate::domain::{Algorithm, Check, CheckInput, Decision, WindowInput};
 #[derive(Debug, Deserialize, ToSchema)]
 #[schema(example = json!({"key": "user:42", "limit": 100, "window": "1m", "algorithm": "sliding_window"}))]
 pub struct CheckRequest {
-    /// The client being limited: any UTF-8, 1 to 512 bytes (configurable).
+    /// The client being limited: any UTF-8, 1 to 512 bytes
+    /// (`limits.max_key_bytes`). The length bounds count characters; the
+    /// server counts bytes, so a key of non-ASCII characters reaches the
+    /// limit sooner.
+    #[schema(min_length = 1, max_length = 512)]
     pub key: String,
     /// Units allowed per window, 1 to 1000000000000. For sliding_log at most
-    /// 100000 (configurable). For token_bucket and gcra, the refill rate is
-    /// `limit` per `window`.
+    /// 100000 (`limits.max_sliding_log_limit`). For token_bucket and gcra,
+    /// the refill rate is `limit` per `window`, at most one unit per
+    /// microsecond (`limit` ≤ the window in microseconds).
     #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
+    #[serde(deserialize_with = "whole_number")]
     pub limit: u64,
     pub window: WindowSpec,
     /// Default: sliding_window.
     #[serde(default)]
     pub algorithm: Option<AlgorithmName>,
     /// Units this request spends, default 1; 0 reports without spending.
-    /// At most `limit` (token_bucket/gcra: at most `burst`).
-    #[serde(default)]
+    /// Must be at most `limit` (token_bucket and gcra: at most `burst`);
+    /// a larger cost could never be allowed and is answered 422.
+    #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0)]
     pub cost: Option<u64>,
-    /// token_bucket and gcra only: bucket capacity, default `limit`.
-    #[serde(default)]
+    /// token_bucket and gcra only (422 with another algorithm): bucket
+    /// capacity, default `limit`. Refilling the whole bucket,
+    /// `burst × window / limit`, must take at most 366 days.
+    #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
     pub burst: Option<u64>,
+}
+
+/// JSON Schema's `integer` includes numbers written with a zero fraction
+/// (`100.0`), and clients (JavaScript, Python's json of a float) send them;
+/// accept those, and nothing with a fraction.
+fn whole_number<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
+    deserializer.deserialize_any(WholeNumber)
+}
+
+fn optional_whole_number<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<u64>, D::Error> {
+    Option::<Whole>::deserialize(deserializer).map(|v| v.map(|Whole(n)| n))
+}
+
+struct Whole(u64);
+
+impl<'de> Deserialize<'de> for Whole {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        whole_number(deserializer).map(Whole)
+    }
+}
+
+struct WholeNumber;
+
+impl Visitor<'_> for WholeNumber {
+    type Value = u64;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a non-negative whole number")
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+        Ok(v)
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+        u64::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+        whole_f64(v).ok_or_else(|| E::invalid_value(de::Unexpected::Float(v), &self))
+    }
+}
+
+/// `v` as a u64 if it is a whole number that a u64 holds exactly.
+fn whole_f64(v: f64) -> Option<u64> {
+    // 2^64 as f64; anything at or above it does not fit.
+    const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+    (v.is_finite() && v.fract() == 0.0 && (0.0..TWO_POW_64).contains(&v)).then_some(v as u64)
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
@@ -82,6 +137,16 @@ impl<'de> Deserialize<'de> for WindowSpec {
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<WindowSpec, E> {
                 Ok(WindowSpec(WindowInput::Seconds(v)))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<WindowSpec, E> {
+                u64::try_from(v)
+                    .map(|v| WindowSpec(WindowInput::Seconds(v)))
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<WindowSpec, E> {
+                whole_f64(v)
+                    .map(|v| WindowSpec(WindowInput::Seconds(v)))
+                    .ok_or_else(|| E::invalid_value(de::Unexpected::Float(v), &self))
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<WindowSpec, E> {
                 Ok(WindowSpec(WindowInput::Text(v.to_owned())))
@@ -177,6 +242,7 @@ impl From<Decision> for CheckResponse {
             )),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
         (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within server.body_read_timeout", body = ErrorBody),
         (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type or out of range", body = ErrorBody),
         (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),

@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
 use super::MAX_BODY_BYTES;
+use super::server::BodyDeadline;
 use crate::domain::ValidationError;
 use crate::limiter::LimiterError;
 
@@ -25,6 +26,8 @@ pub enum ApiError {
     InvalidRequest(String),
     #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
     PayloadTooLarge,
+    #[error("the request body did not arrive within {0:?}")]
+    RequestTimeout(std::time::Duration),
     #[error("method not allowed on this path")]
     MethodNotAllowed,
     #[error("no such path; see /docs for the API")]
@@ -43,8 +46,9 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, snake_case: invalid_json, unsupported_media_type,
-    /// invalid_request, payload_too_large, method_not_allowed, not_found,
-    /// internal.
+    /// invalid_request, payload_too_large, request_timeout,
+    /// method_not_allowed, not_found, internal; overloaded (503, too many
+    /// connections).
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// What is wrong and what is allowed.
@@ -61,6 +65,7 @@ impl ApiError {
             }
             ApiError::InvalidRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -82,6 +87,15 @@ impl IntoResponse for ApiError {
         };
         (status, Json(body)).into_response()
     }
+}
+
+/// A JSON error body for a status our own errors don't produce; the code is
+/// the status's reason phrase in snake_case.
+pub(super) fn status_only(status: StatusCode) -> Response {
+    let reason = status.canonical_reason().unwrap_or("error");
+    let code = reason.to_ascii_lowercase().replace([' ', '-'], "_");
+    let body = serde_json::json!({"error": {"code": code, "message": reason}});
+    (status, Json(body)).into_response()
 }
 
 impl From<ValidationError> for ApiError {
@@ -108,15 +122,24 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
         if !is_json(request.headers().get(header::CONTENT_TYPE)) {
             return Err(ApiError::UnsupportedMediaType);
         }
-        let bytes = Bytes::from_request(request, state)
-            .await
-            .map_err(|rejection| {
-                if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                    ApiError::PayloadTooLarge
-                } else {
-                    ApiError::InvalidJson(rejection.body_text())
-                }
-            })?;
+        // The server stamps each request with the instant its body must
+        // have arrived by; a client trickling it, or promising more bytes
+        // than it sends, gets a 408 instead of holding the handler forever.
+        let deadline = request.extensions().get::<BodyDeadline>().copied();
+        let read = Bytes::from_request(request, state);
+        let read = match deadline {
+            Some(BodyDeadline { at, timeout }) => tokio::time::timeout_at(at, read)
+                .await
+                .map_err(|_| ApiError::RequestTimeout(timeout))?,
+            None => read.await,
+        };
+        let bytes = read.map_err(|rejection| {
+            if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                ApiError::PayloadTooLarge
+            } else {
+                ApiError::InvalidJson(rejection.body_text())
+            }
+        })?;
         // Syntax first, without building anything, so that malformed JSON is
         // a 400 even when its first value would also have a missing field.
         serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)

@@ -5,11 +5,15 @@ mod check;
 mod error;
 pub mod openapi;
 mod ops;
+pub mod server;
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::header;
+use axum::middleware::map_response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use utoipa_swagger_ui::SwaggerUi;
 
@@ -30,15 +34,43 @@ pub struct AppState {
 }
 
 pub fn router(state: AppState) -> Router {
+    // The Swagger UI answers an unknown file under /docs (and /docs/../x)
+    // with an empty 404; only its routes need the rewrite, the others
+    // answer with ApiError already.
+    let docs: Router<AppState> = SwaggerUi::new("/docs")
+        .url("/openapi.json", openapi::document())
+        .into();
+    let docs = docs.layer(map_response(json_error_bodies));
     Router::new()
         .route("/v1/check", post(check::check))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))
-        .merge(SwaggerUi::new("/docs").url("/openapi.json", openapi::document()))
+        .merge(docs)
         // axum answers these with empty or plain-text bodies; ours are JSON.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .fallback(|| async { ApiError::NotFound })
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
+}
+
+/// Error responses made below our handlers (the Swagger UI's 404 for an
+/// unknown file under /docs) have empty bodies; give them ours, keeping
+/// their status and headers.
+async fn json_error_bodies(response: Response) -> Response {
+    let status = response.status();
+    if !(status.is_client_error() || status.is_server_error())
+        || response.headers().contains_key(header::CONTENT_TYPE)
+    {
+        return response;
+    }
+    let (mut parts, _) = response.into_parts();
+    let replacement = match status {
+        axum::http::StatusCode::NOT_FOUND => ApiError::NotFound.into_response(),
+        _ => error::status_only(status),
+    };
+    let (new_parts, body) = replacement.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.extend(new_parts.headers);
+    Response::from_parts(parts, body)
 }

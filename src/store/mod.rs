@@ -59,9 +59,6 @@ pub enum StoreError {
     /// NOPERM): a misconfiguration, answered by the failure policy.
     #[error("store refused our credentials: {0}")]
     Auth(String),
-    /// The embedded store is at its key limit and this is a new key.
-    #[error("store full: {0}")]
-    Full(String),
     /// The store answered something we cannot use: a script error, a key of
     /// the wrong type, an unexpected reply. Retrying will not help.
     #[error("store error: {0}")]
@@ -75,8 +72,8 @@ impl StoreError {
         !matches!(self, StoreError::Backend(_))
     }
 
-    /// Whether the store as a whole is unreachable (opens the circuit
-    /// breaker). A full embedded store still serves the keys it holds.
+    /// Whether the store (or its failure domain) is unreachable, slow or
+    /// refusing us: what the circuit breaker counts as a failure.
     pub fn store_is_down(&self) -> bool {
         matches!(
             self,
@@ -90,7 +87,6 @@ impl StoreError {
             StoreError::Timeout(_) => "timeout",
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Auth(_) => "auth",
-            StoreError::Full(_) => "full",
             StoreError::Backend(_) => "backend",
         }
     }

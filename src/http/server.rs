@@ -1,0 +1,308 @@
+//! Our own accept loop around hyper, in place of `axum::serve`, which has
+//! no timeouts and no connection limit: a slow or idle client would hold a
+//! file descriptor and ~35 KB forever, and enough of them stop the service
+//! from accepting anyone.
+//!
+//! Per connection: read deadlines ([`timed_io`]), a body deadline handed to
+//! the handler as a request extension ([`BodyDeadline`]), and on shutdown
+//! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
+//! in-flight requests finish). Per process: at most `max_connections`;
+//! beyond it a canned 503 is written without reading the request.
+
+mod timed_io;
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::Request;
+use axum::response::Response;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use prometheus::{IntCounter, IntGauge};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use timed_io::{Activity, TimedIo, Timeouts};
+
+use crate::config::ServerSettings;
+
+/// When the body of the request carrying it must have arrived whole.
+/// Set by the server on every request; [`super::ApiError::RequestTimeout`]
+/// answers a body that misses it.
+#[derive(Debug, Clone, Copy)]
+pub struct BodyDeadline {
+    pub at: Instant,
+    /// `server.body_read_timeout`, for the error message.
+    pub timeout: Duration,
+}
+
+/// The connection gauges the server keeps up to date.
+#[derive(Clone)]
+pub struct ConnectionMetrics {
+    pub open: IntGauge,
+    pub refused: IntCounter,
+}
+
+/// Largest request head (line and headers). hyper's default, ~400 KiB, would
+/// let each of `max_connections` clients make the server buffer that much;
+/// heads over this are answered 431 (by hyper, with an empty body).
+const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Written to connections over `max_connections`, without reading them:
+/// parsing would cost what the limit is there to save.
+const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: application/json\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 88\r\n\r\n\
+{\"error\":{\"code\":\"overloaded\",\"message\":\"too many open connections; retry in a moment\"}}";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Stage {
+    Serving,
+    /// Finish in-flight requests; close idle connections.
+    Draining,
+    /// `shutdown_timeout` passed: drop whatever is left.
+    Stop,
+}
+
+/// Serves `router` on `listener` until `shutdown` completes, then drains
+/// for at most `settings.shutdown_timeout`.
+pub async fn serve(
+    listener: TcpListener,
+    router: Router,
+    settings: &ServerSettings,
+    metrics: ConnectionMetrics,
+    shutdown: impl Future<Output = ()> + Send,
+) -> io::Result<()> {
+    let (stage_tx, stage_rx) = watch::channel(Stage::Serving);
+    let connection = ConnectionConfig {
+        service: TowerToHyperService::new(router),
+        timeouts: Timeouts {
+            header: settings.header_read_timeout,
+            keepalive: settings.keepalive_timeout,
+            write: settings.write_timeout,
+        },
+        body_timeout: settings.body_read_timeout,
+    };
+    let max = i64::try_from(settings.max_connections).unwrap_or(i64::MAX);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut last_accept_warning: Option<Instant> = None;
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _peer)) => stream,
+                Err(error) => {
+                    accept_failed(error, &mut last_accept_warning).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        if metrics.open.get() >= max {
+            refuse(stream, &metrics.refused);
+            continue;
+        }
+        let guard = OpenConnection::new(&metrics.open);
+        let connection = connection.clone();
+        let stage = stage_rx.clone();
+        tokio::spawn(async move {
+            connection.run(stream, stage).await;
+            drop(guard);
+        });
+    }
+    drop(listener);
+    drop(stage_rx);
+    info!("shutting down: finishing in-flight requests");
+    let _ = stage_tx.send(Stage::Draining);
+    // Every connection task holds a receiver: closed() means all are done.
+    let drain_limit = settings.shutdown_timeout;
+    if tokio::time::timeout(drain_limit, stage_tx.closed())
+        .await
+        .is_err()
+    {
+        warn!(
+            ?drain_limit,
+            remaining = metrics.open.get(),
+            "shutdown timeout reached; dropping remaining connections"
+        );
+        let _ = stage_tx.send(Stage::Stop);
+    }
+    Ok(())
+}
+
+/// What every connection task needs, cloned per connection.
+#[derive(Clone)]
+struct ConnectionConfig {
+    service: TowerToHyperService<Router>,
+    timeouts: Timeouts,
+    body_timeout: Duration,
+}
+
+impl ConnectionConfig {
+    async fn run(self, stream: TcpStream, mut stage: watch::Receiver<Stage>) {
+        // Responses are written whole; don't let Nagle hold the last segment.
+        let _ = stream.set_nodelay(true);
+        let activity = Arc::new(Activity::default());
+        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), self.timeouts));
+        let service = ConnectionService {
+            inner: self.service,
+            activity: activity.clone(),
+            body_timeout: self.body_timeout,
+        };
+        // hyper's own header timer is left off: it restarts whenever the
+        // connection goes idle, which would make the keep-alive timeout the
+        // header timeout (see timed_io).
+        let conn = hyper::server::conn::http1::Builder::new()
+            .header_read_timeout(None)
+            .max_header_size(MAX_HEAD_BYTES)
+            .max_buf_size(MAX_HEAD_BYTES)
+            .serve_connection(io, service);
+        let mut conn = std::pin::pin!(conn);
+        let mut draining = false;
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(error) = result {
+                        debug!(%error, "connection closed with an error");
+                    }
+                    return;
+                }
+                changed = stage.changed() => {
+                    if changed.is_err() {
+                        return;
+                    }
+                    let now = *stage.borrow_and_update();
+                    match now {
+                        Stage::Draining if !draining => {
+                            draining = true;
+                            activity.drain();
+                            conn.as_mut().graceful_shutdown();
+                        }
+                        Stage::Stop => return,
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Hands each request to the router, marking the connection busy meanwhile
+/// and stamping the body deadline on it.
+#[derive(Clone)]
+struct ConnectionService {
+    inner: TowerToHyperService<Router>,
+    activity: Arc<Activity>,
+    body_timeout: Duration,
+}
+
+type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for ConnectionService {
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        let busy = self.activity.begin();
+        request.extensions_mut().insert(BodyDeadline {
+            at: Instant::now() + self.body_timeout,
+            timeout: self.body_timeout,
+        });
+        let response = self.inner.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            drop(busy);
+            response
+        })
+    }
+}
+
+/// Counts one open connection for as long as it lives.
+struct OpenConnection(IntGauge);
+
+impl OpenConnection {
+    fn new(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        OpenConnection(gauge.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+fn refuse(stream: TcpStream, refused: &IntCounter) {
+    refused.inc();
+    // A fresh socket's send buffer is empty, so this never waits; if it
+    // cannot write, the close alone still refuses.
+    let _ = stream.try_write(OVERLOADED);
+}
+
+/// Accept errors are mostly per-connection (reset before accept) and can be
+/// skipped. Running out of file descriptors is not: pause so the loop does
+/// not spin, and warn at most once a second.
+async fn accept_failed(error: io::Error, last_warning: &mut Option<Instant>) {
+    use io::ErrorKind::{ConnectionAborted, ConnectionReset, Interrupted};
+    if matches!(
+        error.kind(),
+        ConnectionAborted | ConnectionReset | Interrupted
+    ) {
+        return;
+    }
+    let now = Instant::now();
+    if last_warning.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
+        warn!(%error, "cannot accept connections (out of file descriptors?); lower server.max_connections or raise the limit");
+        *last_warning = Some(now);
+    }
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// Raises the soft limit on open files to the hard limit, so that
+/// `max_connections` is not cut short by a low default soft limit (often
+/// 1024). Returns the resulting soft limit.
+pub fn raise_fd_limit() -> Option<u64> {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    if soft >= hard {
+        return Some(soft);
+    }
+    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+        Ok(()) => Some(hard),
+        Err(error) => {
+            warn!(%error, soft, hard, "cannot raise the open-files limit");
+            Some(soft)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_canned_503_is_well_formed() {
+        let text = std::str::from_utf8(OVERLOADED).unwrap();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length: "))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert_eq!(length, body.len());
+        let json: serde_json::Value = serde_json::from_str(body).unwrap();
+        assert_eq!(json["error"]["code"], "overloaded");
+    }
+}

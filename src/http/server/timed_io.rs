@@ -1,0 +1,260 @@
+//! A TCP stream that enforces the read deadlines of one HTTP/1 connection.
+//!
+//! hyper 1.x has one timer, `header_read_timeout`, and it restarts as soon
+//! as a connection goes idle, so an idle keep-alive connection would be cut
+//! at the header timeout and a separate, longer keep-alive timeout could not
+//! exist. The stream therefore keeps its own clock:
+//!
+//! - from the connection's start, the first request head must arrive within
+//!   `header_read_timeout`;
+//! - after a response, the connection may sit idle for `keepalive_timeout`;
+//!   the first byte of the next request starts its own `header_read_timeout`;
+//! - while a request is with the router, reads have no deadline here: the
+//!   body deadline is the handler's (it answers 408), and hyper closes the
+//!   connection after a response whose body was left unread.
+//!
+//! Writes have their own clock: a response the client does not read (a
+//! slow reader, or pipelined requests whose answers pile up) fails after
+//! `write_timeout` without progress, since hyper reads nothing more while a
+//! write is stuck.
+//!
+//! A read past its deadline fails with `TimedOut`, and hyper drops the
+//! connection without answering (as nginx does for `client_header_timeout`).
+//! At shutdown, a connection with no request in progress is closed at once,
+//! idle or in the middle of a head (nothing was promised to it yet).
+
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+/// What the router side tells the stream: whether a request is in progress,
+/// and how many have finished (a change means "idle again since now").
+#[derive(Default)]
+pub(super) struct Activity {
+    in_flight: AtomicUsize,
+    finished: AtomicU64,
+    /// The connection task, parked in a read while a request was in flight:
+    /// woken when it finishes so the keep-alive clock starts (hyper itself
+    /// may not read again until the client sends something).
+    reader: Mutex<Option<Waker>>,
+    /// Set at shutdown: a connection waiting for a request head is closed at
+    /// once rather than when its deadline comes.
+    draining: AtomicBool,
+}
+
+impl Activity {
+    /// Marks a request as handed to the router until the guard is dropped.
+    pub(super) fn begin(self: &Arc<Self>) -> RequestGuard {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        RequestGuard(self.clone())
+    }
+}
+
+impl Activity {
+    pub(super) fn drain(&self) {
+        self.draining.store(true, Ordering::Release);
+    }
+}
+
+pub(super) struct RequestGuard(Arc<Activity>);
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        // `finished` first: the stream reads `in_flight` after it.
+        self.0.finished.fetch_add(1, Ordering::Release);
+        self.0.in_flight.fetch_sub(1, Ordering::Release);
+        let reader = self.0.reader.lock().map(|mut r| r.take());
+        if let Ok(Some(waker)) = reader {
+            waker.wake();
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Timeouts {
+    pub header: Duration,
+    pub keepalive: Duration,
+    pub write: Duration,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    /// Waiting for (the rest of) a request head that began at this instant.
+    Head(Instant),
+    /// A response went out at this instant; nothing of the next request yet.
+    Idle(Instant),
+}
+
+pub(super) struct TimedIo<T> {
+    inner: T,
+    activity: Arc<Activity>,
+    timeouts: Timeouts,
+    phase: Phase,
+    seen_finished: u64,
+    timer: Pin<Box<Sleep>>,
+    armed_for: Instant,
+    /// Armed while a write waits for the client to read; made on first need.
+    write_timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl<T> TimedIo<T> {
+    pub(super) fn new(inner: T, activity: Arc<Activity>, timeouts: Timeouts) -> Self {
+        let now = Instant::now();
+        let deadline = now + timeouts.header;
+        TimedIo {
+            inner,
+            activity,
+            timeouts,
+            phase: Phase::Head(now),
+            seen_finished: 0,
+            timer: Box::pin(tokio::time::sleep_until(deadline)),
+            armed_for: deadline,
+            write_timer: None,
+        }
+    }
+
+    /// Passes a write's result through, failing a write that has made no
+    /// progress for `write_timeout`.
+    fn write_progress<R>(
+        &mut self,
+        cx: &mut Context<'_>,
+        result: Poll<io::Result<R>>,
+    ) -> Poll<io::Result<R>> {
+        if result.is_ready() {
+            self.write_timer = None;
+            return result;
+        }
+        let write = self.timeouts.write;
+        let timer = self
+            .write_timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(write)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "client read nothing for server.write_timeout",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+
+    /// Moves to `Idle` when a request finished since the last look.
+    fn observe_requests(&mut self) -> bool {
+        let in_flight = self.activity.in_flight.load(Ordering::Acquire) > 0;
+        let finished = self.activity.finished.load(Ordering::Acquire);
+        if finished != self.seen_finished && !in_flight {
+            self.seen_finished = finished;
+            self.phase = Phase::Idle(Instant::now());
+        }
+        in_flight
+    }
+
+    fn deadline(&self) -> Instant {
+        match self.phase {
+            Phase::Head(since) => since + self.timeouts.header,
+            Phase::Idle(since) => since + self.timeouts.keepalive,
+        }
+    }
+
+    /// Ready(Err) once the current deadline has passed; otherwise registers
+    /// the waker for it.
+    fn poll_deadline(&mut self, cx: &mut Context<'_>) -> Poll<io::Error> {
+        // hyper also reads while it writes a response body, to notice a
+        // closed connection; a response still going out is not idle.
+        if self.activity.draining.load(Ordering::Acquire) && self.write_timer.is_none() {
+            return Poll::Ready(io::Error::new(
+                io::ErrorKind::ConnectionAborted,
+                "shutting down: no request in progress on this connection",
+            ));
+        }
+        let deadline = self.deadline();
+        if deadline != self.armed_for {
+            self.timer.as_mut().reset(deadline);
+            self.armed_for = deadline;
+        }
+        match self.timer.as_mut().poll(cx) {
+            Poll::Ready(()) => {
+                let what = match self.phase {
+                    Phase::Head(_) => "request head not received within server.header_read_timeout",
+                    Phase::Idle(_) => "keep-alive connection idle past server.keepalive_timeout",
+                };
+                Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what))
+            }
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let in_flight = this.observe_requests();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before && matches!(this.phase, Phase::Idle(_)) {
+                    this.phase = Phase::Head(Instant::now());
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending if in_flight => {
+                if let Ok(mut reader) = this.activity.reader.lock() {
+                    *reader = Some(cx.waker().clone());
+                }
+                // The request may have finished before the waker was stored.
+                if this.observe_requests() {
+                    Poll::Pending
+                } else {
+                    this.poll_deadline(cx).map(Err)
+                }
+            }
+            Poll::Pending => this.poll_deadline(cx).map(Err),
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for TimedIo<T> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.write_progress(cx, result)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.write_progress(cx, result)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        let result = Pin::new(&mut this.inner).poll_flush(cx);
+        this.write_progress(cx, result)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}

@@ -1,0 +1,150 @@
+//! Schemathesis (from PyPI) against the real binary: every check it has
+//! (`--checks all`), over a bounded number of generated requests per
+//! operation, must find nothing. The virtualenv lives under the target
+//! directory and is created on first use; if it cannot be created the test
+//! fails with the reason, it never skips.
+//!
+//! `tests/schemathesis/ratekeeper_hooks.py` teaches the generator the
+//! cross-field rules JSON Schema cannot state (cost ≤ limit, ...), which the
+//! OpenAPI document gives in prose.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Generated requests per operation and phase: about half a minute here.
+const MAX_EXAMPLES: &str = "1000";
+const SCHEMATHESIS: &str = "schemathesis>=4.32,<5";
+const RUN_LIMIT: Duration = Duration::from_secs(300);
+
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn run(command: &mut Command, what: &str) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The `st` executable in our virtualenv, installing it if missing.
+fn schemathesis() -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-venv");
+    let st = venv.join("bin").join("schemathesis");
+    if st.is_file() {
+        return st;
+    }
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&venv),
+        "creating a Python virtualenv for schemathesis (needs python3 and python3-venv; \
+         scripts/test.sh installs them with apt)",
+    );
+    run(
+        Command::new(venv.join("bin").join("pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            SCHEMATHESIS,
+        ]),
+        "installing schemathesis from PyPI into the test virtualenv",
+    );
+    assert!(st.is_file(), "pip installed schemathesis without `{st:?}`");
+    st
+}
+
+/// Starts the binary on a free port; returns it and its address.
+fn start_service() -> (KillOnDrop, String) {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    let child = command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_LOG__FORMAT", "json")
+        .env("RATEKEEPER_LOG__LEVEL", "warn,ratekeeper::app=info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let stdout = child.0.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let started = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening"))
+        .expect("a startup line");
+    // Keep draining the log so the service never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let log: serde_json::Value = serde_json::from_str(&started).unwrap();
+    (child, log["addr"].as_str().unwrap().to_string())
+}
+
+#[test]
+fn schemathesis_finds_nothing() {
+    let st = schemathesis();
+    let (_service, addr) = start_service();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let hooks = root.join("tests").join("schemathesis");
+    let mut run = Command::new(st)
+        .arg("run")
+        .arg(root.join("openapi.yaml"))
+        .args(["--url", &format!("http://{addr}")])
+        .args(["--checks", "all", "--max-examples", MAX_EXAMPLES])
+        .args(["--no-color", "--request-timeout", "5"])
+        .env("SCHEMATHESIS_HOOKS", "ratekeeper_hooks")
+        .env("PYTHONPATH", &hooks)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Hypothesis and schemathesis keep their databases in the working
+        // directory: keep them out of the source tree.
+        .current_dir(env!("CARGO_TARGET_TMPDIR"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("schemathesis runs");
+    let started = Instant::now();
+    // Read output on threads so a full pipe never stalls the run.
+    let out = run.stdout.take().unwrap();
+    let err = run.stderr.take().unwrap();
+    let read = |mut pipe: Box<dyn std::io::Read + Send>| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = pipe.read_to_string(&mut text);
+            text
+        })
+    };
+    let (out, err) = (read(Box::new(out)), read(Box::new(err)));
+    let status = loop {
+        if let Some(status) = run.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > RUN_LIMIT {
+            let _ = run.kill();
+            let _ = run.wait();
+            panic!("schemathesis ran past {RUN_LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let (out, err) = (out.join().unwrap(), err.join().unwrap());
+    println!("{out}");
+    assert!(
+        status.success(),
+        "schemathesis found problems ({status}):\n{out}\n{err}"
+    );
+    assert!(out.contains("No issues found"), "{out}");
+}
