@@ -111,11 +111,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Healthcheck { config, url } => {
             let url = match url {
                 Some(url) => url,
-                None => match Settings::load(&Overrides {
+                None => match Settings::listen_address(&Overrides {
                     config_file: config,
                     ..Overrides::default()
                 }) {
-                    Ok(settings) => healthz_url(settings.server.listen),
+                    Ok(listen) => healthz_url(listen),
                     Err(error) => {
                         eprintln!("ratekeeper: {error}");
                         return ExitCode::from(EX_USAGE);

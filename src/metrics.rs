@@ -33,6 +33,7 @@ pub struct Metrics {
     /// Keys the embedded store evicted before their reset (synced when
     /// /metrics is read).
     pub store_evictions: IntCounter,
+    evictions_sync: std::sync::Mutex<()>,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
@@ -79,7 +80,7 @@ impl Metrics {
         let backend_errors = IntCounterVec::new(
             Opts::new(
                 "ratekeeper_backend_errors_total",
-                "Store errors by kind: timeout, unavailable (connection or server not ready), auth (credentials or permissions refused), full (embedded store), backend (script or reply error).",
+                "Store errors by kind: timeout, unavailable (connection or server not ready), auth (credentials or permissions refused), backend (script or reply error).",
             ),
             &["kind"],
         )
@@ -181,6 +182,7 @@ impl Metrics {
             deny_cache_hits,
             store_keys,
             store_evictions,
+            evictions_sync: std::sync::Mutex::new(()),
             store_up,
             breaker_state,
             breaker_opened,
@@ -215,6 +217,18 @@ impl Metrics {
 
     pub fn record_backend_error(&self, kind: &str) {
         self.backend_errors.with_label_values(&[kind]).inc();
+    }
+
+    /// Brings `ratekeeper_store_evictions_total` up to the store's own
+    /// count. Under a lock: two scrapes at once would otherwise both add
+    /// the same difference.
+    pub fn sync_store_evictions(&self, total: u64) {
+        let _one_at_a_time = self
+            .evictions_sync
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let counter = &self.store_evictions;
+        counter.inc_by(total.saturating_sub(counter.get()));
     }
 
     /// The Prometheus text exposition of every metric.

@@ -284,6 +284,16 @@ fn kubernetes_service_variables_are_ignored_and_healthcheck_follows_the_config()
     };
     let out = healthcheck(&listen);
     assert!(out.status.success(), "{out:?}");
+    // The probe reads server.listen only: a secret it cannot read (mounted
+    // for the service alone) does not fail it.
+    let out = ratekeeper()
+        .arg("healthcheck")
+        .env("RATEKEEPER_SERVER__LISTEN", &listen)
+        .env("RATEKEEPER_REDIS__URL", "redis://app@127.0.0.1:6379")
+        .env("RATEKEEPER_REDIS__PASSWORD_FILE", "/nonexistent/secret")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
     // A wildcard listen address is probed over loopback.
     assert!(healthcheck(&format!("0.0.0.0:{port}")).status.success());
     let elsewhere = healthcheck(&format!("127.0.0.1:{}", support::free_port()));

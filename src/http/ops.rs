@@ -72,9 +72,7 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         state.metrics.store_keys.set(keys as i64);
     }
     if let Some(total) = state.limiter.store_evictions() {
-        // A counter only goes up: add what the store counted since last read.
-        let counter = &state.metrics.store_evictions;
-        counter.inc_by(total.saturating_sub(counter.get()));
+        state.metrics.sync_store_evictions(total);
     }
     state.metrics.store_up.set(state.limiter.is_ready() as i64);
     (

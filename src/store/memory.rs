@@ -204,11 +204,15 @@ impl Inner {
     /// Frees room in a full shard: expired state first, then, if that is
     /// not enough, the `1 / EVICT_FRACTION` of the shard nearest its reset.
     fn make_room(&self, map: &mut Map, now: u64) {
+        // Free down to this many keys every time, even when expired state
+        // alone would make room for one: otherwise a flood of new keys while
+        // old ones trickle out of date would rescan the shard on every insert.
+        let target = self.shard_capacity - (self.shard_capacity / EVICT_FRACTION).max(1);
         map.retain(|_, e| e.expires_at_us > now);
-        if map.len() < self.shard_capacity {
+        if map.len() <= target {
             return;
         }
-        let evict = (self.shard_capacity / EVICT_FRACTION).max(1);
+        let evict = map.len() - target;
         let mut expiries: Vec<u64> = map.values().map(|e| e.expires_at_us).collect();
         let (_, &mut cutoff, _) = expiries.select_nth_unstable(evict - 1);
         // Ties at the cutoff may evict a few more than `evict`; never fewer.
@@ -407,10 +411,17 @@ mod tests {
         assert_eq!(map.len(), 29);
         assert_eq!(store.evictions(), Some(0));
 
+        // One expired is not room enough for the next 1/16: the nearest
+        // live reset goes too, so the next new keys find room without a scan.
+        let mut map = filled(&mut (0..1).map(|i| 100 + i).chain((0..31).map(|i| 1_000 + i)));
+        inner.make_room(&mut map, 500);
+        assert_eq!(expiries(&map), (1_001..1_031).collect::<Vec<_>>());
+        assert_eq!(store.evictions(), Some(1));
+
         // None expired: the two nearest their reset go, the rest stay.
         let mut map = filled(&mut (0..32).map(|i| 1_000 + i));
         inner.make_room(&mut map, 500);
         assert_eq!(expiries(&map), (1_002..1_032).collect::<Vec<_>>());
-        assert_eq!(store.evictions(), Some(2));
+        assert_eq!(store.evictions(), Some(3));
     }
 }

@@ -1,0 +1,348 @@
+//! Settings, layered: `config/default.toml` (compiled in) → `--config FILE`
+//! → `RATEKEEPER_<SECTION>__<KEY>` environment variables → CLI flags.
+//!
+//! Every key is read and checked on its own so that one run reports every
+//! bad or unknown key at once, instead of stopping at the first.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use config::{Config, Environment, File, FileFormat};
+
+mod reader;
+mod redis;
+#[cfg(test)]
+mod tests;
+
+use reader::Reader;
+use redis::read_redis;
+pub use redis::{RedisSettings, redact_url};
+
+use crate::domain::Bounds;
+use crate::domain::{FailureMode, FailurePolicy};
+use crate::limiter::breaker::BreakerConfig;
+
+/// The reference configuration: every key with its default and a comment.
+pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub server: ServerSettings,
+    pub limits: Bounds,
+    /// `None` runs the embedded store.
+    pub redis: Option<RedisSettings>,
+    pub failure: FailurePolicy,
+    /// When a failure domain's circuit breaker opens. Its `trial_interval`
+    /// is `redis.probe_interval`, set when the application is built.
+    pub breaker: BreakerConfig,
+    /// Entries of the local deny cache; 0 turns it off.
+    pub deny_cache_capacity: usize,
+    pub memory: MemorySettings,
+    pub log: LogSettings,
+    /// `RATEKEEPER_*` environment variables that are not of the
+    /// `RATEKEEPER_<SECTION>__<KEY>` shape and were ignored (logged at debug
+    /// once telemetry is up).
+    pub ignored_env: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerSettings {
+    pub listen: SocketAddr,
+    pub shutdown_timeout: Duration,
+    /// A request head (line and headers) must arrive within this, counted
+    /// from the connection's start or from the first byte of a later request.
+    pub header_read_timeout: Duration,
+    /// A request body must arrive whole within this after its head.
+    pub body_read_timeout: Duration,
+    /// An idle keep-alive connection is closed after this.
+    pub keepalive_timeout: Duration,
+    /// A connection whose client reads nothing of a response for this long
+    /// is closed.
+    pub write_timeout: Duration,
+    /// Connections beyond this are refused at once.
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct MemorySettings {
+    pub sweep_interval: Duration,
+    /// At most about this many keys; new keys beyond it get the failure policy.
+    pub max_keys: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Auto,
+    Pretty,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogSettings {
+    pub format: LogFormat,
+    pub level: String,
+}
+
+/// Whether an environment variable is configuration: `RATEKEEPER_` then
+/// `<SECTION>__<KEY>`. Kubernetes injects `RATEKEEPER_SERVICE_HOST`,
+/// `RATEKEEPER_PORT_8080_TCP_ADDR` and the like for a Service named
+/// `ratekeeper`; they have no `__` and must not stop the service. A typo of
+/// the documented shape (`RATEKEEPER_REDIS__TMEOUT`) still is an error.
+fn is_config_var(name: &str) -> bool {
+    name.strip_prefix("RATEKEEPER_")
+        .and_then(|rest| rest.split_once("__"))
+        .is_some_and(|(section, key)| {
+            let word = |s: &str| {
+                !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            };
+            word(section) && word(key)
+        })
+}
+
+/// Values given on the command line; they override every other layer.
+#[derive(Debug, Clone, Default)]
+pub struct Overrides {
+    pub config_file: Option<PathBuf>,
+    pub listen: Option<String>,
+    pub redis_url: Option<String>,
+    pub failure_mode: Option<String>,
+}
+
+/// Every problem found, one line each.
+#[derive(Debug, thiserror::Error)]
+#[error("invalid configuration:\n  - {}", .problems.join("\n  - "))]
+pub struct ConfigError {
+    pub problems: Vec<String>,
+}
+
+const KNOWN_KEYS: &[&str] = &[
+    "server.listen",
+    "server.shutdown_timeout",
+    "server.header_read_timeout",
+    "server.body_read_timeout",
+    "server.keepalive_timeout",
+    "server.write_timeout",
+    "server.max_connections",
+    "limits.max_key_bytes",
+    "limits.max_sliding_log_limit",
+    "redis.url",
+    "redis.password_file",
+    "redis.key_prefix",
+    "redis.timeout",
+    "redis.pool_size",
+    "redis.reconnect_max_delay",
+    "redis.probe_interval",
+    "redis.batch_window",
+    "failure.mode",
+    "failure.closed_retry_after",
+    "breaker.consecutive_failures",
+    "breaker.failure_ratio",
+    "breaker.interval",
+    "breaker.min_calls",
+    "breaker.open_for",
+    "deny_cache.capacity",
+    "memory.sweep_interval",
+    "memory.max_keys",
+    "log.format",
+    "log.level",
+];
+
+impl Settings {
+    /// Loads every layer, reading the environment of this process.
+    /// `RATEKEEPER_CONFIG` names the config file (the CLI reads it), so it is
+    /// not a setting.
+    pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
+        let (env, ignored) = process_env();
+        let mut settings = Self::load_from(overrides, env)?;
+        settings.ignored_env = ignored;
+        Ok(settings)
+    }
+
+    /// Only `server.listen`, from the same layers as [`load`](Self::load):
+    /// what `ratekeeper healthcheck` needs. It reads nothing else, so a
+    /// probe does not fail over a secret it has no business reading (a
+    /// `redis.password_file` mounted only for the service, say).
+    pub fn listen_address(overrides: &Overrides) -> Result<SocketAddr, ConfigError> {
+        let config = layers(overrides, process_env().0)?;
+        let mut r = Reader {
+            config: &config,
+            problems: Vec::new(),
+        };
+        r.parse("server.listen", parse_listen).ok_or(ConfigError {
+            problems: r.problems,
+        })
+    }
+
+    /// Loads with an explicit environment (tests pass a map).
+    pub fn load_from(overrides: &Overrides, env: Environment) -> Result<Settings, ConfigError> {
+        Self::from_config(&layers(overrides, env)?)
+    }
+
+    fn from_config(config: &Config) -> Result<Settings, ConfigError> {
+        let mut r = Reader {
+            config,
+            problems: Vec::new(),
+        };
+        r.unknown_keys();
+        // Read every key before assembling, so every problem is collected.
+        let server = (
+            r.parse("server.listen", parse_listen),
+            r.duration("server.shutdown_timeout"),
+            r.duration("server.header_read_timeout"),
+            r.duration("server.body_read_timeout"),
+            r.duration("server.keepalive_timeout"),
+            r.duration("server.write_timeout"),
+            r.parse("server.max_connections", |s| int_in(s, 1, 10_000_000)),
+        );
+        let limits = (
+            r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
+            // A sliding log's memory no longer grows with its limit (at most 127
+            // entries), so any valid limit may be allowed.
+            r.parse("limits.max_sliding_log_limit", |s| {
+                int_in(s, 1, crate::domain::MAX_LIMIT)
+            }),
+        );
+        let redis = read_redis(&mut r);
+        let failure = (
+            r.parse("failure.mode", |s| match s {
+                "open" => Ok(FailureMode::Open),
+                "closed" => Ok(FailureMode::Closed),
+                "local" => Ok(FailureMode::Local),
+                _ => Err("must be \"open\", \"closed\" or \"local\"".into()),
+            }),
+            r.duration("failure.closed_retry_after"),
+        );
+        let breaker = read_breaker(&mut r);
+        let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
+        let sweep_interval = r.duration("memory.sweep_interval");
+        let max_keys = r.parse("memory.max_keys", |s| int_in(s, 64, 1_000_000_000));
+        let log = (
+            r.parse("log.format", |s| match s {
+                "auto" => Ok(LogFormat::Auto),
+                "pretty" => Ok(LogFormat::Pretty),
+                "json" => Ok(LogFormat::Json),
+                _ => Err("must be \"auto\", \"pretty\" or \"json\"".into()),
+            }),
+            r.parse("log.level", |s| {
+                tracing_subscriber::EnvFilter::try_new(s)
+                    .map(|_| s.to_string())
+                    .map_err(|e| format!("is not a valid tracing filter: {e}"))
+            }),
+        );
+
+        let assembled = (|| {
+            Some(Settings {
+                server: ServerSettings {
+                    listen: server.0?,
+                    shutdown_timeout: server.1?,
+                    header_read_timeout: server.2?,
+                    body_read_timeout: server.3?,
+                    keepalive_timeout: server.4?,
+                    write_timeout: server.5?,
+                    max_connections: server.6? as usize,
+                },
+                limits: Bounds {
+                    max_key_bytes: limits.0? as usize,
+                    max_sliding_log_limit: limits.1?,
+                },
+                redis: redis?,
+                failure: FailurePolicy {
+                    mode: failure.0?,
+                    closed_retry_after: failure.1?,
+                },
+                breaker: breaker?,
+                deny_cache_capacity: deny_cache_capacity? as usize,
+                memory: MemorySettings {
+                    sweep_interval: sweep_interval?,
+                    max_keys: max_keys? as usize,
+                },
+                log: LogSettings {
+                    format: log.0?,
+                    level: log.1?,
+                },
+                ignored_env: Vec::new(),
+            })
+        })();
+        match assembled {
+            Some(settings) if r.problems.is_empty() => Ok(settings),
+            _ => Err(ConfigError {
+                problems: r.problems,
+            }),
+        }
+    }
+}
+
+/// The configuration layers, merged: defaults, file, environment, flags.
+fn layers(overrides: &Overrides, env: Environment) -> Result<Config, ConfigError> {
+    let fail = |problem: String| ConfigError {
+        problems: vec![problem],
+    };
+    let mut builder = Config::builder().add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml));
+    if let Some(path) = &overrides.config_file {
+        if !path.is_file() {
+            return Err(fail(format!("--config {}: no such file", path.display())));
+        }
+        builder = builder.add_source(File::from(path.as_path()).format(FileFormat::Toml));
+    }
+    builder = builder.add_source(
+        env.prefix("RATEKEEPER")
+            .prefix_separator("_")
+            .separator("__"),
+    );
+    for (key, value) in [
+        ("server.listen", &overrides.listen),
+        ("redis.url", &overrides.redis_url),
+        ("failure.mode", &overrides.failure_mode),
+    ] {
+        if let Some(value) = value {
+            builder = builder
+                .set_override(key, value.as_str())
+                .map_err(|e| fail(e.to_string()))?;
+        }
+    }
+    let config = builder.build().map_err(|e| fail(e.to_string()))?;
+    Ok(config)
+}
+
+/// The process's `RATEKEEPER_<SECTION>__<KEY>` variables as a config
+/// source, and the names of the other `RATEKEEPER_*` variables it ignored.
+fn process_env() -> (Environment, Vec<String>) {
+    let (vars, ignored): (Vec<_>, Vec<_>) = std::env::vars()
+        .filter(|(name, _)| name.starts_with("RATEKEEPER_") && name != "RATEKEEPER_CONFIG")
+        .partition(|(name, _)| is_config_var(name));
+    let env = Environment::default().source(Some(vars.into_iter().collect()));
+    (env, ignored.into_iter().map(|(name, _)| name).collect())
+}
+
+fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    s.parse::<SocketAddr>()
+        .map_err(|_| "must be an address with a port, e.g. 127.0.0.1:8080".into())
+}
+
+/// The `[breaker]` section; `None` when any key is invalid.
+fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
+    let consecutive = r.parse("breaker.consecutive_failures", |s| int_in(s, 1, 1_000_000));
+    let ratio = r.parse("breaker.failure_ratio", |s| match s.parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
+        _ => Err("must be a number above 0 and at most 1, e.g. 0.5".into()),
+    });
+    let interval = r.duration("breaker.interval");
+    let min_calls = r.parse("breaker.min_calls", |s| int_in(s, 1, 1_000_000));
+    let open_for = r.duration("breaker.open_for");
+    Some(BreakerConfig {
+        consecutive_failures: consecutive? as u32,
+        failure_ratio: ratio?,
+        interval: interval?,
+        min_calls: min_calls? as u32,
+        open_for: open_for?,
+        ..BreakerConfig::default()
+    })
+}
+
+fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
+    match s.parse::<u64>() {
+        Ok(v) if (min..=max).contains(&v) => Ok(v),
+        _ => Err(format!("must be a whole number from {min} to {max}")),
+    }
+}

@@ -1,0 +1,157 @@
+//! The `[redis]` section, and keeping its password out of every message.
+
+use std::time::Duration;
+
+use super::int_in;
+use super::reader::Reader;
+use crate::domain::parse_duration_us;
+
+/// Redis settings. `Debug` hides the URL's password.
+#[derive(Clone)]
+pub struct RedisSettings {
+    /// With the password of `redis.password_file` spliced in, if one was given.
+    pub url: String,
+    pub key_prefix: String,
+    pub timeout: Duration,
+    pub pool_size: usize,
+    pub reconnect_max_delay: Duration,
+    pub probe_interval: Duration,
+    /// Micro-batching window; zero turns batching off.
+    pub batch_window: Duration,
+}
+
+impl std::fmt::Debug for RedisSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSettings")
+            .field("url", &redact_url(&self.url))
+            .field("key_prefix", &self.key_prefix)
+            .field("timeout", &self.timeout)
+            .field("pool_size", &self.pool_size)
+            .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("probe_interval", &self.probe_interval)
+            .field("batch_window", &self.batch_window)
+            .finish()
+    }
+}
+
+/// The `[redis]` section: `Some(None)` when the URL is empty (embedded store),
+/// `None` when any key is invalid.
+pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
+    let url = r.parse_secret("redis.url", redact_url, |s| {
+        if s.is_empty() {
+            return Ok(String::new());
+        }
+        let schemes = [
+            "redis://",
+            "rediss://",
+            "redis-cluster://",
+            "redis-sentinel://",
+            "redis+unix://",
+        ];
+        if !schemes.iter().any(|p| s.starts_with(p)) {
+            return Err(
+                "must be empty or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL"
+                    .into(),
+            );
+        }
+        // Let the client library judge the URL, so a URL accepted here is
+        // one it can use.
+        // fred's message may quote parts of the URL: never echo it.
+        fred::prelude::Config::from_url(s)
+            .map(|_| s.to_string())
+            .map_err(|_| {
+                "is not a usable Redis URL; use redis://[user[:password]@]host:port[/db], \
+                 rediss://, redis-cluster:// or redis-sentinel://"
+                    .into()
+            })
+    });
+    let password_file = r.parse("redis.password_file", |s| Ok(s.to_string()));
+    let key_prefix = r.parse("redis.key_prefix", |s| {
+        if s.contains(['{', '}']) || s.len() > 64 {
+            Err("must be at most 64 bytes without '{' or '}' (they would move the hash tag)".into())
+        } else {
+            Ok(s.to_string())
+        }
+    });
+    let timeout = r.duration("redis.timeout");
+    let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
+    let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
+    let probe_interval = r.duration("redis.probe_interval");
+    let batch_window = r.parse("redis.batch_window", |s| {
+        let us = parse_duration_us(s)?;
+        (us <= 10_000)
+            .then(|| Duration::from_micros(us))
+            .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
+    });
+    let url = with_password_file(r, url?, password_file?)?;
+    let settings = RedisSettings {
+        url,
+        key_prefix: key_prefix?,
+        timeout: timeout?,
+        pool_size: pool_size? as usize,
+        reconnect_max_delay: reconnect_max_delay?,
+        probe_interval: probe_interval?,
+        batch_window: batch_window?,
+    };
+    Some((!settings.url.is_empty()).then_some(settings))
+}
+
+/// Where the user-info of `url` lies: from after `://` to the last `@`
+/// (`None` without an `@`). The last `@`, not the first `/`: a password
+/// may hold an unencoded `/`, `?` or `#`, and must still be found.
+fn userinfo(url: &str) -> (usize, Option<usize>) {
+    let start = url.find("://").map_or(0, |i| i + 3);
+    (start, url[start..].rfind('@').map(|at| start + at))
+}
+
+/// `url` with the password of its user-info replaced by `***`, for messages.
+pub fn redact_url(url: &str) -> String {
+    match userinfo(url) {
+        (start, Some(at)) if url[start..at].contains(':') => {
+            let user = url[start..at].split_once(':').map_or("", |(user, _)| user);
+            format!("{}{user}:***{}", &url[..start], &url[at..])
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Splices the password read from `redis.password_file` into the URL, so it
+/// never has to appear in the environment or on a command line (`ps`).
+fn with_password_file(r: &mut Reader, url: String, path: String) -> Option<String> {
+    if path.is_empty() || url.is_empty() {
+        return Some(url);
+    }
+    let mut problem = |m: String| {
+        r.problems.push(format!("redis.password_file: {m}"));
+        None
+    };
+    let password = match std::fs::read_to_string(&path) {
+        Ok(text) => text.trim_end_matches(['\r', '\n']).to_string(),
+        Err(e) => return problem(format!("cannot read {path}: {e}")),
+    };
+    if password.is_empty() {
+        return problem(format!("{path} is empty"));
+    }
+    let password = percent_encode(&password);
+    Some(match userinfo(&url) {
+        (start, Some(at)) if url[start..at].contains(':') => {
+            return problem("redis.url has a password too: give it in one place".into());
+        }
+        (_, Some(at)) => format!("{}:{password}{}", &url[..at], &url[at..]),
+        (start, None) => format!("{}:{password}@{}", &url[..start], &url[start..]),
+    })
+}
+
+/// Percent-encodes everything but RFC 3986's unreserved characters; the
+/// Redis client decodes the URL's password again.
+fn percent_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,207 @@
+//! Tests of the settings loader.
+
+use super::reader::flatten;
+use super::*;
+use std::collections::HashMap;
+
+fn env(vars: &[(&str, &str)]) -> Environment {
+    let map: HashMap<String, String> = vars
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Environment::default().source(Some(map))
+}
+
+#[test]
+fn defaults_load_and_mean_the_embedded_store() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert!(s.redis.is_none());
+    assert_eq!(s.server.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(s.failure.mode, FailureMode::Open);
+    assert_eq!(s.limits.max_key_bytes, 512);
+    let server = &s.server;
+    assert_eq!(
+        (
+            server.header_read_timeout,
+            server.body_read_timeout,
+            server.keepalive_timeout,
+            server.write_timeout,
+            server.max_connections,
+        ),
+        (
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(10),
+            10_000
+        )
+    );
+}
+
+#[test]
+fn env_then_cli_override_the_file() {
+    let vars = [
+        ("RATEKEEPER_REDIS__URL", "redis://127.0.0.1:7000"),
+        ("RATEKEEPER_REDIS__TIMEOUT", "50ms"),
+    ];
+    let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+    let redis = s.redis.unwrap();
+    assert_eq!(
+        (redis.url.as_str(), redis.timeout),
+        ("redis://127.0.0.1:7000", Duration::from_millis(50))
+    );
+
+    let cli = Overrides {
+        redis_url: Some("redis://127.0.0.1:7001".into()),
+        failure_mode: Some("closed".into()),
+        ..Default::default()
+    };
+    let s = Settings::load_from(&cli, env(&vars)).unwrap();
+    assert_eq!(s.redis.unwrap().url, "redis://127.0.0.1:7001");
+    assert_eq!(s.failure.mode, FailureMode::Closed);
+}
+
+#[test]
+fn reports_every_bad_key_at_once() {
+    let vars = [
+        ("RATEKEEPER_REDIS__TIMEOUT", "50"),
+        ("RATEKEEPER_SERVER__LISTEN", "nowhere"),
+        ("RATEKEEPER_FAILURE__MODE", "maybe"),
+        ("RATEKEEPER_REDIS__TMEOUT", "1s"),
+    ];
+    let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
+    let text = err.to_string();
+    for key in [
+        "redis.timeout",
+        "server.listen",
+        "failure.mode",
+        "redis.tmeout: unknown key",
+    ] {
+        assert!(text.contains(key), "{key} missing from:\n{text}");
+    }
+    assert_eq!(err.problems.len(), 4);
+}
+
+#[test]
+fn only_variables_of_the_documented_shape_are_configuration() {
+    for name in [
+        "RATEKEEPER_REDIS__URL",
+        "RATEKEEPER_SERVER__SHUTDOWN_TIMEOUT",
+        "RATEKEEPER_REDIS__TMEOUT",
+    ] {
+        assert!(is_config_var(name), "{name}");
+    }
+    // What Kubernetes injects for a Service named `ratekeeper`.
+    for name in [
+        "RATEKEEPER_SERVICE_HOST",
+        "RATEKEEPER_SERVICE_PORT_HTTP",
+        "RATEKEEPER_PORT",
+        "RATEKEEPER_PORT_8080_TCP_ADDR",
+        "RATEKEEPER_CONFIG",
+        "RATEKEEPER___X",
+    ] {
+        assert!(!is_config_var(name), "{name}");
+    }
+}
+
+#[test]
+fn a_bad_redis_url_is_reported_without_its_password() {
+    let vars = [("RATEKEEPER_REDIS__URL", "redis://bob:hunter2@host:notaport")];
+    let text = Settings::load_from(&Overrides::default(), env(&vars))
+        .unwrap_err()
+        .to_string();
+    assert!(text.contains("redis.url"), "{text}");
+    assert!(text.contains("bob:***@host"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+    assert_eq!(redact_url("redis://:pw@h:1/0"), "redis://:***@h:1/0");
+    assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+    // A password with an unencoded '/', '?' or '#' does not parse as a URL,
+    // which is exactly when it would be echoed.
+    assert_eq!(
+        redact_url("redis://:pa/ss@host:6379"),
+        "redis://:***@host:6379"
+    );
+    assert_eq!(redact_url("redis://u:a?b#c@host/0"), "redis://u:***@host/0");
+    assert_eq!(redact_url("redis://bob@host"), "redis://bob@host");
+}
+
+#[test]
+fn the_password_file_is_spliced_into_the_url_and_hidden_from_debug() {
+    let dir = std::env::temp_dir().join(format!("rk-pw-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("password");
+    std::fs::write(&file, "p@ss:w/rd\n").unwrap();
+    let path = file.to_str().unwrap();
+    let vars = [
+        ("RATEKEEPER_REDIS__URL", "redis://app@127.0.0.1:6379/0"),
+        ("RATEKEEPER_REDIS__PASSWORD_FILE", path),
+    ];
+    let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+    let redis = s.redis.unwrap();
+    assert_eq!(redis.url, "redis://app:p%40ss%3Aw%2Frd@127.0.0.1:6379/0");
+    let parsed = fred::prelude::Config::from_url(&redis.url).unwrap();
+    assert_eq!(parsed.password.as_deref(), Some("p@ss:w/rd"));
+    assert!(!format!("{redis:?}").contains("p%40ss"));
+
+    let both = [
+        ("RATEKEEPER_REDIS__URL", "redis://app:other@127.0.0.1:6379"),
+        ("RATEKEEPER_REDIS__PASSWORD_FILE", path),
+    ];
+    let text = Settings::load_from(&Overrides::default(), env(&both))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("one place") && !text.contains("other"),
+        "{text}"
+    );
+    let missing = [
+        ("RATEKEEPER_REDIS__URL", "redis://127.0.0.1:6379"),
+        ("RATEKEEPER_REDIS__PASSWORD_FILE", "/nonexistent/pw"),
+    ];
+    let text = Settings::load_from(&Overrides::default(), env(&missing))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        text.contains("redis.password_file: cannot read /nonexistent/pw"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn local_failure_mode_and_breaker_keys() {
+    let vars = [
+        ("RATEKEEPER_FAILURE__MODE", "local"),
+        ("RATEKEEPER_BREAKER__CONSECUTIVE_FAILURES", "3"),
+        ("RATEKEEPER_BREAKER__FAILURE_RATIO", "0.25"),
+    ];
+    let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+    assert_eq!(s.failure.mode, FailureMode::Local);
+    assert_eq!(
+        (s.breaker.consecutive_failures, s.breaker.failure_ratio),
+        (3, 0.25)
+    );
+    assert_eq!(s.breaker.min_calls, 20);
+
+    let bad = [
+        ("RATEKEEPER_BREAKER__FAILURE_RATIO", "1.5"),
+        ("RATEKEEPER_BREAKER__MIN_CALLS", "0"),
+        ("RATEKEEPER_BREAKER__OPEN_FOR", "0s"),
+    ];
+    let err = Settings::load_from(&Overrides::default(), env(&bad)).unwrap_err();
+    assert_eq!(err.problems.len(), 3, "{err}");
+}
+
+#[test]
+fn known_keys_match_the_reference_file() {
+    let config = Config::builder()
+        .add_source(File::from_str(DEFAULT_TOML, FileFormat::Toml))
+        .build()
+        .unwrap();
+    let mut found = Vec::new();
+    flatten("", &config.cache.clone().into_table().unwrap(), &mut found);
+    found.sort();
+    let mut known: Vec<String> = KNOWN_KEYS.iter().map(|s| s.to_string()).collect();
+    known.sort();
+    assert_eq!(found, known);
+}
