@@ -25,7 +25,10 @@ impl Inner {
 
     pub(super) async fn load_scripts(&self) -> Result<(), StoreError> {
         for script in self.scripts.iter().chain([&self.batch_script]) {
-            script.load(self.pool.next()).await.map_err(classify)?;
+            script
+                .load(self.pool.next_connected())
+                .await
+                .map_err(classify)?;
         }
         self.scripts_loaded.store(true, Ordering::Release);
         Ok(())
@@ -49,11 +52,16 @@ impl Inner {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         let _call = CallGuard(&self.calls_in_flight);
         let (keys, args) = call();
-        match self.pool.evalsha(script.sha1().clone(), keys, args).await {
+        // A connected client, not the next in turn: after a restart the
+        // pool's connections come back one by one, and a call given to one
+        // still reconnecting waits for it, or fails, while another could
+        // answer now.
+        let client = self.pool.next_connected();
+        match client.evalsha(script.sha1().clone(), keys, args).await {
             Err(e) if is_noscript(&e) => {
                 self.scripts_loaded.store(false, Ordering::Release);
                 let (keys, args) = call();
-                self.pool.eval(source, keys, args).await
+                client.eval(source, keys, args).await
             }
             other => other,
         }
