@@ -5,7 +5,8 @@
 # empty script cache). Counts the answers given by the failure policy after
 # the new server answered, on the direct path (batch_window = 0) and the
 # batched one (100us), RESTART_ROUNDS restarts each (default 10): started
-# again at once, and after 600 ms down (long enough to open the breaker).
+# again at once, and after 300 and 600 ms down (long enough to open the
+# breaker before and after the change to its counting).
 # Usage: bash bench/restart.sh [label]   (label goes into the file name)
 # Writes bench/results/restart[-label]-<date>.md.
 set -euo pipefail
@@ -23,7 +24,7 @@ OUT=bench/results/restart$LABEL-$(date -u +%Y%m%dT%H%M%SZ).md
   echo "times after it are from that moment."
   echo
 } > "$OUT"
-for DOWN in ${RESTART_DOWNS:-0 600}; do
+for DOWN in ${RESTART_DOWNS:-0 300 600}; do
   RESTART_DOWN_MS=$DOWN RESTART_OUT="$OUT.body" cargo test --locked --test restart restart_recovery_numbers -- --ignored --exact --nocapture >/dev/null
   cat "$OUT.body" >> "$OUT"
   rm -f "$OUT.body"
