@@ -15,6 +15,20 @@
 //! - **Half-open**, after `open_for`: one real check per `trial_interval`
 //!   goes through. Its success closes the breaker, its failure re-opens it.
 //!
+//! Failures that come together are one failure. Calls in flight at once
+//! fail at once when their connection drops (every check pipelined on it),
+//! or when one batch call that carried up to 128 checks fails; counting
+//! each of them would open the breaker on a single event, such as a Redis
+//! restart that is over in milliseconds. So a failed call adds to the
+//! `consecutive_failures` run only if no counted failure was recorded while
+//! it was in flight; the ones that overlapped such a failure neither add to
+//! the run nor reset it. The price: a frozen Redis opens the breaker after
+//! `consecutive_failures` rounds of timeouts (each round sent after the
+//! previous one failed), about `consecutive_failures × redis.timeout`,
+//! rather than after the first round. The ratio still counts every check,
+//! so a partial failure under concurrency, where most failures overlap
+//! another, still shows.
+//!
 //! Each admission carries the generation it was admitted in. A result from
 //! an older generation (a call sent before the breaker opened, answered
 //! after) is ignored, so a late success cannot close an open breaker and a
@@ -111,6 +125,8 @@ impl Transition {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
     generation: u64,
+    /// `Breaker::counted_failures` when the call was admitted.
+    counted_failures: u64,
 }
 
 /// Buckets of the sliding interval: the ratio forgets old calls in steps of
@@ -131,6 +147,9 @@ pub struct Breaker {
     state: State,
     generation: u64,
     consecutive: u32,
+    /// Failures counted into a run so far (never reset): a ticket that saw
+    /// an older value overlapped one of them.
+    counted_failures: u64,
     buckets: [Bucket; BUCKETS],
     bucket_width_us: u64,
     open_until_us: u64,
@@ -144,6 +163,7 @@ impl Breaker {
             state: State::Closed,
             generation: 0,
             consecutive: 0,
+            counted_failures: 0,
             buckets: [Bucket::default(); BUCKETS],
             bucket_width_us: (config.interval.as_micros() as u64 / BUCKETS as u64).max(1),
             open_until_us: 0,
@@ -186,7 +206,7 @@ impl Breaker {
         }
         match self.state {
             State::Closed => {
-                self.count(failed, now_us);
+                self.count(failed, ticket.counted_failures, now_us);
                 let reason = self.should_open(now_us)?;
                 self.open(now_us);
                 Some(Transition::Opened(reason))
@@ -220,6 +240,7 @@ impl Breaker {
     fn ticket(&self) -> Ticket {
         Ticket {
             generation: self.generation,
+            counted_failures: self.counted_failures,
         }
     }
 
@@ -236,8 +257,14 @@ impl Breaker {
         self.buckets = [Bucket::default(); BUCKETS];
     }
 
-    fn count(&mut self, failed: bool, now_us: u64) {
-        self.consecutive = if failed { self.consecutive + 1 } else { 0 };
+    /// `seen`: `counted_failures` when the call was admitted.
+    fn count(&mut self, failed: bool, seen: u64, now_us: u64) {
+        if !failed {
+            self.consecutive = 0;
+        } else if seen == self.counted_failures {
+            self.consecutive += 1;
+            self.counted_failures += 1;
+        }
         let epoch = now_us / self.bucket_width_us;
         let bucket = &mut self.buckets[epoch as usize % BUCKETS];
         if bucket.epoch != epoch {

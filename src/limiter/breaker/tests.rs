@@ -49,6 +49,49 @@ fn consecutive_failures_open_it() {
     assert_eq!(b.admit(6).0, None, "open: answered by policy");
 }
 
+/// Issue 6, defect 5: a dropped connection fails every call pipelined on
+/// it, and a failed batch call every check it carried, all at once. That
+/// is one failure, not one per check: a Redis restart over in milliseconds
+/// used to open the breaker for a whole `open_for`.
+#[test]
+fn failures_of_calls_in_flight_together_count_once() {
+    let mut b = breaker();
+    // Under load (the ratio counts every check, so a burst of failures
+    // after an idle spell is a ratio question, not this one).
+    for i in 0..256 {
+        call(&mut b, i, false);
+    }
+    // 128 checks in flight (one batch call, or one connection's pipeline)
+    // fail together.
+    let tickets: Vec<Ticket> = (0..128).map(|_| b.admit(0).0.unwrap()).collect();
+    for ticket in tickets {
+        assert_eq!(b.record(ticket, true, MS), None);
+    }
+    assert_eq!(b.state(), State::Closed, "one event, not 128 failures");
+    // Calls sent after it fail too: a sustained failure opens it.
+    assert!(call(&mut b, 2 * MS, true).is_empty());
+    assert_eq!(
+        call(&mut b, 3 * MS, true),
+        [Transition::Opened(OpenReason::Consecutive)]
+    );
+}
+
+#[test]
+fn an_overlapping_failure_neither_adds_to_the_run_nor_resets_it() {
+    let mut b = breaker();
+    let (in_flight, _) = b.admit(0);
+    assert!(call(&mut b, MS, true).is_empty());
+    assert!(call(&mut b, 2 * MS, true).is_empty());
+    // Sent before the two failures above, failed after them.
+    assert_eq!(b.record(in_flight.unwrap(), true, 3 * MS), None);
+    assert_eq!(b.state(), State::Closed, "still a run of 2");
+    assert_eq!(
+        call(&mut b, 4 * MS, true),
+        [Transition::Opened(OpenReason::Consecutive)],
+        "the run went on"
+    );
+}
+
 #[test]
 fn a_failure_ratio_over_the_interval_opens_it() {
     let mut b = breaker();

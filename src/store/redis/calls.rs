@@ -25,7 +25,10 @@ impl Inner {
 
     pub(super) async fn load_scripts(&self) -> Result<(), StoreError> {
         for script in self.scripts.iter().chain([&self.batch_script]) {
-            script.load(self.pool.next()).await.map_err(classify)?;
+            script
+                .load(self.pool.next_connected())
+                .await
+                .map_err(classify)?;
         }
         self.scripts_loaded.store(true, Ordering::Release);
         Ok(())
@@ -50,16 +53,25 @@ impl Inner {
     {
         self.calls_in_flight.fetch_add(1, Ordering::AcqRel);
         let _call = CallGuard(&self.calls_in_flight);
+        let routed;
         let pool = match &self.domains {
-            Some(domains) => domains.route(&self.pool, slot)?,
-            None => self.pool.clone(),
+            Some(domains) => {
+                routed = domains.route(&self.pool, slot)?;
+                &routed
+            }
+            None => &self.pool,
         };
         let (keys, args) = call();
-        let result = match pool.evalsha(script.sha1().clone(), keys, args).await {
+        // A connected client, not the next in turn: after a restart the
+        // pool's connections come back one by one, and a call given to one
+        // still reconnecting waits for it, or fails, while another could
+        // answer now.
+        let client = pool.next_connected();
+        let result = match client.evalsha(script.sha1().clone(), keys, args).await {
             Err(e) if is_noscript(&e) => {
                 self.scripts_loaded.store(false, Ordering::Release);
                 let (keys, args) = call();
-                pool.eval(source, keys, args).await
+                client.eval(source, keys, args).await
             }
             other => other,
         };

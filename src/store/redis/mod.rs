@@ -99,12 +99,7 @@ pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool,
             c.connection_timeout = options.timeout.max(Duration::from_millis(500));
             c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
         })
-        .set_policy(ReconnectPolicy::new_exponential(
-            0,
-            50,
-            max_delay.max(50),
-            2,
-        ))
+        .set_policy(reconnect_policy(max_delay))
         .build_pool(options.pool_size.max(1))
         .map_err(|e| StoreError::Backend(e.to_string()))
 }
@@ -210,6 +205,18 @@ impl RedisStore {
     }
 }
 
+/// Reconnect soon after a drop, then back off: a restart is over in tens of
+/// milliseconds, and every check sent meanwhile waits for its connection
+/// (or times out). fred's defaults, a 50 ms first delay plus up to 100 ms of
+/// jitter, kept checks waiting 50–150 ms after a 25 ms restart, long enough
+/// for the queued ones to time out; some jitter still spreads the
+/// reconnects of many instances.
+fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
+    let mut policy = ReconnectPolicy::new_exponential(0, 10, max_delay_ms.max(10), 2);
+    policy.set_jitter(10);
+    policy
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
@@ -226,7 +233,7 @@ impl Store for RedisStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        let pong: Result<String, _> = self.inner.pool.ping(None).await;
+        let pong: Result<String, _> = self.inner.pool.next_connected().ping(None).await;
         pong.map_err(|e| self.inner.auth.explain(classify(e)))?;
         if !self.inner.scripts_loaded.load(Ordering::Acquire) {
             self.inner.load_scripts().await?;
