@@ -32,10 +32,13 @@ impl Nodes {
         }
     }
 
-    /// The pool of `server` once it is connected. Until then `None` (the
-    /// caller uses the cluster client): the pool is created on first ask and
-    /// connects in the background, and a check queued behind a connection
-    /// being set up would only time out.
+    /// The pool of `server` once any of its clients is connected (calls
+    /// take a connected one). Until then `None`, and the caller uses the
+    /// cluster client: the pool is created on first ask and connects in the
+    /// background, and a check queued behind a connection being set up would
+    /// only time out. Not "all connected": one lost connection to a healthy
+    /// node would send its checks to the cluster client, which sends nothing
+    /// at all while it reconnects to any node.
     pub(super) fn connected(&self, server: &Server) -> Result<Option<Pool>, StoreError> {
         // Bound first: the read guard must be gone before `create` writes.
         let known = self.read().get(server).cloned();
@@ -46,7 +49,7 @@ impl Nodes {
         Ok(pool
             .clients()
             .iter()
-            .all(|c| c.is_connected())
+            .any(|c| c.is_connected())
             .then_some(pool))
     }
 
