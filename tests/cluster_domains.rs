@@ -168,3 +168,35 @@ async fn one_lost_connection_does_not_degrade_a_healthy_node() {
         .unwrap();
     store.quit().await;
 }
+
+/// The node pools are set up by the listener of fred's cluster events, not
+/// by the first checks: before any check (or `wait_connected`), every
+/// primary gets the node pool's connections besides the cluster client's.
+/// Before, the first lookup set them up, under write locks, on a request's
+/// path, and those first checks went through the cluster client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_pools_connect_before_the_first_check() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(options(cluster.url())).unwrap();
+    let primaries: Vec<u16> = cluster.ports.clone();
+    // Connections from this store: 2 of the cluster client, 2 of the pool.
+    let clients = |port: u16| {
+        support::redis_cli(port, &["CLIENT", "LIST"])
+            .lines()
+            .filter(|line| !line.contains("cmd=client|list"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let counts: Vec<usize> = primaries.iter().map(|&p| clients(p)).collect();
+        if counts.iter().all(|&n| n >= 4) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node pools not connected: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    store.quit().await;
+}

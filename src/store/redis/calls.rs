@@ -56,7 +56,7 @@ impl Inner {
         let routed;
         let pool = match &self.domains {
             Some(domains) => {
-                routed = domains.route(&self.pool, slot)?;
+                routed = domains.route(&self.pool, slot);
                 &routed
             }
             None => &self.pool,
