@@ -9,7 +9,9 @@
 --          limit, window in microseconds, cost, burst
 -- Reply    4 values per check, flattened: allowed, remaining, retry_after_us,
 --          reset_after_us; or, for a check that raised an error (a key of the
---          wrong type), -1, the error message, 0, 0.
+--          wrong type, or Redis refusing the write: OOM, READONLY, an ACL),
+--          -1, the error message, 0, 0. The message keeps Redis's code
+--          first, so the store classifies it as it would a direct call's.
 -- Each check runs under pcall, so one bad key fails only its own check: the
 -- checks before it keep their writes (Redis cannot roll them back) and the
 -- ones after it still run.

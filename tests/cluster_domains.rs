@@ -8,6 +8,7 @@ mod support;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
+use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, Rule};
 use ratekeeper::store::Store;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
@@ -94,4 +95,108 @@ fn owner(cluster: &RedisCluster, key: &str) -> u16 {
         i += 1;
     }
     panic!("no owner for slot {slot} in {slots}");
+}
+
+/// A node whose pool lost one of its connections (and cannot get it back)
+/// still serves its keys through the others, even while the shared cluster
+/// client, which sends nothing while it reconnects to any node, is stuck
+/// on a dead one. Before, a node pool served only if every one of its
+/// connections was up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_lost_connection_does_not_degrade_a_healthy_node() {
+    let mut cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(RedisOptions {
+        timeout: Duration::from_millis(500),
+        reconnect_max_delay: Duration::from_millis(50),
+        ..options(cluster.url())
+    })
+    .unwrap();
+    assert!(store.wait_connected(Duration::from_secs(10)).await);
+    store.ping().await.unwrap();
+    let key = "user:flaky";
+    let healthy = owner(&cluster, &store.key_for(&check(key)));
+    let doomed = *cluster.ports.iter().find(|&&p| p != healthy).unwrap();
+    // Let the node pools connect, then use both of the healthy node's.
+    store.check(&check(key)).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for _ in 0..10 {
+        store.check(&check(key)).await.unwrap();
+    }
+
+    let admin =
+        Builder::from_config(Config::from_url(&format!("redis://127.0.0.1:{healthy}")).unwrap())
+            .build()
+            .unwrap();
+    admin.init().await.unwrap();
+    let clients: String = admin
+        .custom(fred::cmd!("CLIENT"), vec!["LIST"])
+        .await
+        .unwrap();
+    // The node pool connected last (the cluster client's own connections
+    // may have run the first check).
+    let mut ids: Vec<u64> = clients
+        .lines()
+        .filter(|line| line.contains(" cmd=evalsha "))
+        .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
+        .collect();
+    ids.sort_unstable();
+    assert!(ids.len() >= 2, "the node pool's two: {clients}");
+    let pool_ids = [ids[ids.len() - 1].to_string()];
+    // No new connection gets in (the admin's stays); drop one of the pool's.
+    let _: () = admin
+        .custom(fred::cmd!("CONFIG"), vec!["SET", "maxclients", "1"])
+        .await
+        .unwrap();
+    let _: i64 = admin
+        .custom(
+            fred::cmd!("CLIENT"),
+            vec!["KILL", "ID", pool_ids[0].as_str()],
+        )
+        .await
+        .unwrap();
+    // The cluster client now reconnects to a dead node for good.
+    cluster.kill(doomed);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    for i in 0..10 {
+        let result = store.check(&check(key)).await;
+        assert!(result.is_ok(), "check {i}: {result:?}");
+    }
+    let _: () = admin
+        .custom(fred::cmd!("CONFIG"), vec!["SET", "maxclients", "10000"])
+        .await
+        .unwrap();
+    store.quit().await;
+}
+
+/// The node pools are set up by the listener of fred's cluster events, not
+/// by the first checks: before any check (or `wait_connected`), every
+/// primary gets the node pool's connections besides the cluster client's.
+/// Before, the first lookup set them up, under write locks, on a request's
+/// path, and those first checks went through the cluster client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_pools_connect_before_the_first_check() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(options(cluster.url())).unwrap();
+    let primaries: Vec<u16> = cluster.ports.clone();
+    // Connections from this store: 2 of the cluster client, 2 of the pool.
+    let clients = |port: u16| {
+        support::redis_cli(port, &["CLIENT", "LIST"])
+            .lines()
+            .filter(|line| !line.contains("cmd=client|list"))
+            .count()
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let counts: Vec<usize> = primaries.iter().map(|&p| clients(p)).collect();
+        if counts.iter().all(|&n| n >= 4) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node pools not connected: {counts:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    store.quit().await;
 }

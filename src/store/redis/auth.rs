@@ -15,8 +15,17 @@ use crate::store::StoreError;
 /// Redis's replies to bad credentials (WRONGPASS, NOAUTH) and to a user
 /// whose ACL lacks a command or key (NOPERM).
 pub(super) fn is_auth(error: &Error) -> bool {
-    let code = error.details().split_whitespace().next().unwrap_or("");
-    *error.kind() == ErrorKind::Auth || matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
+    *error.kind() == ErrorKind::Auth || is_auth_reply(error.details())
+}
+
+/// The same, from a reply's text. Inside a script, Redis 7.0 reports an
+/// ACL denial not as NOPERM but as "ERR The user executing the script
+/// can't run this command or subcommand" (or "can't access at least one
+/// of the keys"): the same misconfiguration.
+pub(super) fn is_auth_reply(reply: &str) -> bool {
+    let code = reply.split_whitespace().next().unwrap_or("");
+    matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
+        || reply.starts_with("ERR The user executing the script can't")
 }
 
 #[derive(Default)]

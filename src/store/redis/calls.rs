@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use fred::prelude::*;
 use fred::types::scripts::Script;
 
-use super::errors::{classify, is_moved, is_noscript};
+use super::errors::{classify, classify_message, is_moved, is_noscript};
 use super::{CallGuard, Inner};
 use crate::domain::{Check, Outcome};
 use crate::store::{StoreError, scripts};
@@ -56,7 +56,7 @@ impl Inner {
         let routed;
         let pool = match &self.domains {
             Some(domains) => {
-                routed = domains.route(&self.pool, slot)?;
+                routed = domains.route(&self.pool, slot);
                 &routed
             }
             None => &self.pool,
@@ -151,10 +151,9 @@ impl Inner {
 /// its check raised (see `lua/batch.lua`).
 fn batch_outcome(reply: &[Value]) -> Result<Outcome, StoreError> {
     if let [Value::Integer(-1), message, ..] = reply {
-        let message = message.as_str().unwrap_or_default();
-        return Err(StoreError::Backend(format!(
-            "check failed in batch: {message}"
-        )));
+        // The reply's own words, so its code classifies it as on the
+        // direct path: an OOM or READONLY is an outage, not a 500.
+        return Err(classify_message(&message.as_str().unwrap_or_default()));
     }
     let numbers: Option<Vec<i64>> = reply.iter().map(Value::as_i64).collect();
     match numbers {

@@ -1,10 +1,11 @@
 //! Failure domains in a cluster: which primary owns a check's slot, so the
 //! limiter can keep one circuit breaker per node. Read from fred's cached
 //! cluster routing, copied into a small table of slot ranges that the hot
-//! path searches under a read lock without allocating. fred's cluster
-//! change and reconnect events mark the copy stale; the next lookup
-//! refreshes it. The same table routes checks to the node pools
-//! (`nodes.rs`).
+//! path searches under a read lock without allocating or writing anything
+//! shared. The copy is refreshed, and the node pools (`nodes.rs`) set up or
+//! closed, by listener tasks on fred's cluster change and reconnect events
+//! (fred's every cluster sync ends in a change event), never on a
+//! request's path. The same table routes checks to the node pools.
 
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,84 +15,111 @@ use fred::prelude::*;
 use fred::types::cluster::ClusterRouting;
 use fred::types::config::Server;
 use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
 
 use super::nodes::Nodes;
 
+/// `(first slot, last slot, domain, primary)`.
+type Range = (u16, u16, u64, Server);
+
 pub(super) struct Domains {
-    /// `(first slot, last slot, domain, primary)`, sorted by slot.
-    ranges: RwLock<Vec<(u16, u16, u64, Server)>>,
-    stale: Arc<AtomicBool>,
+    routing: Arc<Routing>,
+    /// A cluster sync asked for after a MOVED is under way: a burst of
+    /// MOVED replies asks for one.
+    syncing: Arc<AtomicBool>,
+    /// Dropped with the store, which ends the listeners: they hold a client
+    /// (to read its routing), so its event channels never close on their own.
+    _alive: watch::Sender<()>,
+}
+
+/// What the listeners write and the checks read.
+struct Routing {
+    /// Sorted by slot; empty while the routing is unknown.
+    ranges: RwLock<Vec<Range>>,
     nodes: Nodes,
 }
 
 impl Domains {
-    /// Starts listening to `pool`'s cluster events. The listeners hold only
-    /// event receivers, so they end when the pool is dropped.
+    /// Starts listening to `pool`'s cluster events; the listeners end when
+    /// this is dropped.
     pub(super) fn spawn(pool: &Pool, nodes: Nodes) -> Domains {
-        let stale = Arc::new(AtomicBool::new(true));
+        let routing = Arc::new(Routing {
+            ranges: RwLock::new(Vec::new()),
+            nodes,
+        });
+        let (alive, _) = watch::channel(());
         for client in pool.clients() {
-            let (mut changes, mut connects) = (client.cluster_change_rx(), client.reconnect_rx());
-            let stale = stale.clone();
-            tokio::spawn(async move {
-                loop {
-                    let event = tokio::select! {
-                        change = changes.recv() => change.map(drop),
-                        connect = connects.recv() => connect.map(drop),
-                    };
-                    match event {
-                        Ok(()) | Err(RecvError::Lagged(_)) => stale.store(true, Ordering::Release),
-                        Err(RecvError::Closed) => return,
-                    }
-                }
-            });
+            tokio::spawn(listen(client.clone(), routing.clone(), alive.subscribe()));
         }
         Domains {
-            ranges: RwLock::new(Vec::new()),
-            stale,
-            nodes,
+            routing,
+            syncing: Arc::new(AtomicBool::new(false)),
+            _alive: alive,
         }
     }
 
+    /// Reads fred's routing now, e.g. once connected, so the first checks
+    /// find their nodes without waiting for a listener to run.
+    pub(super) fn refresh(&self, pool: &Pool) {
+        self.routing.refresh(pool.next().cached_cluster_state());
+    }
+
     /// The domain of the node owning `slot`; 0 while the routing is unknown.
-    pub(super) fn of(&self, pool: &Pool, slot: u16) -> u64 {
-        self.lookup(pool, slot, |(_, _, domain, _)| *domain)
+    pub(super) fn of(&self, slot: u16) -> u64 {
+        self.routing
+            .lookup(slot, |(_, _, domain, _)| *domain)
             .unwrap_or(0)
     }
 
     /// The pool of the node owning `slot`; `pool` (the cluster client)
-    /// while the routing is unknown or that node's pool is connecting.
-    pub(super) fn route(&self, pool: &Pool, slot: u16) -> Result<Pool, super::StoreError> {
-        let node = match self.lookup(pool, slot, |(_, _, _, server)| server.clone()) {
-            Some(server) => self.nodes.connected(&server)?,
-            None => None,
-        };
-        Ok(node.unwrap_or_else(|| pool.clone()))
+    /// while the routing is unknown or that node's pool has no connection.
+    pub(super) fn route(&self, pool: &Pool, slot: u16) -> Pool {
+        self.routing
+            .lookup(slot, |(_, _, _, server)| {
+                self.routing.nodes.connected(server)
+            })
+            .flatten()
+            .unwrap_or_else(|| pool.clone())
     }
 
-    /// The routing may be out of date (a MOVED reply, a failed node): read
-    /// fred's again on the next lookup, and ask it to sync with the cluster.
+    /// The routing may be out of date (a MOVED reply, a failed node): ask
+    /// fred to sync with the cluster; its change event refreshes ours.
     pub(super) fn suspect(&self, pool: &Pool) {
-        if !self.stale.swap(true, Ordering::AcqRel) {
-            let client = pool.next().clone();
-            tokio::spawn(async move {
-                let _ = client.sync_cluster().await;
-            });
+        if self.syncing.load(Ordering::Relaxed) || self.syncing.swap(true, Ordering::AcqRel) {
+            return;
         }
+        let client = pool.next().clone();
+        let syncing = self.syncing.clone();
+        tokio::spawn(async move {
+            let _ = client.sync_cluster().await;
+            syncing.store(false, Ordering::Release);
+        });
     }
 
     pub(super) async fn quit_nodes(&self) {
-        self.nodes.quit_all().await;
+        self.routing.nodes.quit_all().await;
     }
+}
 
-    fn lookup<T>(
-        &self,
-        pool: &Pool,
-        slot: u16,
-        get: impl Fn(&(u16, u16, u64, Server)) -> T,
-    ) -> Option<T> {
-        if self.stale.swap(false, Ordering::AcqRel) {
-            self.refresh(pool.next().cached_cluster_state());
+/// Refreshes `routing` from `client`'s cached cluster state on each of its
+/// cluster change and reconnect events, until `alive` is dropped.
+async fn listen(client: Client, routing: Arc<Routing>, mut alive: watch::Receiver<()>) {
+    let (mut changes, mut connects) = (client.cluster_change_rx(), client.reconnect_rx());
+    loop {
+        let event = tokio::select! {
+            change = changes.recv() => change.map(drop),
+            connect = connects.recv() => connect.map(drop),
+            _ = alive.changed() => return,
+        };
+        match event {
+            Ok(()) | Err(RecvError::Lagged(_)) => routing.refresh(client.cached_cluster_state()),
+            Err(RecvError::Closed) => return,
         }
+    }
+}
+
+impl Routing {
+    fn lookup<T>(&self, slot: u16, get: impl FnOnce(&Range) -> T) -> Option<T> {
         let ranges = self.ranges.read().unwrap_or_else(|e| e.into_inner());
         let at = ranges.partition_point(|(_, last, _, _)| *last < slot);
         match ranges.get(at) {
@@ -101,7 +129,7 @@ impl Domains {
     }
 
     fn refresh(&self, routing: Option<ClusterRouting>) {
-        let mut ranges: Vec<(u16, u16, u64, Server)> = routing
+        let mut ranges: Vec<Range> = routing
             .iter()
             .flat_map(|r| r.slots())
             .map(|r| {
@@ -110,15 +138,19 @@ impl Domains {
             })
             .collect();
         if ranges.is_empty() {
-            // Not known yet: look again next time.
-            self.stale.store(true, Ordering::Release);
+            // Not known yet: keep what we have until the next event.
             return;
         }
         ranges.sort_unstable_by_key(|range| range.0);
         let mut owners: Vec<Server> = ranges.iter().map(|range| range.3.clone()).collect();
+        owners.sort_unstable_by(|a, b| (&*a.host, a.port).cmp(&(&*b.host, b.port)));
         owners.dedup();
-        *self.ranges.write().unwrap_or_else(|e| e.into_inner()) = ranges;
+        // Pools first, so a check routed by the new table finds its node's.
         self.nodes.retain(&owners);
+        let unchanged = *self.ranges.read().unwrap_or_else(|e| e.into_inner()) == ranges;
+        if !unchanged {
+            *self.ranges.write().unwrap_or_else(|e| e.into_inner()) = ranges;
+        }
     }
 }
 

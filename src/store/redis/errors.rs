@@ -39,9 +39,28 @@ pub(super) fn classify(error: Error) -> StoreError {
         | ErrorKind::Routing
         | ErrorKind::Cluster
         | ErrorKind::Backpressure => StoreError::Unavailable(error.to_string()),
-        _ if TRANSIENT_SERVER_CODES.contains(&code) => StoreError::Unavailable(error.to_string()),
         ErrorKind::Unknown if !from_server => StoreError::Unavailable(error.to_string()),
-        _ => StoreError::Backend(error.to_string()),
+        _ => by_reply(details, error.to_string()),
+    }
+}
+
+/// Maps the text of a Redis error reply to a kind, by its code. Also for
+/// the errors a batched check's `pcall` caught (`lua/batch.lua`), which
+/// carry no fred error kind: an OOM or READONLY inside a batch is the same
+/// outage as on the direct path, not a bug.
+pub(super) fn classify_message(message: &str) -> StoreError {
+    by_reply(message, message.to_string())
+}
+
+/// `reply`'s kind, carrying `text`.
+fn by_reply(reply: &str, text: String) -> StoreError {
+    let code = reply.split_whitespace().next().unwrap_or("");
+    if super::auth::is_auth_reply(reply) {
+        StoreError::Auth(text)
+    } else if TRANSIENT_SERVER_CODES.contains(&code) {
+        StoreError::Unavailable(text)
+    } else {
+        StoreError::Backend(text)
     }
 }
 
@@ -130,6 +149,32 @@ mod tests {
             "MOVED 3999 127.0.0.1:6381"
         )));
         assert!(!is_moved(&Error::new(ErrorKind::Unknown, "ERR MOVED")));
+    }
+
+    /// What a batched check's pcall caught (Redis 7.0's words, no fred kind).
+    #[test]
+    fn batched_replies_classify_like_direct_ones() {
+        let kind = |message: &str| classify_message(message).kind();
+        assert_eq!(
+            kind("OOM command not allowed when used memory > 'maxmemory'."),
+            "unavailable"
+        );
+        assert_eq!(
+            kind("READONLY You can't write against a read only replica."),
+            "unavailable"
+        );
+        assert_eq!(kind("LOADING Redis is loading"), "unavailable");
+        assert_eq!(kind("NOPERM User bob has no permissions"), "auth");
+        assert_eq!(
+            kind("ERR The user executing the script can't run this command or subcommand"),
+            "auth"
+        );
+        assert_eq!(
+            kind("WRONGTYPE Operation against a key holding the wrong kind of value"),
+            "backend"
+        );
+        assert_eq!(kind("user_script:12: attempt to compare nil"), "backend");
+        assert_eq!(kind(""), "backend");
     }
 }
 

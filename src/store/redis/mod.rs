@@ -156,10 +156,16 @@ impl RedisStore {
     /// to a healthy Redis is ready from its first request. Returns whether it
     /// connected; giving up is harmless, the client keeps trying.
     pub async fn wait_connected(&self, limit: Duration) -> bool {
-        matches!(
+        let connected = matches!(
             tokio::time::timeout(limit, self.inner.pool.wait_for_connect()).await,
             Ok(Ok(()))
-        )
+        );
+        if let (true, Some(domains)) = (connected, &self.inner.domains) {
+            // The listeners do this on fred's events too; now, so the node
+            // pools start connecting before the first check.
+            domains.refresh(&self.inner.pool);
+        }
+        connected
     }
 
     /// Closes every connection.
@@ -247,7 +253,7 @@ impl Store for RedisStore {
 
     fn failure_domain(&self, check: &Check) -> u64 {
         match &self.inner.domains {
-            Some(domains) => domains.of(&self.inner.pool, self.inner.slot_of(check)),
+            Some(domains) => domains.of(self.inner.slot_of(check)),
             None => 0,
         }
     }

@@ -32,22 +32,21 @@ impl Nodes {
         }
     }
 
-    /// The pool of `server` once it is connected. Until then `None` (the
-    /// caller uses the cluster client): the pool is created on first ask and
-    /// connects in the background, and a check queued behind a connection
-    /// being set up would only time out.
-    pub(super) fn connected(&self, server: &Server) -> Result<Option<Pool>, StoreError> {
-        // Bound first: the read guard must be gone before `create` writes.
-        let known = self.read().get(server).cloned();
-        let pool = match known {
-            Some(pool) => pool,
-            None => self.create(server)?,
-        };
-        Ok(pool
-            .clients()
+    /// The pool of `server` once any of its clients is connected (calls
+    /// take a connected one). Otherwise `None`, and the caller uses the
+    /// cluster client: a check queued behind a connection being set up
+    /// would only time out. Not "all connected": one lost connection to a
+    /// healthy node would send its checks to the cluster client, which
+    /// sends nothing at all while it reconnects to any node. Read-only: only
+    /// [`retain`](Self::retain) creates pools, so a check routed by a table
+    /// just replaced cannot set one up for a node no longer owning slots.
+    pub(super) fn connected(&self, server: &Server) -> Option<Pool> {
+        let pools = self.read();
+        let pool = pools.get(server)?;
+        pool.clients()
             .iter()
-            .all(|c| c.is_connected())
-            .then_some(pool))
+            .any(|c| c.is_connected())
+            .then(|| pool.clone())
     }
 
     fn create(&self, server: &Server) -> Result<Pool, StoreError> {
@@ -101,5 +100,29 @@ impl Nodes {
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Server, Pool>> {
         self.pools.read().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[tokio::test]
+    async fn asking_for_an_unknown_node_creates_no_pool() {
+        let options = RedisOptions {
+            url: String::new(),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_millis(100),
+            pool_size: 1,
+            reconnect_max_delay: Duration::from_millis(100),
+            batch_window: Duration::ZERO,
+            clock: None,
+            ttl_pad_ms: 0,
+        };
+        let nodes = Nodes::new(Config::default(), options);
+        let gone = Server::new("127.0.0.1", 1);
+        assert!(nodes.connected(&gone).is_none());
+        assert!(nodes.read().is_empty(), "no pool reconnecting to it");
     }
 }
