@@ -6,9 +6,11 @@
 //! two things for the breakers: it notices an idle outage (no check sent,
 //! so no breaker could), and when the store answers again after a failed
 //! ping it moves open breakers to half-open at once, so recovery does not
-//! wait out `breaker.open_for`. A check the store answers counts as a
-//! successful ping, so readiness follows a recovery without waiting for
-//! the next tick.
+//! wait out `breaker.open_for`. A check the store answers marks the store
+//! up, so readiness follows a recovery without waiting for the next tick;
+//! but it moves no breaker other than its own domain's (through
+//! [`Breakers::record`](super::domains::Breakers::record)): in a cluster it
+//! proves only that its own node answers.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -90,22 +92,37 @@ impl Limiter {
             Some(NotReady::from_error(error));
     }
 
-    /// The store answered a ping or a check: it is up. After a failed ping,
-    /// open breakers try a real check at once.
-    pub(super) fn store_answered(&self) {
+    /// Marks the store up; whether it was down (a ping had failed).
+    fn mark_up(&self) -> bool {
         let was_down = self.probed.swap(UP, Ordering::AcqRel) == DOWN;
         if was_down {
             let store = self.store.name();
             info!(store, "{store} back: it answers again");
         }
-        self.breakers.store_recovered(was_down);
+        was_down
+    }
+
+    /// A check was answered: the store is up. Its own domain's breaker
+    /// already took the result; the others are left alone, since in a
+    /// cluster this proves nothing about the other nodes.
+    pub(super) fn check_answered(&self) {
+        self.mark_up();
     }
 
     /// Pings the store and records whether it answers. Logs transitions only.
     pub async fn probe(&self) {
         let store = self.store.name();
         match self.store.ping().await {
-            Ok(()) => self.store_answered(),
+            // After a failed ping, open breakers try a real check at once,
+            // instead of waiting out `open_for`. In a cluster a ping
+            // reaches one node, so this may half-open the breaker of a
+            // node still dead: its trial fails and re-opens it, one wasted
+            // check, which is the price of a quick recovery after a full
+            // outage.
+            Ok(()) => {
+                let was_down = self.mark_up();
+                self.breakers.store_recovered(was_down);
+            }
             Err(error) => {
                 self.metrics.record_backend_error(error.kind());
                 self.remember_failure(&error);

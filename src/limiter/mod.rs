@@ -144,7 +144,7 @@ impl Limiter {
             match result {
                 Ok(outcome) => {
                     if self.probed.load(Ordering::Relaxed) != health::UP {
-                        self.store_answered();
+                        self.check_answered();
                     }
                     if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
                         cache.record(check, asked_at, &outcome);
