@@ -10,7 +10,8 @@
 //! up, so readiness follows a recovery without waiting for the next tick;
 //! but it moves no breaker other than its own domain's (through
 //! [`Breakers::record`](super::domains::Breakers::record)): in a cluster it
-//! proves only that its own node answers.
+//! proves only that its own node answers. The prober also forgets the
+//! breakers of domains that no check has reached for a while.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -112,6 +113,7 @@ impl Limiter {
     /// Pings the store and records whether it answers. Logs transitions only.
     pub async fn probe(&self) {
         let store = self.store.name();
+        self.breakers.forget_idle();
         match self.store.ping().await {
             // After a failed ping, open breakers try a real check at once,
             // instead of waiting out `open_for`. In a cluster a ping
