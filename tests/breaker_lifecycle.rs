@@ -117,3 +117,31 @@ async fn a_check_answered_on_one_node_leaves_the_other_breakers_alone() {
         "no trial on the dead node"
     );
 }
+
+/// Every failing check used to lock and rewrite the reason; now only a
+/// new kind of error, or a second later, does.
+#[tokio::test]
+async fn failing_checks_rewrite_the_readiness_reason_only_on_a_change() {
+    let store = Domains::new(StoreError::Timeout("first".into()));
+    let clock = ManualClock::new(0);
+    let (limiter, _) = manual_limiter(store.clone(), &clock).await;
+    let reason = || limiter.readiness().unwrap_err().message;
+    store.pings_fail.store(true, Ordering::SeqCst);
+    limiter.probe().await;
+    assert!(reason().contains("first"), "a ping always writes it");
+    store.set_down(0, true);
+    store.set_error(StoreError::Timeout("second".into()));
+    limiter.check(&check_on("d0:k")).await.unwrap();
+    assert!(reason().contains("second"), "{}", reason());
+    store.set_error(StoreError::Timeout("third".into()));
+    clock.advance_us(500 * MS);
+    limiter.check(&check_on("d0:k")).await.unwrap();
+    assert!(reason().contains("second"), "same kind: {}", reason());
+    store.set_error(StoreError::Unavailable("fourth".into()));
+    limiter.check(&check_on("d0:k")).await.unwrap();
+    assert!(reason().contains("fourth"), "new kind: {}", reason());
+    store.set_error(StoreError::Unavailable("fifth".into()));
+    clock.advance_us(S);
+    limiter.check(&check_on("d0:k")).await.unwrap();
+    assert!(reason().contains("fifth"), "a second later: {}", reason());
+}

@@ -14,7 +14,7 @@
 //! breakers of domains that no check has reached for a while.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -27,6 +27,27 @@ use crate::store::StoreError;
 pub(super) const UNKNOWN: u8 = 0;
 pub(super) const UP: u8 = 1;
 pub(super) const DOWN: u8 = 2;
+
+/// A failing check updates the reason readiness gives at most this often
+/// while the kind of error stays the same: during an outage every check
+/// fails, and each would otherwise lock and format a message.
+const NOTE_EVERY_US: u64 = 1_000_000;
+const KINDS: [&str; 4] = ["timeout", "unavailable", "auth", "backend"];
+
+/// When a failed check last wrote the reason, and the error's kind.
+pub(super) struct Noted {
+    at_us: AtomicU64,
+    kind: AtomicU8,
+}
+
+impl Default for Noted {
+    fn default() -> Noted {
+        Noted {
+            at_us: AtomicU64::new(u64::MAX),
+            kind: AtomicU8::new(u8::MAX),
+        }
+    }
+}
 
 /// Why the instance is not ready: the error kind and a short message
 /// (never a credential: an auth failure gets a fixed hint, not the reply).
@@ -91,6 +112,27 @@ impl Limiter {
     pub(super) fn remember_failure(&self, error: &StoreError) {
         *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) =
             Some(NotReady::from_error(error));
+    }
+
+    /// [`remember_failure`](Self::remember_failure) for a failed check:
+    /// only when the kind of error changed or [`NOTE_EVERY_US`] passed.
+    pub(super) fn remember_check_failure(&self, error: &StoreError) {
+        let now = self.breakers.now_us();
+        let kind = KINDS
+            .iter()
+            .position(|&k| k == error.kind())
+            .unwrap_or(KINDS.len()) as u8;
+        let noted = &self.last_failure_noted;
+        let at = noted.at_us.load(Ordering::Relaxed);
+        if noted.kind.load(Ordering::Relaxed) == kind
+            && at != u64::MAX
+            && now.saturating_sub(at) < NOTE_EVERY_US
+        {
+            return;
+        }
+        noted.kind.store(kind, Ordering::Relaxed);
+        noted.at_us.store(now, Ordering::Relaxed);
+        self.remember_failure(error);
     }
 
     /// Marks the store up; whether it was down (a ping had failed).
