@@ -3,121 +3,14 @@
 //! a breaker (open, half-open, closed), one breaker per failure domain,
 //! readiness and its reason.
 
-use std::collections::HashSet;
-use std::sync::Arc;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+mod domains_store;
 
-use async_trait::async_trait;
-use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome, Rule};
-use ratekeeper::limiter::breaker::BreakerConfig;
+use std::sync::atomic::Ordering;
+
+use domains_store::{Domains, MS, check_on, manual_limiter, reached};
+use ratekeeper::domain::ManualClock;
 use ratekeeper::limiter::domains::AUTH_HINT;
-use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
-use ratekeeper::metrics::Metrics;
-use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::{Store, StoreError};
-
-/// The embedded store, split into failure domains by key prefix (`"d3:x"` is
-/// domain 3), any of which can be made to fail with a chosen error.
-struct Domains {
-    inner: MemoryStore,
-    down: Mutex<HashSet<u64>>,
-    error: StoreError,
-    pings_fail: AtomicBool,
-}
-
-impl Domains {
-    fn new(error: StoreError) -> Arc<Domains> {
-        Arc::new(Domains {
-            inner: MemoryStore::new(Arc::new(ManualClock::new(0)), 10_000),
-            down: Mutex::new(HashSet::new()),
-            error,
-            pings_fail: false.into(),
-        })
-    }
-
-    fn set_down(&self, domain: u64, down: bool) {
-        let mut set = self.down.lock().unwrap();
-        if down {
-            set.insert(domain);
-        } else {
-            set.remove(&domain);
-        }
-    }
-}
-
-#[async_trait]
-impl Store for Domains {
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
-        if self
-            .down
-            .lock()
-            .unwrap()
-            .contains(&self.failure_domain(check))
-        {
-            return Err(self.error.clone());
-        }
-        self.inner.check_now(check)
-    }
-
-    async fn ping(&self) -> Result<(), StoreError> {
-        if self.pings_fail.load(Ordering::SeqCst) {
-            return Err(self.error.clone());
-        }
-        Ok(())
-    }
-
-    fn name(&self) -> &'static str {
-        "redis"
-    }
-
-    fn failure_domain(&self, check: &Check) -> u64 {
-        check.key[1..check.key.find(':').unwrap()].parse().unwrap()
-    }
-}
-
-fn check_on(key: &str) -> Check {
-    Check {
-        key: key.into(),
-        rule: Rule {
-            algorithm: Algorithm::FixedWindow,
-            limit: 1_000,
-            window_us: 60_000_000,
-            burst: 1_000,
-        },
-        cost: 1,
-    }
-}
-
-const MS: u64 = 1_000;
-
-async fn manual_limiter(store: Arc<Domains>, clock: &ManualClock) -> (Limiter, Arc<Metrics>) {
-    let metrics = Arc::new(Metrics::new());
-    let policy = FailurePolicy {
-        mode: FailureMode::Open,
-        closed_retry_after: Duration::from_secs(1),
-    };
-    let limiter = Limiter::new(store, policy, metrics.clone()).with_breaker(
-        BreakerConfig {
-            consecutive_failures: 5,
-            failure_ratio: 0.5,
-            interval: Duration::from_secs(1),
-            min_calls: 20,
-            open_for: Duration::from_secs(1),
-            trial_interval: Duration::from_millis(250),
-        },
-        Arc::new(clock.clone()),
-    );
-    limiter.probe().await;
-    (limiter, metrics)
-}
-
-/// Whether the store answered (not degraded).
-async fn reached(limiter: &Limiter, key: &str) -> bool {
-    !limiter.check(&check_on(key)).await.unwrap().degraded
-}
-
+use ratekeeper::store::StoreError;
 #[tokio::test]
 async fn a_sustained_failure_opens_the_breaker_and_a_trial_closes_it() {
     let store = Domains::new(StoreError::Timeout("frozen".into()));

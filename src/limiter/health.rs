@@ -6,12 +6,15 @@
 //! two things for the breakers: it notices an idle outage (no check sent,
 //! so no breaker could), and when the store answers again after a failed
 //! ping it moves open breakers to half-open at once, so recovery does not
-//! wait out `breaker.open_for`. A check the store answers counts as a
-//! successful ping, so readiness follows a recovery without waiting for
-//! the next tick.
+//! wait out `breaker.open_for`. A check the store answers marks the store
+//! up, so readiness follows a recovery without waiting for the next tick;
+//! but it moves no breaker other than its own domain's (through
+//! [`Breakers::record`](super::domains::Breakers::record)): in a cluster it
+//! proves only that its own node answers. The prober also forgets the
+//! breakers of domains that no check has reached for a while.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use serde::Serialize;
@@ -24,6 +27,27 @@ use crate::store::StoreError;
 pub(super) const UNKNOWN: u8 = 0;
 pub(super) const UP: u8 = 1;
 pub(super) const DOWN: u8 = 2;
+
+/// A failing check updates the reason readiness gives at most this often
+/// while the kind of error stays the same: during an outage every check
+/// fails, and each would otherwise lock and format a message.
+const NOTE_EVERY_US: u64 = 1_000_000;
+const KINDS: [&str; 4] = ["timeout", "unavailable", "auth", "backend"];
+
+/// When a failed check last wrote the reason, and the error's kind.
+pub(super) struct Noted {
+    at_us: AtomicU64,
+    kind: AtomicU8,
+}
+
+impl Default for Noted {
+    fn default() -> Noted {
+        Noted {
+            at_us: AtomicU64::new(u64::MAX),
+            kind: AtomicU8::new(u8::MAX),
+        }
+    }
+}
 
 /// Why the instance is not ready: the error kind and a short message
 /// (never a credential: an auth failure gets a fixed hint, not the reply).
@@ -90,22 +114,59 @@ impl Limiter {
             Some(NotReady::from_error(error));
     }
 
-    /// The store answered a ping or a check: it is up. After a failed ping,
-    /// open breakers try a real check at once.
-    pub(super) fn store_answered(&self) {
+    /// [`remember_failure`](Self::remember_failure) for a failed check:
+    /// only when the kind of error changed or [`NOTE_EVERY_US`] passed.
+    pub(super) fn remember_check_failure(&self, error: &StoreError) {
+        let now = self.breakers.now_us();
+        let kind = KINDS
+            .iter()
+            .position(|&k| k == error.kind())
+            .unwrap_or(KINDS.len()) as u8;
+        let noted = &self.last_failure_noted;
+        let at = noted.at_us.load(Ordering::Relaxed);
+        if noted.kind.load(Ordering::Relaxed) == kind
+            && at != u64::MAX
+            && now.saturating_sub(at) < NOTE_EVERY_US
+        {
+            return;
+        }
+        noted.kind.store(kind, Ordering::Relaxed);
+        noted.at_us.store(now, Ordering::Relaxed);
+        self.remember_failure(error);
+    }
+
+    /// Marks the store up; whether it was down (a ping had failed).
+    fn mark_up(&self) -> bool {
         let was_down = self.probed.swap(UP, Ordering::AcqRel) == DOWN;
         if was_down {
             let store = self.store.name();
             info!(store, "{store} back: it answers again");
         }
-        self.breakers.store_recovered(was_down);
+        was_down
+    }
+
+    /// A check was answered: the store is up. Its own domain's breaker
+    /// already took the result; the others are left alone, since in a
+    /// cluster this proves nothing about the other nodes.
+    pub(super) fn check_answered(&self) {
+        self.mark_up();
     }
 
     /// Pings the store and records whether it answers. Logs transitions only.
     pub async fn probe(&self) {
         let store = self.store.name();
+        self.breakers.forget_idle();
         match self.store.ping().await {
-            Ok(()) => self.store_answered(),
+            // After a failed ping, open breakers try a real check at once,
+            // instead of waiting out `open_for`. In a cluster a ping
+            // reaches one node, so this may half-open the breaker of a
+            // node still dead: its trial fails and re-opens it, one wasted
+            // check, which is the price of a quick recovery after a full
+            // outage.
+            Ok(()) => {
+                let was_down = self.mark_up();
+                self.breakers.store_recovered(was_down);
+            }
             Err(error) => {
                 self.metrics.record_backend_error(error.kind());
                 self.remember_failure(&error);

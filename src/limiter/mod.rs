@@ -60,6 +60,9 @@ pub struct Limiter {
     probed: AtomicU8,
     /// Why the store was last seen failing, for `/readyz`.
     last_failure: std::sync::Mutex<Option<NotReady>>,
+    /// When a failed check last wrote `last_failure`, and its error kind
+    /// (see `health::remember_check_failure`).
+    last_failure_noted: health::Noted,
 }
 
 impl Limiter {
@@ -83,19 +86,14 @@ impl Limiter {
             breakers,
             probed: AtomicU8::new(health::UNKNOWN),
             last_failure: std::sync::Mutex::new(None),
+            last_failure_noted: health::Noted::default(),
         }
     }
 
     /// Circuit breakers with `config`, timed by `clock` (monotonic in
     /// production; tests drive a manual one).
     pub fn with_breaker(mut self, config: BreakerConfig, clock: Arc<dyn Clock>) -> Limiter {
-        self.breakers = Breakers::new(
-            config,
-            clock,
-            self.metrics.clone(),
-            self.store.name(),
-            self.policy.mode,
-        );
+        self.breakers.reconfigure(config, clock);
         self
     }
 
@@ -144,7 +142,7 @@ impl Limiter {
             match result {
                 Ok(outcome) => {
                     if self.probed.load(Ordering::Relaxed) != health::UP {
-                        self.store_answered();
+                        self.check_answered();
                     }
                     if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
                         cache.record(check, asked_at, &outcome);
@@ -158,7 +156,7 @@ impl Limiter {
                         return Err(error.into());
                     }
                     if error.store_is_down() {
-                        self.remember_failure(&error);
+                        self.remember_check_failure(&error);
                     }
                     // Only this check: the breaker decides whether the
                     // store as a whole is down.

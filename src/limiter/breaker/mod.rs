@@ -122,11 +122,33 @@ impl Transition {
 }
 
 /// Permission to send one call; hand it back to [`Breaker::record`].
+///
+/// It holds the low bits of the counters (31 of the generation, 32 of the
+/// counted failures), so that it fits in a [`Breaker::snapshot`] word; a
+/// ticket would need to stay in flight across 2^31 transitions to be
+/// mistaken for a current one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Ticket {
-    generation: u64,
+    generation: u32,
     /// `Breaker::counted_failures` when the call was admitted.
-    counted_failures: u64,
+    counted_failures: u32,
+}
+
+const CLOSED_BIT: u64 = 1 << 63;
+const GENERATION_MASK: u64 = (1 << 31) - 1;
+
+impl Ticket {
+    /// The ticket a closed breaker would hand out, from its
+    /// [`Breaker::snapshot`]; `None` when it was not closed. Lets a caller
+    /// admit a check to a closed breaker without locking it: the worst a
+    /// stale snapshot does is admit a call whose result is then ignored,
+    /// like one sent just before the breaker opened.
+    pub fn from_snapshot(word: u64) -> Option<Ticket> {
+        (word & CLOSED_BIT != 0).then_some(Ticket {
+            generation: ((word >> 32) & GENERATION_MASK) as u32,
+            counted_failures: word as u32,
+        })
+    }
 }
 
 /// Buckets of the sliding interval: the ratio forgets old calls in steps of
@@ -175,6 +197,19 @@ impl Breaker {
         self.state
     }
 
+    /// What [`Ticket::from_snapshot`] needs, in one word: 0 unless closed.
+    /// Changes only in [`admit`](Self::admit), [`record`](Self::record)
+    /// and [`store_recovered`](Self::store_recovered).
+    pub fn snapshot(&self) -> u64 {
+        match self.state {
+            State::Closed => {
+                let ticket = self.ticket();
+                CLOSED_BIT | (ticket.generation as u64) << 32 | ticket.counted_failures as u64
+            }
+            _ => 0,
+        }
+    }
+
     /// Whether a call may go to the store now. In half-open, a `Some`
     /// ticket is the trial; the others are answered by policy.
     pub fn admit(&mut self, now_us: u64) -> (Option<Ticket>, Option<Transition>) {
@@ -201,7 +236,7 @@ impl Breaker {
     /// Records how an admitted call ended: `failed` when the store was
     /// unreachable or too slow (not for answers such as a script error).
     pub fn record(&mut self, ticket: Ticket, failed: bool, now_us: u64) -> Option<Transition> {
-        if ticket.generation != self.generation {
+        if ticket.generation != self.ticket().generation {
             return None;
         }
         match self.state {
@@ -239,8 +274,8 @@ impl Breaker {
 
     fn ticket(&self) -> Ticket {
         Ticket {
-            generation: self.generation,
-            counted_failures: self.counted_failures,
+            generation: (self.generation & GENERATION_MASK) as u32,
+            counted_failures: self.counted_failures as u32,
         }
     }
 
@@ -258,10 +293,10 @@ impl Breaker {
     }
 
     /// `seen`: `counted_failures` when the call was admitted.
-    fn count(&mut self, failed: bool, seen: u64, now_us: u64) {
+    fn count(&mut self, failed: bool, seen: u32, now_us: u64) {
         if !failed {
             self.consecutive = 0;
-        } else if seen == self.counted_failures {
+        } else if seen == self.counted_failures as u32 {
             self.consecutive += 1;
             self.counted_failures += 1;
         }

@@ -213,3 +213,22 @@ fn a_ping_after_the_open_period_half_opens_an_idle_breaker() {
         Some(Transition::HalfOpened)
     );
 }
+
+#[test]
+fn a_snapshot_hands_out_the_ticket_of_a_closed_breaker_only() {
+    let mut b = breaker();
+    let from_snapshot = Ticket::from_snapshot(b.snapshot());
+    assert_eq!(from_snapshot, b.admit(0).0);
+    // A counted failure changes the ticket (and what overlaps it).
+    call(&mut b, 0, true);
+    assert_eq!(Ticket::from_snapshot(b.snapshot()), b.admit(0).0);
+    assert_ne!(Ticket::from_snapshot(b.snapshot()), from_snapshot);
+    for i in 1..3 {
+        call(&mut b, i, true);
+    }
+    assert_eq!(b.state(), State::Open);
+    assert_eq!(Ticket::from_snapshot(b.snapshot()), None);
+    // A ticket from before it opened is ignored.
+    assert_eq!(b.record(from_snapshot.unwrap(), false, 3), None);
+    assert_eq!(b.state(), State::Open);
+}
