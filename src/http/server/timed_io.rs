@@ -172,21 +172,29 @@ impl<T> TimedIo<T> {
                 "shutting down: no request in progress on this connection",
             ));
         }
+        // Re-arm lazily: a deadline that moved later (every request on a
+        // busy keep-alive connection moves it) keeps the earlier timer, and
+        // when that fires early it is re-armed to the real deadline. So a
+        // steady connection touches the timer wheel about once per timeout,
+        // not twice per request; only a deadline that moved earlier re-arms
+        // at once.
         let deadline = self.deadline();
-        if deadline != self.armed_for {
+        if deadline < self.armed_for {
             self.timer.as_mut().reset(deadline);
             self.armed_for = deadline;
         }
-        match self.timer.as_mut().poll(cx) {
-            Poll::Ready(()) => {
+        while self.timer.as_mut().poll(cx).is_ready() {
+            if Instant::now() >= deadline {
                 let what = match self.phase {
                     Phase::Head(_) => "request head not received within server.header_read_timeout",
                     Phase::Idle(_) => "keep-alive connection idle past server.keepalive_timeout",
                 };
-                Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what))
+                return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what));
             }
-            Poll::Pending => Poll::Pending,
+            self.timer.as_mut().reset(deadline);
+            self.armed_for = deadline;
         }
+        Poll::Pending
     }
 }
 
