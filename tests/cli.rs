@@ -2,33 +2,12 @@
 //! logs, graceful shutdown on SIGTERM.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
 mod support;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ratekeeper");
-
-/// A spawned service that a failing test must not leave running.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn ratekeeper() -> Command {
-    let mut command = Command::new(BIN);
-    // Tests must not inherit an operator's configuration.
-    for (name, _) in std::env::vars() {
-        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
-            command.env_remove(name);
-        }
-    }
-    command
-}
+use support::binary::{KillOnDrop, ratekeeper};
 
 #[test]
 fn help_documents_every_serve_flag() {

@@ -8,24 +8,16 @@
 //! cross-field rules JSON Schema cannot state (cost ≤ limit, ...), which the
 //! OpenAPI document gives in prose.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+mod support;
 
 /// Generated requests per operation and phase: about half a minute here.
 const MAX_EXAMPLES: &str = "1000";
 const SCHEMATHESIS: &str = "schemathesis>=4.32,<5";
 const RUN_LIMIT: Duration = Duration::from_secs(300);
-
-struct KillOnDrop(Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn run(command: &mut Command, what: &str) {
     let out = command
@@ -65,40 +57,11 @@ fn schemathesis() -> PathBuf {
     st
 }
 
-/// Starts the binary on a free port; returns it and its address.
-fn start_service() -> (KillOnDrop, String) {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
-            command.env_remove(name);
-        }
-    }
-    let child = command
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("RATEKEEPER_LOG__FORMAT", "json")
-        .env("RATEKEEPER_LOG__LEVEL", "warn,ratekeeper::app=info")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let stdout = child.0.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let started = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("a startup line");
-    // Keep draining the log so the service never blocks on a full pipe.
-    std::thread::spawn(move || for _ in lines {});
-    let log: serde_json::Value = serde_json::from_str(&started).unwrap();
-    (child, log["addr"].as_str().unwrap().to_string())
-}
-
 #[test]
 fn schemathesis_finds_nothing() {
     let st = schemathesis();
-    let (_service, addr) = start_service();
+    let (_service, addr) =
+        support::binary::serve(&[("RATEKEEPER_LOG__LEVEL", "warn,ratekeeper::app=info")]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let hooks = root.join("tests").join("schemathesis");
     let mut run = Command::new(st)

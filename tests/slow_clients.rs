@@ -6,7 +6,6 @@
 
 mod support;
 
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use ratekeeper::config::{Overrides, Settings};
@@ -417,46 +416,14 @@ async fn connections_beyond_the_limit_are_refused_while_existing_ones_are_served
     app.stop().await;
 }
 
-/// A spawned service that a failing test must not leave running.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// The binary with long shutdown, header and body timeouts; returns it and
 /// its address.
-fn spawn_binary() -> (KillOnDrop, String) {
-    use std::io::{BufRead, BufReader};
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
-            command.env_remove(name);
-        }
-    }
-    let child = command
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("RATEKEEPER_LOG__FORMAT", "json")
-        .env("RATEKEEPER_SERVER__SHUTDOWN_TIMEOUT", "30s")
-        .env("RATEKEEPER_SERVER__HEADER_READ_TIMEOUT", "30s")
-        .env("RATEKEEPER_SERVER__BODY_READ_TIMEOUT", "30s")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    let started = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
-        .expect("a startup line");
-    std::thread::spawn(move || for _ in lines {});
-    let log: serde_json::Value = serde_json::from_str(&started).unwrap();
-    (child, log["addr"].as_str().unwrap().to_string())
+fn spawn_binary() -> (support::binary::KillOnDrop, String) {
+    support::binary::serve(&[
+        ("RATEKEEPER_SERVER__SHUTDOWN_TIMEOUT", "30s"),
+        ("RATEKEEPER_SERVER__HEADER_READ_TIMEOUT", "30s"),
+        ("RATEKEEPER_SERVER__BODY_READ_TIMEOUT", "30s"),
+    ])
 }
 
 #[test]

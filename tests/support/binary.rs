@@ -1,0 +1,50 @@
+//! The ratekeeper executable as a child process, for tests that need the
+//! real binary: exit codes, signals, a server on its own port.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+/// A spawned service that a failing test must not leave running.
+pub struct KillOnDrop(pub Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The binary, with none of the operator's configuration inherited.
+pub fn ratekeeper() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    command
+}
+
+/// `ratekeeper serve` on a free loopback port with `env` added; returns it
+/// and its address once it has logged that it listens. Its log keeps being
+/// drained, so it never blocks on a full pipe.
+pub fn serve(env: &[(&str, &str)]) -> (KillOnDrop, String) {
+    let child = ratekeeper()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_LOG__FORMAT", "json")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let started = lines
+        .by_ref()
+        .map(|l| l.unwrap())
+        .find(|l| l.contains("listening"))
+        .expect("a startup line");
+    std::thread::spawn(move || for _ in lines {});
+    let log: serde_json::Value = serde_json::from_str(&started).unwrap();
+    (child, log["addr"].as_str().unwrap().to_string())
+}
