@@ -1,0 +1,151 @@
+//! The embedded store on a manual clock: key isolation, expiry, eviction.
+
+use super::*;
+use crate::domain::{ManualClock, Rule};
+
+fn check(key: &str, algorithm: Algorithm) -> Check {
+    Check {
+        key: key.into(),
+        rule: Rule {
+            algorithm,
+            limit: 2,
+            window_us: 1_000_000,
+            burst: 2,
+        },
+        cost: 1,
+    }
+}
+
+#[test]
+fn same_key_under_other_algorithm_or_window_is_separate() {
+    let store = MemoryStore::new(Arc::new(ManualClock::new(0)), 1_000);
+    let a = check("k", Algorithm::FixedWindow);
+    assert!(store.check_now(&a).unwrap().allowed);
+    assert!(store.check_now(&a).unwrap().allowed);
+    assert!(!store.check_now(&a).unwrap().allowed);
+    assert!(
+        store
+            .check_now(&check("k", Algorithm::SlidingLog))
+            .unwrap()
+            .allowed
+    );
+    let mut other_window = a.clone();
+    other_window.rule.window_us = 2_000_000;
+    assert!(store.check_now(&other_window).unwrap().allowed);
+}
+
+#[test]
+fn sweep_reclaims_expired_keys_only() {
+    let clock = ManualClock::new(10_000_000);
+    let store = MemoryStore::new(Arc::new(clock.clone()), 1_000);
+    for i in 0..100 {
+        store
+            .check_now(&check(&format!("k{i}"), Algorithm::Gcra))
+            .unwrap();
+    }
+    store
+        .check_now(&check("late", Algorithm::SlidingLog))
+        .unwrap();
+    assert_eq!(store.len(), 101);
+    clock.advance_us(600_000);
+    assert_eq!(store.sweep(), 100, "gcra keys reset after 500 ms");
+    clock.advance_us(1_000_000);
+    assert_eq!(store.sweep(), 1);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn cost_zero_on_an_unseen_key_stores_nothing() {
+    let store = MemoryStore::new(Arc::new(ManualClock::new(5)), 1_000);
+    let mut probe = check("k", Algorithm::TokenBucket);
+    probe.cost = 0;
+    assert!(store.check_now(&probe).unwrap().allowed);
+    assert!(store.is_empty());
+}
+
+#[test]
+fn a_full_store_evicts_expired_state_first_then_keys_nearest_their_reset() {
+    let clock = ManualClock::new(0);
+    let store = MemoryStore::new(Arc::new(clock.clone()), SHARDS);
+    let long = |key: &str| {
+        let mut c = check(key, Algorithm::FixedWindow);
+        c.rule.window_us = 3_600_000_000;
+        c
+    };
+    // Short-lived state, then long-lived state, more than the store holds.
+    for i in 0..SHARDS {
+        store
+            .check_now(&check(&format!("short{i}"), Algorithm::FixedWindow))
+            .unwrap();
+    }
+    clock.advance_us(1_000_000);
+    for i in 0..10 * SHARDS {
+        store.check_now(&long(&format!("long{i}"))).unwrap();
+    }
+    assert!(store.len() <= SHARDS, "bounded: {}", store.len());
+    let evicted = store.evictions().unwrap();
+    assert!(
+        evicted > 0,
+        "beyond the expired keys, live ones were evicted"
+    );
+
+    // A brand-new client with limit 1 is limited, however full the store.
+    clock.advance_us(1);
+    let mut newcomer = check("newcomer", Algorithm::FixedWindow);
+    newcomer.rule.limit = 1;
+    newcomer.rule.burst = 1;
+    let answers: Vec<bool> = (0..5)
+        .map(|_| store.check_now(&newcomer).unwrap().allowed)
+        .collect();
+    assert_eq!(answers, [true, false, false, false, false]);
+}
+
+#[test]
+fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
+    // 32 keys per shard: an eviction takes 32 / 16 = 2.
+    let store = MemoryStore::new(Arc::new(ManualClock::new(0)), SHARDS * 32);
+    let inner = &store.inner;
+    let filled = |expiries: &mut dyn Iterator<Item = u64>| {
+        let mut map = Map::with_hasher(RandomState::new());
+        for (i, expires_at_us) in expiries.enumerate() {
+            let key = StateKey {
+                algorithm: Algorithm::FixedWindow,
+                window_us: 1,
+                key: format!("k{i}").into(),
+            };
+            let state = State::fresh(Algorithm::FixedWindow);
+            map.insert(
+                key,
+                Entry {
+                    state,
+                    expires_at_us,
+                },
+            );
+        }
+        map
+    };
+    let expiries = |map: &Map| {
+        let mut e: Vec<u64> = map.values().map(|e| e.expires_at_us).collect();
+        e.sort_unstable();
+        e
+    };
+
+    // Three are back to full capacity at now = 500: they alone go.
+    let mut map = filled(&mut (0..3).map(|i| 100 + i).chain((0..29).map(|i| 1_000 + i)));
+    inner.make_room(&mut map, 500);
+    assert_eq!(map.len(), 29);
+    assert_eq!(store.evictions(), Some(0));
+
+    // One expired is not room enough for the next 1/16: the nearest
+    // live reset goes too, so the next new keys find room without a scan.
+    let mut map = filled(&mut (0..1).map(|i| 100 + i).chain((0..31).map(|i| 1_000 + i)));
+    inner.make_room(&mut map, 500);
+    assert_eq!(expiries(&map), (1_001..1_031).collect::<Vec<_>>());
+    assert_eq!(store.evictions(), Some(1));
+
+    // None expired: the two nearest their reset go, the rest stay.
+    let mut map = filled(&mut (0..32).map(|i| 1_000 + i));
+    inner.make_room(&mut map, 500);
+    assert_eq!(expiries(&map), (1_002..1_032).collect::<Vec<_>>());
+    assert_eq!(store.evictions(), Some(3));
+}
