@@ -8,10 +8,10 @@ mod support;
 use std::time::Duration;
 
 use fred::prelude::*;
-use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, WindowInput};
+use ratekeeper::domain::{Algorithm, Check, ManualClock};
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
 use ratekeeper::store::{Store, StoreError};
-use support::{RedisServer, unique_key};
+use support::{RedisServer, check, unique_key};
 
 const T0: u64 = 1_767_225_600_000_000;
 const SEC: u64 = 1_000_000;
@@ -29,21 +29,6 @@ fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> 
         clock: Some(std::sync::Arc::new(clock.clone())),
         ttl_pad_ms,
     }
-}
-
-fn check(key: &str, algorithm: Algorithm, limit: u64, window: &str, cost: u64) -> Check {
-    Check::new(
-        CheckInput {
-            key: key.into(),
-            limit,
-            window: WindowInput::Text(window.into()),
-            algorithm: Some(algorithm),
-            cost: Some(cost),
-            burst: None,
-        },
-        &Default::default(),
-    )
-    .unwrap()
 }
 
 async fn raw_client(server: &RedisServer) -> Client {

@@ -6,11 +6,11 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, Outcome, WindowInput};
+use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome};
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
-use support::{RedisServer, unique_key};
+use support::{RedisServer, check, unique_key};
 
 const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
 const SEC: u64 = 1_000_000;
@@ -39,21 +39,6 @@ async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>
         Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
         Arc::new(redis),
     ]
-}
-
-fn check(key: &str, algorithm: Algorithm, limit: u64, window: &str, cost: u64) -> Check {
-    Check::new(
-        CheckInput {
-            key: key.into(),
-            limit,
-            window: WindowInput::Text(window.into()),
-            algorithm: Some(algorithm),
-            cost: Some(cost),
-            burst: None,
-        },
-        &Default::default(),
-    )
-    .unwrap()
 }
 
 async fn run(store: &dyn Store, c: &Check) -> Outcome {

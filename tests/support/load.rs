@@ -210,3 +210,22 @@ pub fn failover_reconnect_max_delay() -> Duration {
         .unwrap_or(200);
     Duration::from_millis(ms)
 }
+
+/// Every check of a failover run was answered, with 200, within the Redis
+/// timeout plus `slack`; returns the slowest answer.
+pub fn assert_answered_throughout(
+    samples: &[Sample],
+    timeout: std::time::Duration,
+    slack: std::time::Duration,
+) -> std::time::Duration {
+    assert!(
+        samples.iter().all(|s| s.status == 200),
+        "every check is answered with 200 throughout"
+    );
+    let max_latency = samples.iter().map(|s| s.latency()).max().unwrap();
+    assert!(
+        max_latency <= timeout + slack,
+        "a check took {max_latency:?}, over the Redis timeout {timeout:?} + {slack:?}"
+    );
+    max_latency
+}

@@ -16,7 +16,10 @@ mod load;
 mod sentinel;
 
 pub use cluster::RedisCluster;
-pub use load::{Load, Outage, Sample, cached_scripts, failover_reconnect_max_delay, ms, wait_for};
+pub use load::{
+    Load, Outage, Sample, assert_answered_throughout, cached_scripts, failover_reconnect_max_delay,
+    ms, wait_for,
+};
 pub use nix::sys::signal::Signal;
 use ratekeeper::app::{Application, Backend};
 use ratekeeper::config::{Overrides, Settings};
@@ -374,4 +377,27 @@ pub fn wait_for_ping(child: &mut Child, port: u16) -> bool {
     };
     std::mem::forget(probe); // owns no process or directory
     up
+}
+
+/// A validated check for the store tests: `limit` per `window` ("1s", ...).
+pub fn check(
+    key: &str,
+    algorithm: ratekeeper::domain::Algorithm,
+    limit: u64,
+    window: &str,
+    cost: u64,
+) -> ratekeeper::domain::Check {
+    use ratekeeper::domain::{Check, CheckInput, WindowInput};
+    Check::new(
+        CheckInput {
+            key: key.into(),
+            limit,
+            window: WindowInput::Text(window.into()),
+            algorithm: Some(algorithm),
+            cost: Some(cost),
+            burst: None,
+        },
+        &Default::default(),
+    )
+    .unwrap()
 }

@@ -39,10 +39,11 @@ impl Inner {
     /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
     /// `call` builds the keys and arguments; fred consumes them, and building
     /// them again on the rare NOSCRIPT is cheaper than cloning them always.
-    /// In a cluster the call goes to the pool of the node owning `slot`.
+    /// In a cluster the call goes to the pool of the node owning the slot
+    /// of `routing`'s key (computed only then: a single server needs none).
     pub(super) async fn run<K, R>(
         &self,
-        slot: u16,
+        routing: &Check,
         script: &Script,
         source: &'static str,
         call: impl Fn() -> (K, Vec<String>),
@@ -56,7 +57,7 @@ impl Inner {
         let routed;
         let pool = match &self.domains {
             Some(domains) => {
-                routed = domains.route(&self.pool, slot);
+                routed = domains.route(&self.pool, self.slot_of(routing));
                 &routed
             }
             None => &self.pool,
@@ -88,7 +89,7 @@ impl Inner {
         let algorithm = rule.algorithm;
         let reply: Vec<i64> = self
             .run(
-                self.slot_of(check),
+                check,
                 &self.scripts[algorithm.index()],
                 scripts::source(algorithm),
                 || {
@@ -115,26 +116,21 @@ impl Inner {
         checks: &[&Check],
     ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
         let reply: Vec<Value> = self
-            .run(
-                self.slot_of(checks[0]),
-                &self.batch_script,
-                scripts::BATCH,
-                || {
-                    let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
-                    let mut args = Vec::with_capacity(2 + 5 * checks.len());
-                    args.push(self.now_arg());
-                    args.push(self.options.ttl_pad_ms.to_string());
-                    for check in checks {
-                        let rule = &check.rule;
-                        args.push(rule.algorithm.key_tag().to_string());
-                        args.push(rule.limit.to_string());
-                        args.push(rule.window_us.to_string());
-                        args.push(check.cost.to_string());
-                        args.push(rule.burst.to_string());
-                    }
-                    (keys, args)
-                },
-            )
+            .run(checks[0], &self.batch_script, scripts::BATCH, || {
+                let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
+                let mut args = Vec::with_capacity(2 + 5 * checks.len());
+                args.push(self.now_arg());
+                args.push(self.options.ttl_pad_ms.to_string());
+                for check in checks {
+                    let rule = &check.rule;
+                    args.push(rule.algorithm.key_tag().to_string());
+                    args.push(rule.limit.to_string());
+                    args.push(rule.window_us.to_string());
+                    args.push(check.cost.to_string());
+                    args.push(rule.burst.to_string());
+                }
+                (keys, args)
+            })
             .await?;
         if reply.len() != 4 * checks.len() {
             return Err(StoreError::Backend(format!(
