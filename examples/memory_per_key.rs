@@ -62,11 +62,7 @@ fn measure(case: usize) {
     };
     let before = resident_bytes();
     for i in 0..KEYS {
-        let check = Check {
-            key: format!("user:{i:07}"),
-            rule,
-            cost,
-        };
+        let check = Check::single(format!("user:{i:07}"), rule, cost);
         clock.advance_us(1);
         store.check_now(&check).expect("room for every key");
     }

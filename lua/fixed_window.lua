@@ -3,7 +3,7 @@
 -- The window index lives in the hash rather than in the key name so the
 -- script touches only the key it was given (a requirement in Redis Cluster).
 
-local function fixed_window(key, now, limit, window, cost, burst, pad_ms)
+local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local index = idiv(now, window)
   local state = redis.call('HMGET', key, 'i', 'c')
@@ -16,8 +16,10 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms)
   local allowed = count + need <= limit
   if allowed and cost > 0 then
     count = count + cost
-    redis.call('HSET', key, 'i', int(index), 'c', int(count))
-    redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+    if not dry then
+      redis.call('HSET', key, 'i', int(index), 'c', int(count))
+      redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+    end
   end
 
   local retry = 0

@@ -2,7 +2,7 @@
 -- (src/domain/algorithms/gcra.rs).
 -- key      string: TAT in microseconds
 
-local function gcra(key, now, limit, window, cost, burst, pad_ms)
+local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
   local tolerance = burst * interval
@@ -17,7 +17,7 @@ local function gcra(key, now, limit, window, cost, burst, pad_ms)
     tat_after = tat + cost * interval
   end
   local reset = tat_after - now
-  if allowed and cost > 0 then
+  if allowed and cost > 0 and not dry then
     redis.call('SET', key, int(tat_after), 'PX', ttl_ms(reset, pad_ms))
   end
   local retry = 0

@@ -2,19 +2,24 @@
 -- script that Redis runs from this file, the algorithm functions and a
 -- short entry point, so every check stays one self-contained EVALSHA:
 --
--- One check (one script per algorithm):
---   KEYS[1]  the key's state (its type depends on the algorithm)
+-- One check (check.lua), of one or more limits, all or nothing:
+--   KEYS[i]  limit i's state (its type depends on the algorithm)
 --   ARGV[1]  now in microseconds since the epoch, or '' to use Redis TIME
 --            (production passes ''; tests pass a controlled clock)
---   ARGV[2]  limit          ARGV[3]  window in microseconds
---   ARGV[4]  cost           ARGV[5]  burst (token_bucket and gcra)
---   ARGV[6]  extra TTL in milliseconds added to every key (production: 0)
---   Reply    {allowed (1|0), remaining, retry_after_us, reset_after_us}
+--   ARGV[2]  extra TTL in milliseconds added to every key (production: 0)
+--   ARGV[3]  cost
+--   ARGV[4 + 4 (i - 1) ..]  limit i: algorithm tag (fw, sw, sl2, tb, gcra),
+--            limit, window in microseconds, burst (token_bucket and gcra;
+--            the limit otherwise)
+--   Reply    4 values per limit: allowed (1|0), remaining, retry_after_us,
+--            reset_after_us
 -- Several checks at once: see batch.lua.
 --
 -- Every algorithm is a function
---   name(key, now, limit, window, cost, burst, pad_ms) -> {allowed, remaining, retry_after_us, reset_after_us}
---
+--   name(key, now, limit, window, cost, burst, pad_ms, dry) -> {allowed, remaining, retry_after_us, reset_after_us}
+-- With `dry` set it writes nothing that changes a decision, and answers
+-- what it would have answered writing.
+
 -- All numbers are integers below 2^53, where Lua's doubles are exact. Redis
 -- converts Lua numbers to strings with '%.14g', which would round a
 -- microsecond timestamp, so every number sent to Redis goes through int().

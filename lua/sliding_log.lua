@@ -20,7 +20,7 @@ local function entry(ts, units)
   return int(ts) .. ':' .. int(units)
 end
 
-local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
+local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   -- The newest entry and the total: the last two members.
   local tail = redis.call('ZRANGE', key, -2, -1)
@@ -52,7 +52,8 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
   end
 
   local allowed = count + need <= limit
-  if allowed and cost > 0 then
+  local spends = allowed and cost > 0
+  if spends and not dry then
     -- Which entry takes the units: one at this very instant; else a new one
     -- while the log is short; else the newest, if this instant falls in its
     -- slot or before it; else a new one.
@@ -92,6 +93,15 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
       redis.call('ZADD', key, '+inf', 'n:' .. int(count))
     end
   end
+  if spends and dry then
+    -- What the write above would leave, without writing: the units
+    -- counted, and the newest entry at this instant or later (every branch
+    -- of the write leaves it at max(newest, now)).
+    count = count + cost
+    if newest == nil or now > newest then
+      newest = now
+    end
+  end
 
   local retry = 0
   if not allowed then
@@ -111,7 +121,7 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms)
   local reset = 0
   if newest ~= nil then
     reset = newest + window - now
-    if allowed and cost > 0 then
+    if spends and not dry then
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end
   end

@@ -4,7 +4,7 @@
 -- weighted() must stay operation-for-operation equal to the Rust version:
 -- both round the same IEEE doubles in the same order.
 
-local function sliding_window(key, now, limit, window, cost, burst, pad_ms)
+local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local index = idiv(now, window)
   local state = redis.call('HMGET', key, 'i', 'p', 'c')
@@ -28,7 +28,7 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms)
     after = before + cost
   end
   local remaining = math.max(0, math.floor(limit - after))
-  if allowed and cost > 0 then
+  if allowed and cost > 0 and not dry then
     redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr))
     redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
   end

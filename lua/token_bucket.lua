@@ -4,7 +4,7 @@
 -- Only a check that consumes writes: refilling is a pure function of time,
 -- so the stored state and the refilled one give the same future answers.
 
-local function token_bucket(key, now, limit, window, cost, burst, pad_ms)
+local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
   local state = redis.call('HMGET', key, 't', 'a')
@@ -33,7 +33,7 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms)
   if tokens < burst then
     reset = credited + (burst - tokens) * interval - now
   end
-  if allowed and cost > 0 then
+  if allowed and cost > 0 and not dry then
     redis.call('HSET', key, 't', int(tokens), 'a', int(credited))
     redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
   end

@@ -29,10 +29,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document (YAML), as committed in openapi.yaml.
     Openapi,
-    /// Print the exact Lua script ratekeeper runs for an algorithm (or the
-    /// batch script), e.g. to pre-load it or to benchmark it on its own.
+    /// Print the exact Lua script ratekeeper runs for one check (of one or
+    /// more limits) or for a batch of checks, e.g. to pre-load it or to
+    /// benchmark it on its own.
     Script {
-        #[arg(value_parser = ["fixed_window", "sliding_window", "sliding_log", "token_bucket", "gcra", "batch"])]
+        #[arg(value_parser = ["check", "batch"])]
         name: String,
     },
     /// Exit 0 if GET /healthz answers 200 within 2 s: the container
@@ -66,6 +67,10 @@ pub struct ServeArgs {
     /// [config: failure.mode, default open].
     #[arg(long, value_enum)]
     pub failure_mode: Option<FailureModeArg>,
+    /// Named policies, watched and reloaded on change and on SIGHUP
+    /// [config: policies.file].
+    #[arg(long, value_name = "FILE")]
+    pub policies: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -86,6 +91,7 @@ impl ServeArgs {
                 FailureModeArg::Closed => "closed".to_string(),
                 FailureModeArg::Local => "local".to_string(),
             }),
+            policies_file: self.policies.clone(),
         }
     }
 }
@@ -99,13 +105,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         }
         Command::Serve(args) => serve(args).await,
         Command::Script { name } => {
-            use crate::domain::Algorithm;
-            use crate::store::scripts;
-            let script = Algorithm::ALL
-                .into_iter()
-                .find(|a| a.as_str() == name)
-                .map_or(scripts::BATCH, scripts::source);
-            print!("{script}");
+            // clap accepts only the names `named` knows.
+            print!(
+                "{}",
+                crate::store::scripts::named(&name).unwrap_or_default()
+            );
             ExitCode::SUCCESS
         }
         Command::Healthcheck { config, url } => {

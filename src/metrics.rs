@@ -9,9 +9,15 @@ use prometheus::{
     Registry, TextEncoder,
 };
 
-use crate::domain::Algorithm;
-use crate::domain::FailureMode;
+use crate::domain::{Check, Decision, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
+
+/// The `limit` label of an inline check's limit: its position (the
+/// configured maximum caps the count; the last label covers any beyond).
+const POSITIONS: [&str; 32] = [
+    "0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "11", "12", "13", "14", "15", "16",
+    "17", "18", "19", "20", "21", "22", "23", "24", "25", "26", "27", "28", "29", "30", "31",
+];
 
 /// Latency buckets from 50 µs to 1 s: a check should sit in the first few.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -21,8 +27,8 @@ const LATENCY_BUCKETS: &[f64] = &[
 
 pub struct Metrics {
     registry: Registry,
-    /// `ratekeeper_checks_total{algorithm, decision}`, indexed [algorithm][allowed as usize].
-    checks: Vec<[IntCounter; 2]>,
+    /// `ratekeeper_checks_total{policy, limit, algorithm, decision}`.
+    checks: IntCounterVec,
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
     degraded: [IntCounter; FailureMode::ALL.len()],
     backend_errors: IntCounterVec,
@@ -51,23 +57,17 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Metrics {
         let registry = Registry::new();
-        let checks_vec = IntCounterVec::new(
+        let checks = IntCounterVec::new(
             Opts::new(
                 "ratekeeper_checks_total",
-                "Checks answered, by algorithm and decision (allowed|denied).",
+                "Checks answered, by policy (\"inline\" for checks that carry their limits), \
+                 the limit that decided (a denied check: the denying limit with the longest wait; \
+                 an allowed one: the most restrictive; inline checks: its position), its \
+                 algorithm, and decision (allowed|denied|shadow_denied).",
             ),
-            &["algorithm", "decision"],
+            &["policy", "limit", "algorithm", "decision"],
         )
         .expect("valid metric");
-        let checks = Algorithm::ALL
-            .iter()
-            .map(|a| {
-                [
-                    checks_vec.with_label_values(&[a.as_str(), "denied"]),
-                    checks_vec.with_label_values(&[a.as_str(), "allowed"]),
-                ]
-            })
-            .collect();
         let degraded_vec = IntCounterVec::new(
             Opts::new(
                 "ratekeeper_degraded_total",
@@ -147,7 +147,7 @@ impl Metrics {
         .expect("valid metric");
 
         for collector in [
-            Box::new(checks_vec) as Box<dyn prometheus::core::Collector>,
+            Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(degraded_vec),
             Box::new(backend_errors.clone()),
             Box::new(check_duration.clone()),
@@ -191,8 +191,43 @@ impl Metrics {
         }
     }
 
-    pub fn record_decision(&self, algorithm: Algorithm, allowed: bool) {
-        self.checks[algorithm.index()][allowed as usize].inc();
+    /// Counts one check. Every label is bounded: policy and limit names
+    /// come from the policies file, inline checks are `policy="inline"`
+    /// with the limit's position (their names come from clients), never a
+    /// client key.
+    pub fn record_decision(&self, check: &Check, decision: &Decision) {
+        let denied = decision.limits.iter().any(|l| !l.allowed);
+        let index = if denied {
+            // The denying limit that holds the check longest.
+            (0..decision.limits.len())
+                .filter(|&i| !decision.limits[i].allowed)
+                .max_by_key(|&i| (decision.limits[i].retry_after_ms, std::cmp::Reverse(i)))
+                .unwrap_or(0)
+        } else {
+            decision.most_restrictive
+        };
+        let outcome = match (denied, decision.shadow) {
+            (false, _) => "allowed",
+            (true, false) => "denied",
+            (true, true) => "shadow_denied",
+        };
+        let limit = &check.limits[index];
+        let algorithm = limit.rule.algorithm.as_str();
+        match &check.policy {
+            Some(policy) => self
+                .checks
+                .with_label_values(&[policy.as_ref(), limit.name.as_ref(), algorithm, outcome])
+                .inc(),
+            None => self
+                .checks
+                .with_label_values(&[
+                    "inline",
+                    POSITIONS[index.min(POSITIONS.len() - 1)],
+                    algorithm,
+                    outcome,
+                ])
+                .inc(),
+        }
     }
 
     pub fn record_degraded(&self, mode: FailureMode) {

@@ -46,7 +46,7 @@ impl FaultyStore {
 
 #[async_trait]
 impl Store for FaultyStore {
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if call == self.fail_at.load(Ordering::SeqCst) {
             return Err(StoreError::Timeout("injected: one slow call".into()));
@@ -120,17 +120,17 @@ async fn round(instances: &[Instance], algorithm: Algorithm) -> Round {
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let check = Check {
-        key: unique_key(algorithm.as_str()),
-        rule: Rule {
+    let check = Check::single(
+        unique_key(algorithm.as_str()),
+        Rule {
             algorithm,
             limit: LIMIT,
             // Long enough not to roll over during the round.
             window_us: 3_600_000_000,
             burst: LIMIT,
         },
-        cost: 1,
-    };
+        1,
+    );
     let barrier = Arc::new(tokio::sync::Barrier::new(REQUESTS));
     let tasks: Vec<_> = (0..REQUESTS)
         .map(|i| {

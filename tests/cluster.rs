@@ -15,7 +15,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ratekeeper::domain::{Algorithm, Check, CheckInput, ManualClock, WindowInput};
+use ratekeeper::domain::{Algorithm, Check, ManualClock};
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
@@ -26,18 +26,7 @@ use support::{
 };
 
 fn check(key: &str, algorithm: Algorithm, cost: u64) -> Check {
-    Check::new(
-        CheckInput {
-            key: key.into(),
-            limit: 3,
-            window: WindowInput::Text("1m".into()),
-            algorithm: Some(algorithm),
-            cost: Some(cost),
-            burst: None,
-        },
-        &Default::default(),
-    )
-    .unwrap()
+    support::check(key, algorithm, 3, "1m", cost)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -15,16 +15,16 @@ use ratekeeper::store::redis::{RedisOptions, RedisStore};
 use support::{RedisCluster, RedisServer};
 
 fn check(key: &str) -> Check {
-    Check {
-        key: key.into(),
-        rule: Rule {
+    Check::single(
+        key,
+        Rule {
             algorithm: Algorithm::FixedWindow,
             limit: 10,
             window_us: 60_000_000,
             burst: 10,
         },
-        cost: 1,
-    }
+        1,
+    )
 }
 
 fn options(url: String) -> RedisOptions {

@@ -315,8 +315,8 @@ async fn health_readiness_metrics_and_docs() {
         .await;
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
-        "ratekeeper_checks_total{algorithm=\"gcra\",decision=\"allowed\"} 1",
-        "ratekeeper_checks_total{algorithm=\"gcra\",decision=\"denied\"} 1",
+        "ratekeeper_checks_total{algorithm=\"gcra\",decision=\"allowed\",limit=\"0\",policy=\"inline\"} 1",
+        "ratekeeper_checks_total{algorithm=\"gcra\",decision=\"denied\",limit=\"0\",policy=\"inline\"} 1",
         "ratekeeper_degraded_total{failure_mode=\"open\"} 0",
         "ratekeeper_check_duration_seconds_count 2",
         "ratekeeper_backend_duration_seconds_count 2",

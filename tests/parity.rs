@@ -62,16 +62,18 @@ fn rule(algorithm: Algorithm) -> impl Strategy<Value = Rule> {
             let check = Check::new(
                 ratekeeper::domain::CheckInput {
                     key: "k".into(),
-                    limit,
-                    window: ratekeeper::domain::WindowInput::Text(format!("{window_ms}ms")),
-                    algorithm: Some(algorithm),
+                    rule: ratekeeper::domain::RuleInput {
+                        limit,
+                        window: ratekeeper::domain::WindowInput::Text(format!("{window_ms}ms")),
+                        algorithm: Some(algorithm),
+                        burst: algorithm.has_burst().then_some(burst),
+                    },
                     cost: Some(0),
-                    burst: algorithm.has_burst().then_some(burst),
                 },
                 &Default::default(),
             )
             .ok()?;
-            Some(check.rule)
+            Some(*check.rule())
         },
     )
 }
@@ -195,17 +197,13 @@ fn run_parity_of(strategy: impl Strategy<Value = Case>, cases: u32) {
             let key = unique_key("p");
             for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
-                let check = Check {
-                    key: key.clone(),
-                    rule: case.rule,
-                    cost,
-                };
+                let check = Check::single(key.clone(), case.rule, cost);
                 let got = runtime
                     .block_on(store.check(&check))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(
                     got,
-                    *want,
+                    vec![*want],
                     "step {} (t={}, cost={}) of {:?}",
                     i,
                     now,
@@ -354,15 +352,11 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
             let key = unique_key("dc");
             for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
-                let check = Check {
-                    key: key.clone(),
-                    rule: case.rule,
-                    cost,
-                };
+                let check = Check::single(key.clone(), case.rule, cost);
                 let got = runtime
                     .block_on(limiter.check(&check))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                let want = Decision::from_outcome(&check, *want);
+                let want = Decision::from_outcomes(&check, &[*want]);
                 prop_assert_eq!(
                     got,
                     want,
@@ -420,18 +414,14 @@ fn run_batch_parity(algorithm: Algorithm, cases: u32, redis: &RedisServer) {
             let mut got = Vec::new();
             let mut batch: Vec<Check> = Vec::new();
             for (i, (now, cost)) in case.timeline().enumerate() {
-                batch.push(Check {
-                    key: key.clone(),
-                    rule: case.rule,
-                    cost,
-                });
+                batch.push(Check::single(key.clone(), case.rule, cost));
                 // Flush when the next check happens at another instant.
                 if case.steps.get(i + 1).is_none_or(|(next, _)| *next != 0) {
                     clock.set_us(now);
                     let outcomes = runtime
                         .block_on(store.check_batch(&batch))
                         .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                    got.extend(outcomes);
+                    got.extend(outcomes.into_iter().map(|o| o[0]));
                     batch.clear();
                 }
             }
@@ -504,11 +494,7 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
                 } else {
                     rule.limit
                 };
-                let check = Check {
-                    key: "shared".into(),
-                    rule,
-                    cost: cost.min(max_cost),
-                };
+                let check = Check::single("shared", rule, cost.min(max_cost));
                 let (a, b) = runtime.block_on(async {
                     (
                         cached.check(&check).await.unwrap(),

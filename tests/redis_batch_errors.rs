@@ -8,7 +8,7 @@ mod support;
 
 use std::time::Duration;
 
-use ratekeeper::domain::{Algorithm, Check, CheckInput, WindowInput};
+use ratekeeper::domain::{Algorithm, Check};
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
 use ratekeeper::store::{Store, StoreError};
 use support::{RedisServer, unique_key};
@@ -32,20 +32,7 @@ fn batch() -> Vec<Check> {
     Algorithm::ALL
         .iter()
         .flat_map(|&algorithm| [algorithm, algorithm])
-        .map(|algorithm| {
-            Check::new(
-                CheckInput {
-                    key: unique_key("be"),
-                    limit: 10,
-                    window: WindowInput::Text("1m".into()),
-                    algorithm: Some(algorithm),
-                    cost: Some(1),
-                    burst: None,
-                },
-                &Default::default(),
-            )
-            .unwrap()
-        })
+        .map(|algorithm| support::check(&unique_key("be"), algorithm, 10, "1m", 1))
         .collect()
 }
 
@@ -59,8 +46,8 @@ async fn assert_each_fails_as(store: &RedisStore, want: &str) {
         .expect("the call itself works");
     for (check, result) in checks.iter().zip(&results) {
         match result {
-            Err(error) => assert_eq!(error.kind(), want, "{}: {error}", check.rule.algorithm),
-            Ok(outcome) => panic!("{}: {outcome:?}", check.rule.algorithm),
+            Err(error) => assert_eq!(error.kind(), want, "{}: {error}", check.rule().algorithm),
+            Ok(outcome) => panic!("{}: {outcome:?}", check.rule().algorithm),
         }
     }
     let direct = store.check(&batch()[0]).await;

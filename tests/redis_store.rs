@@ -53,7 +53,7 @@ async fn redis_keys_are_tagged_prefixed_and_expire() {
         assert_eq!(key, format!("rk:{{user:42}}:{}:30000", algorithm.key_tag()));
         let outcome = store.check(&c).await.unwrap();
         let ttl: i64 = redis.pttl(&key).await.unwrap();
-        let reset_ms = outcome.reset_after_us.div_ceil(MS) as i64;
+        let reset_ms = outcome[0].reset_after_us.div_ceil(MS) as i64;
         assert!(
             ttl > 0 && ttl <= reset_ms,
             "{algorithm}: pttl {ttl} vs reset {reset_ms}"
@@ -84,11 +84,11 @@ async fn scripts_reload_after_the_cache_is_flushed() {
     let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
     store.ping().await.unwrap();
     let c = check(&unique_key("noscript"), Algorithm::TokenBucket, 3, "1s", 1);
-    assert_eq!(store.check(&c).await.unwrap().remaining, 2);
+    assert_eq!(store.check(&c).await.unwrap()[0].remaining, 2);
     let redis = raw_client(&server).await;
     let _: () = redis.script_flush(false).await.unwrap();
     assert_eq!(
-        store.check(&c).await.unwrap().remaining,
+        store.check(&c).await.unwrap()[0].remaining,
         1,
         "NOSCRIPT is handled by reloading"
     );
@@ -117,7 +117,7 @@ async fn the_sliding_log_dos_request_leaves_a_small_key_and_runs_fast() {
         .unwrap();
 
     let dos = check("dosN", Algorithm::SlidingLog, 100_000, "366d", 100_000);
-    assert!(store.check(&dos).await.unwrap().allowed);
+    assert!(store.check(&dos).await.unwrap()[0].allowed);
     let key = store.key_for(&dos);
     let bytes: i64 = redis
         .custom(fred::cmd!("MEMORY"), vec!["USAGE", key.as_str()])
@@ -137,7 +137,7 @@ async fn the_sliding_log_dos_request_leaves_a_small_key_and_runs_fast() {
     let small = check("dosM", Algorithm::SlidingLog, 100_000, "366d", 1);
     for i in 0..5_000 {
         clock.set_us(T0 + i * 7 * SEC);
-        assert!(store.check(&small).await.unwrap().allowed);
+        assert!(store.check(&small).await.unwrap()[0].allowed);
     }
     let key = store.key_for(&small);
     let members: i64 = redis.zcard(&key).await.unwrap();
@@ -213,7 +213,7 @@ async fn batched_checks_reload_scripts_after_the_cache_is_lost() {
     assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
     let _: () = redis.script_flush(false).await.unwrap();
     let outcomes = store.check_batch(&batch).await.unwrap();
-    assert!(outcomes.iter().all(|o| o.remaining == 9));
+    assert!(outcomes.iter().all(|o| o[0].remaining == 9));
 
     server.restart();
     assert!(store.wait_connected(Duration::from_secs(5)).await);
@@ -228,7 +228,10 @@ async fn batched_checks_reload_scripts_after_the_cache_is_lost() {
     }
     assert_eq!(passed, 2, "Redis is back");
     let outcomes = store.check_batch(&batch).await.unwrap();
-    assert!(outcomes.iter().all(|o| o.remaining == 9), "a fresh server");
+    assert!(
+        outcomes.iter().all(|o| o[0].remaining == 9),
+        "a fresh server"
+    );
     assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
 }
 
@@ -260,7 +263,7 @@ async fn a_wrong_type_key_fails_only_its_own_check_in_a_batch() {
     }
     let results = store.check_each(&checks).await.unwrap();
     for (i, result) in results.iter().enumerate() {
-        let algorithm = checks[i].rule.algorithm;
+        let algorithm = checks[i].rule().algorithm;
         match i % 3 {
             1 => match result {
                 Err(StoreError::Backend(message)) => {
@@ -271,7 +274,7 @@ async fn a_wrong_type_key_fails_only_its_own_check_in_a_batch() {
             n => {
                 let outcome = result.as_ref().unwrap();
                 let want = if n == 0 { 3 } else { 1 };
-                assert_eq!(outcome.remaining, want, "{algorithm} check {i}");
+                assert_eq!(outcome[0].remaining, want, "{algorithm} check {i}");
             }
         }
     }
@@ -367,7 +370,7 @@ async fn refused_credentials_are_reported_as_auth_errors() {
     // A user who may connect but not run scripts: NOPERM.
     let admin = server.store(":sekrit@");
     admin.ping().await.unwrap();
-    assert!(admin.check(&c).await.unwrap().allowed);
+    assert!(admin.check(&c).await.unwrap()[0].allowed);
     let acl = vec![
         "SETUSER", "limited", "on", ">hunter2", "~*", "+@all", "-evalsha", "-eval",
     ];

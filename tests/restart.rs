@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use ratekeeper::app::redis_options;
-use ratekeeper::domain::{Algorithm, Check, CheckInput, MonotonicClock, Outcome, WindowInput};
+use ratekeeper::domain::{Algorithm, Check, MonotonicClock, Outcome};
 use ratekeeper::limiter::breaker::BreakerConfig;
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
@@ -65,18 +65,7 @@ struct Recovery {
 }
 
 fn check(key: &str, algorithm: Algorithm) -> Check {
-    Check::new(
-        CheckInput {
-            key: key.into(),
-            limit: 100_000,
-            window: WindowInput::Text("1m".into()),
-            algorithm: Some(algorithm),
-            cost: Some(1),
-            burst: None,
-        },
-        &Default::default(),
-    )
-    .unwrap()
+    support::check(key, algorithm, 100_000, "1m", 1)
 }
 
 /// The real store, noting when each failed check failed and how.
@@ -88,7 +77,7 @@ struct Noting {
 
 #[async_trait]
 impl Store for Noting {
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let result = self.inner.check(check).await;
         if let Err(e) = &result {
             let at = self.start.elapsed();

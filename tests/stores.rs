@@ -42,7 +42,7 @@ async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>
 }
 
 async fn run(store: &dyn Store, c: &Check) -> Outcome {
-    store.check(c).await.unwrap()
+    store.check(c).await.unwrap()[0]
 }
 
 #[tokio::test]

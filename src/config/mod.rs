@@ -30,6 +30,8 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 pub struct Settings {
     pub server: ServerSettings,
     pub limits: Bounds,
+    /// The policies file; `None`: checks carry their own limits.
+    pub policies_file: Option<PathBuf>,
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
@@ -107,6 +109,7 @@ pub struct Overrides {
     pub listen: Option<String>,
     pub redis_url: Option<String>,
     pub failure_mode: Option<String>,
+    pub policies_file: Option<String>,
 }
 
 /// Every problem found, one line each.
@@ -126,6 +129,8 @@ const KNOWN_KEYS: &[&str] = &[
     "server.max_connections",
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
+    "limits.max_limits_per_check",
+    "policies.file",
     "redis.url",
     "redis.password_file",
     "redis.key_prefix",
@@ -202,7 +207,13 @@ impl Settings {
             r.parse("limits.max_sliding_log_limit", |s| {
                 int_in(s, 1, crate::domain::MAX_LIMIT)
             }),
+            // The bound on one script call's work: each limit is a few
+            // Redis commands.
+            r.parse("limits.max_limits_per_check", |s| int_in(s, 1, 32)),
         );
+        let policies_file = r.parse("policies.file", |s| {
+            Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
+        });
         let redis = read_redis(&mut r);
         let failure = (
             r.parse("failure.mode", |s| match s {
@@ -245,7 +256,9 @@ impl Settings {
                 limits: Bounds {
                     max_key_bytes: limits.0? as usize,
                     max_sliding_log_limit: limits.1?,
+                    max_limits_per_check: limits.2? as usize,
                 },
+                policies_file: policies_file?,
                 redis: redis?,
                 failure: FailurePolicy {
                     mode: failure.0?,
@@ -294,6 +307,7 @@ fn layers(overrides: &Overrides, env: Environment) -> Result<Config, ConfigError
         ("server.listen", &overrides.listen),
         ("redis.url", &overrides.redis_url),
         ("failure.mode", &overrides.failure_mode),
+        ("policies.file", &overrides.policies_file),
     ] {
         if let Some(value) = value {
             builder = builder

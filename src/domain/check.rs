@@ -1,289 +1,270 @@
-//! A validated check: the rule to apply, the client key, and the cost.
+//! A validated check: the limits to apply, the client key, and the cost.
+//!
+//! Every check holds a list of limits and is decided all-or-nothing: it is
+//! allowed iff every limit allows `cost`, and only then does every limit
+//! spend it. The single-rule request of the first API is the case of one
+//! limit named `default`, not a second path.
 
-use std::fmt;
+use std::sync::{Arc, LazyLock};
 
-use super::duration::MAX_WINDOW_US;
+use super::FailureMode;
+use super::rule::{Bounds, Rule, RuleInput, ValidationError, validate_name};
 
-/// The largest `limit` (and `burst`) a rule may have.
-pub const MAX_LIMIT: u64 = 1_000_000_000_000;
-
-/// The five algorithms. Each has a Lua twin in `lua/`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Algorithm {
-    FixedWindow,
-    SlidingWindow,
-    SlidingLog,
-    TokenBucket,
-    Gcra,
+/// One limit of a check: a named rule.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Limit {
+    /// From the policies file, the inline request (or its position there),
+    /// or `default` for the single-rule form. Matches `[a-z0-9_.-]{1,64}`.
+    pub name: Arc<str>,
+    pub rule: Rule,
 }
 
-impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
-        Algorithm::FixedWindow,
-        Algorithm::SlidingWindow,
-        Algorithm::SlidingLog,
-        Algorithm::TokenBucket,
-        Algorithm::Gcra,
-    ];
+/// The name of the single-rule form's one limit (and of its `RateLimit` item).
+pub const DEFAULT_LIMIT_NAME: &str = "default";
 
-    /// The API name, also used as the metrics label.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::Gcra => "gcra",
-        }
-    }
+static DEFAULT_NAME: LazyLock<Arc<str>> = LazyLock::new(|| Arc::from(DEFAULT_LIMIT_NAME));
 
-    /// The short tag used in storage keys, so keys stay small. `sl2`: the
-    /// sliding log changed its stored format (one entry per instant, not per
-    /// unit), so it reads new keys and leaves old `sl` ones to expire.
-    pub fn key_tag(self) -> &'static str {
-        match self {
-            Algorithm::FixedWindow => "fw",
-            Algorithm::SlidingWindow => "sw",
-            Algorithm::SlidingLog => "sl2",
-            Algorithm::TokenBucket => "tb",
-            Algorithm::Gcra => "gcra",
-        }
-    }
-
-    /// Position in [`Algorithm::ALL`], for metric handle arrays.
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// Whether `burst` applies (bucket-shaped algorithms).
-    pub fn has_burst(self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
-    }
-}
-
-impl fmt::Display for Algorithm {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// What is being limited: `limit` units per `window`, by one algorithm.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rule {
-    pub algorithm: Algorithm,
-    pub limit: u64,
-    pub window_us: u64,
-    /// Bucket capacity for token_bucket/gcra; equal to `limit` otherwise.
-    pub burst: u64,
-}
-
-impl Rule {
-    /// The time one unit takes to refill (token_bucket, gcra), rounded down to
-    /// whole microseconds. Validation guarantees it is at least 1.
-    pub fn emission_interval_us(&self) -> u64 {
-        self.window_us / self.limit
-    }
-}
-
-/// A request to spend `cost` units of `rule` on `key`, already validated.
+/// A request to spend `cost` units of every limit in `limits` on `key`,
+/// already validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Check {
     pub key: String,
-    pub rule: Rule,
+    /// At least one, at most `limits.max_limits_per_check`.
+    pub limits: Arc<[Limit]>,
     pub cost: u64,
+    /// The policy this check applies. `None` for inline checks.
+    ///
+    /// Also the state's namespace: a policy's limits keep their counters
+    /// under the policy and limit names, so two policies never share state,
+    /// and neither shares with inline checks. Inline checks keep state by
+    /// algorithm and window only, as the single-rule API always has: two
+    /// inline rules with the same algorithm and window on one key share it.
+    pub policy: Option<Arc<str>>,
+    /// A shadow policy decides and spends as usual but always answers allowed.
+    pub shadow: bool,
+    /// The policy's own failure mode; `None`: the service's.
+    pub failure_mode: Option<FailureMode>,
 }
 
-/// How a window was written by the caller.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum WindowInput {
-    Seconds(u64),
-    Text(String),
-}
-
-/// An unvalidated check as it arrives from a transport.
+/// The single-rule form, as it arrives from a transport.
 #[derive(Debug, Clone)]
 pub struct CheckInput {
     pub key: String,
-    pub limit: u64,
-    pub window: WindowInput,
-    pub algorithm: Option<Algorithm>,
+    pub rule: RuleInput,
     pub cost: Option<u64>,
-    pub burst: Option<u64>,
 }
 
-/// Limits that come from configuration rather than the protocol.
-#[derive(Debug, Clone, Copy)]
-pub struct Bounds {
-    pub max_key_bytes: usize,
-    pub max_sliding_log_limit: u64,
-}
-
-impl Default for Bounds {
-    fn default() -> Self {
-        Self {
-            max_key_bytes: 512,
-            max_sliding_log_limit: 100_000,
-        }
-    }
-}
-
-/// A well-formed request with a value out of range. Names the field.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{field}: {message}")]
-pub struct ValidationError {
-    pub field: &'static str,
-    pub message: String,
-}
-
-fn invalid(field: &'static str, message: impl Into<String>) -> ValidationError {
-    ValidationError {
-        field,
-        message: message.into(),
-    }
+/// One limit of the inline multi-limit form. `name` defaults to the
+/// limit's position in the list (`"0"`, `"1"`, ...).
+#[derive(Debug, Clone)]
+pub struct LimitInput {
+    pub name: Option<String>,
+    pub rule: RuleInput,
 }
 
 impl Check {
+    /// The single-rule form: one limit named `default`.
     pub fn new(input: CheckInput, bounds: &Bounds) -> Result<Check, ValidationError> {
-        let algorithm = input.algorithm.unwrap_or(Algorithm::SlidingWindow);
-
-        let key_len = input.key.len();
-        if key_len == 0 || key_len > bounds.max_key_bytes {
-            return Err(invalid(
-                "key",
-                format!(
-                    "must be 1 to {} bytes of UTF-8, got {key_len}",
-                    bounds.max_key_bytes
-                ),
-            ));
-        }
-
-        let limit = input.limit;
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(invalid(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
-            ));
-        }
-        if algorithm == Algorithm::SlidingLog && limit > bounds.max_sliding_log_limit {
-            return Err(invalid(
-                "limit",
-                format!(
-                    "sliding_log's limit is capped at {} (limits.max_sliding_log_limit), got {limit}; \
-                     use sliding_window for large limits",
-                    bounds.max_sliding_log_limit
-                ),
-            ));
-        }
-
-        let window_us = match &input.window {
-            WindowInput::Seconds(s) => s.checked_mul(1_000_000).unwrap_or(u64::MAX),
-            WindowInput::Text(t) => {
-                super::parse_duration_us(t).map_err(|m| invalid("window", m))?
-            }
+        validate_key(&input.key, bounds)?;
+        let rule = Rule::new(&input.rule, bounds)?;
+        let limit = Limit {
+            name: DEFAULT_NAME.clone(),
+            rule,
         };
-        if !(1_000..=MAX_WINDOW_US).contains(&window_us) || window_us % 1_000 != 0 {
-            return Err(invalid(
-                "window",
-                "must be a whole number of milliseconds from 1ms to 366d (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
-            ));
-        }
+        Check::build(input.key, Arc::new([limit]), input.cost, None)
+    }
 
-        let burst = match (input.burst, algorithm.has_burst()) {
-            (None, _) => limit,
-            (Some(_), false) => {
-                return Err(invalid("burst", "only applies to token_bucket and gcra"));
-            }
-            (Some(b), true) if !(1..=MAX_LIMIT).contains(&b) => {
-                return Err(invalid(
-                    "burst",
-                    format!("must be between 1 and {MAX_LIMIT}, got {b}"),
+    /// The inline multi-limit form. Errors name the path (`limits[1].window`).
+    pub fn inline(
+        key: String,
+        limits: Vec<LimitInput>,
+        cost: Option<u64>,
+        bounds: &Bounds,
+    ) -> Result<Check, ValidationError> {
+        validate_key(&key, bounds)?;
+        validate_count("limits", limits.len(), bounds)?;
+        let mut built: Vec<Limit> = Vec::with_capacity(limits.len());
+        for (i, input) in limits.into_iter().enumerate() {
+            let path = format!("limits[{i}]");
+            let name = input.name.unwrap_or_else(|| i.to_string());
+            validate_name(&format!("{path}.name"), &name)?;
+            let rule = Rule::new(&input.rule, bounds).map_err(|e| e.within(&path))?;
+            if let Some(j) = built.iter().position(|l| *l.name == *name) {
+                return Err(ValidationError::new(
+                    format!("{path}.name"),
+                    format!("{name:?} is also the name of limits[{j}]; names must be unique"),
                 ));
             }
-            (Some(b), true) => b,
-        };
-
-        if algorithm.has_burst() {
-            // Buckets refill one unit every window/limit, in whole microseconds.
-            if limit > window_us {
-                return Err(invalid(
-                    "limit",
+            // Inline state is keyed by algorithm and window (see `policy`):
+            // two such limits in one check would be one counter spent twice.
+            if let Some(j) = built.iter().position(|l| {
+                l.rule.algorithm == rule.algorithm && l.rule.window_us == rule.window_us
+            }) {
+                return Err(ValidationError::new(
+                    path,
                     format!(
-                        "{algorithm} refills at most one unit per microsecond: limit must be at most {window_us} for this window"
+                        "same algorithm and window as limits[{j}]: inline limits on one key \
+                         share state by algorithm and window, so these would share one counter"
                     ),
                 ));
             }
-            // Keeping burst × interval within the longest window bounds every
-            // timestamp the scripts compute below 2^53, where Lua is exact.
-            let refill_us = u128::from(burst) * u128::from(window_us / limit);
-            if refill_us > u128::from(MAX_WINDOW_US) {
-                return Err(invalid(
-                    "burst",
-                    "refilling the whole bucket (burst × window / limit) must take at most 366d",
+            built.push(Limit {
+                name: name.into(),
+                rule,
+            });
+        }
+        Check::build(key, built.into(), cost, None)
+    }
+
+    /// A check of a policy's limits (already validated when the policy
+    /// was loaded): validates the key and the cost only.
+    pub fn for_policy(
+        key: String,
+        policy: Arc<str>,
+        limits: Arc<[Limit]>,
+        cost: Option<u64>,
+        bounds: &Bounds,
+    ) -> Result<Check, ValidationError> {
+        validate_key(&key, bounds)?;
+        Check::build(key, limits, cost, Some(policy))
+    }
+
+    /// One limit, no validation: for tests and tools that build rules directly.
+    pub fn single(key: impl Into<String>, rule: Rule, cost: u64) -> Check {
+        Check {
+            key: key.into(),
+            limits: Arc::new([Limit {
+                name: DEFAULT_NAME.clone(),
+                rule,
+            }]),
+            cost,
+            policy: None,
+            shadow: false,
+            failure_mode: None,
+        }
+    }
+
+    /// Several limits, no validation: for tests and tools.
+    pub fn multi(key: impl Into<String>, limits: Vec<Limit>, cost: u64) -> Check {
+        Check {
+            key: key.into(),
+            limits: limits.into(),
+            cost,
+            policy: None,
+            shadow: false,
+            failure_mode: None,
+        }
+    }
+
+    fn build(
+        key: String,
+        limits: Arc<[Limit]>,
+        cost: Option<u64>,
+        policy: Option<Arc<str>>,
+    ) -> Result<Check, ValidationError> {
+        let cost = cost.unwrap_or(1);
+        // The tightest capacity: a larger cost could never be allowed.
+        if let Some(tightest) = limits.iter().min_by_key(|l| l.rule.capacity()) {
+            let max_cost = tightest.rule.capacity();
+            if cost > max_cost {
+                let what = if tightest.rule.algorithm.has_burst() {
+                    "burst"
+                } else {
+                    "limit"
+                };
+                let whose = if limits.len() == 1 {
+                    String::new()
+                } else {
+                    format!(" of limit {:?}", tightest.name)
+                };
+                return Err(ValidationError::new(
+                    "cost",
+                    format!("must be between 0 and the {what}{whose} ({max_cost}), got {cost}"),
                 ));
             }
         }
-
-        let cost = input.cost.unwrap_or(1);
-        let max_cost = if algorithm.has_burst() { burst } else { limit };
-        if cost > max_cost {
-            let what = if algorithm.has_burst() {
-                "burst"
-            } else {
-                "limit"
-            };
-            return Err(invalid(
-                "cost",
-                format!("must be between 0 and the {what} ({max_cost}), got {cost}"),
-            ));
-        }
-
         Ok(Check {
-            key: input.key,
-            rule: Rule {
-                algorithm,
-                limit,
-                window_us,
-                burst,
-            },
+            key,
+            limits,
             cost,
+            policy,
+            shadow: false,
+            failure_mode: None,
         })
     }
+
+    /// The first limit's rule: the whole check in the single-rule form.
+    pub fn rule(&self) -> &Rule {
+        &self.limits[0].rule
+    }
+}
+
+fn validate_key(key: &str, bounds: &Bounds) -> Result<(), ValidationError> {
+    let key_len = key.len();
+    if key_len == 0 || key_len > bounds.max_key_bytes {
+        return Err(ValidationError::new(
+            "key",
+            format!(
+                "must be 1 to {} bytes of UTF-8, got {key_len}",
+                bounds.max_key_bytes
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// A list of limits holds 1 to `limits.max_limits_per_check`.
+pub fn validate_count(field: &str, n: usize, bounds: &Bounds) -> Result<(), ValidationError> {
+    let max = bounds.max_limits_per_check;
+    if n == 0 || n > max {
+        return Err(ValidationError::new(
+            field,
+            format!("must hold 1 to {max} limits (limits.max_limits_per_check), got {n}"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::{Algorithm, MAX_LIMIT, WindowInput};
 
     fn input(algorithm: Algorithm) -> CheckInput {
         CheckInput {
             key: "k".into(),
-            limit: 10,
-            window: WindowInput::Text("1s".into()),
-            algorithm: Some(algorithm),
+            rule: RuleInput {
+                limit: 10,
+                window: WindowInput::Text("1s".into()),
+                algorithm: Some(algorithm),
+                burst: None,
+            },
             cost: None,
-            burst: None,
         }
     }
 
-    fn field_of(input: CheckInput) -> &'static str {
+    fn field_of(input: CheckInput) -> String {
         Check::new(input, &Bounds::default()).unwrap_err().field
     }
 
     #[test]
     fn defaults_to_sliding_window_cost_one_burst_limit() {
         let mut i = input(Algorithm::Gcra);
-        i.algorithm = None;
+        i.rule.algorithm = None;
         let c = Check::new(i, &Bounds::default()).unwrap();
-        assert_eq!(c.rule.algorithm, Algorithm::SlidingWindow);
-        assert_eq!((c.cost, c.rule.burst, c.rule.window_us), (1, 10, 1_000_000));
+        assert_eq!(c.rule().algorithm, Algorithm::SlidingWindow);
+        assert_eq!(
+            (c.cost, c.rule().burst, c.rule().window_us),
+            (1, 10, 1_000_000)
+        );
     }
 
     #[test]
     fn integer_window_is_seconds() {
         let mut i = input(Algorithm::FixedWindow);
-        i.window = WindowInput::Seconds(60);
+        i.rule.window = WindowInput::Seconds(60);
         assert_eq!(
-            Check::new(i, &Bounds::default()).unwrap().rule.window_us,
+            Check::new(i, &Bounds::default()).unwrap().rule().window_us,
             60_000_000
         );
     }
@@ -294,32 +275,32 @@ mod tests {
         i.key = String::new();
         assert_eq!(field_of(i), "key");
         let mut i = input(Algorithm::FixedWindow);
-        i.limit = 0;
+        i.rule.limit = 0;
         assert_eq!(field_of(i), "limit");
         let mut i = input(Algorithm::FixedWindow);
-        i.limit = MAX_LIMIT + 1;
+        i.rule.limit = MAX_LIMIT + 1;
         assert_eq!(field_of(i), "limit");
         let mut i = input(Algorithm::SlidingLog);
-        i.limit = 100_001;
+        i.rule.limit = 100_001;
         assert_eq!(field_of(i), "limit");
         let mut i = input(Algorithm::FixedWindow);
-        i.window = WindowInput::Seconds(0);
+        i.rule.window = WindowInput::Seconds(0);
         assert_eq!(field_of(i), "window");
         let mut i = input(Algorithm::FixedWindow);
-        i.window = WindowInput::Text("367d".into());
+        i.rule.window = WindowInput::Text("367d".into());
         assert_eq!(field_of(i), "window");
         let mut i = input(Algorithm::FixedWindow);
         i.cost = Some(11);
         assert_eq!(field_of(i), "cost");
         let mut i = input(Algorithm::FixedWindow);
-        i.burst = Some(5);
+        i.rule.burst = Some(5);
         assert_eq!(field_of(i), "burst");
         let mut i = input(Algorithm::TokenBucket);
-        i.burst = Some(5);
+        i.rule.burst = Some(5);
         i.cost = Some(6);
         assert_eq!(field_of(i), "cost");
         let mut i = input(Algorithm::Gcra);
-        i.limit = 2_000_000;
+        i.rule.limit = 2_000_000;
         assert_eq!(field_of(i), "limit");
     }
 

@@ -1,73 +1,180 @@
-//! The answer to a check, from a store ([`Outcome`]) and as sent ([`Decision`]).
+//! The answer to a check, from a store ([`Outcome`], one per limit) and as
+//! sent ([`Decision`]).
 
-use super::{Check, us_to_ms_ceil};
+use std::sync::Arc;
 
-/// What an algorithm decided, in microseconds. Identical from Lua and Rust.
+use super::{Algorithm, Check, us_to_ms_ceil};
+
+/// What one limit's algorithm decided, in microseconds. Identical from Lua
+/// and Rust.
+///
+/// In a check of several limits each outcome is what that limit alone
+/// decided: `remaining` is what it would leave after spending `cost`. The
+/// check spends only when every limit allows, so when another limit denied,
+/// an allowing limit's `remaining` is what it *would* have left; nothing
+/// was spent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
     pub allowed: bool,
     /// Units still available after this check.
     pub remaining: u64,
-    /// 0 when allowed; otherwise the smallest wait after which the same check
-    /// would be allowed if nothing else arrives.
+    /// 0 when allowed; otherwise the smallest wait after which the same
+    /// check would be allowed if nothing else arrives.
     pub retry_after_us: u64,
     /// Time until the key is back to full capacity if nothing else arrives.
     pub reset_after_us: u64,
 }
 
-/// The answer sent to the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Decision {
-    pub allowed: bool,
+/// What one limit decided, as sent.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LimitDecision {
+    pub name: Arc<str>,
+    pub algorithm: Algorithm,
     pub limit: u64,
+    pub burst: u64,
+    pub window_ms: u64,
+    pub allowed: bool,
     pub remaining: u64,
     pub retry_after_ms: u64,
     pub reset_after_ms: u64,
+}
+
+/// The answer sent to the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decision {
+    /// The check as a whole: every limit allowed (or a shadow policy).
+    pub allowed: bool,
+    /// `limit` and `remaining` of the most restrictive limit (see
+    /// [`most_restrictive`](Self::most_restrictive)).
+    pub limit: u64,
+    pub remaining: u64,
+    /// 0 when allowed; otherwise the largest `retry_after` of the denying
+    /// limits: the smallest wait after which every limit allows.
+    pub retry_after_ms: u64,
+    /// The largest `reset_after` of the limits.
+    pub reset_after_ms: u64,
     /// True when the failure policy answered because the store could not.
     pub degraded: bool,
-    /// The rule's window, for the `RateLimit-Policy` header.
+    /// The most restrictive limit's window, for the `RateLimit-Policy` header.
     pub window_ms: u64,
+    /// A shadow policy's check that a limit denied, answered allowed.
+    pub shadow: bool,
+    /// The policy applied; `None` for inline checks.
+    pub policy: Option<Arc<str>>,
+    /// Each limit's own decision, in the check's order.
+    pub limits: Vec<LimitDecision>,
+    /// Index into `limits` of the most restrictive limit: the fewest
+    /// remaining; among equals a denying one, then the first.
+    pub most_restrictive: usize,
 }
 
 impl Decision {
-    pub fn from_outcome(check: &Check, outcome: Outcome) -> Self {
+    /// Combines one outcome per limit of `check` (same order) into the
+    /// check's decision. A shadow check that was denied is answered allowed
+    /// with `shadow: true`; its `limits` keep the real decisions.
+    pub fn from_outcomes(check: &Check, outcomes: &[Outcome]) -> Self {
+        debug_assert_eq!(check.limits.len(), outcomes.len());
+        let limits: Vec<LimitDecision> = check
+            .limits
+            .iter()
+            .zip(outcomes)
+            .map(|(l, o)| LimitDecision {
+                name: l.name.clone(),
+                algorithm: l.rule.algorithm,
+                limit: l.rule.limit,
+                burst: l.rule.burst,
+                window_ms: us_to_ms_ceil(l.rule.window_us),
+                allowed: o.allowed,
+                remaining: o.remaining,
+                retry_after_ms: us_to_ms_ceil(o.retry_after_us),
+                reset_after_ms: us_to_ms_ceil(o.reset_after_us),
+            })
+            .collect();
+        let allowed = outcomes.iter().all(|o| o.allowed);
+        // Maxima taken in microseconds, then rounded up once: the same
+        // result as rounding each, and exact for the single-rule form.
+        let retry_us = outcomes
+            .iter()
+            .filter(|o| !o.allowed)
+            .map(|o| o.retry_after_us)
+            .max()
+            .unwrap_or(0);
+        let reset_us = outcomes.iter().map(|o| o.reset_after_us).max().unwrap_or(0);
+        let most_restrictive = (0..limits.len())
+            .min_by_key(|&i| (limits[i].remaining, limits[i].allowed, i))
+            .unwrap_or(0);
+        let tightest = &limits[most_restrictive];
         Decision {
-            allowed: outcome.allowed,
-            limit: check.rule.limit,
-            remaining: outcome.remaining,
-            retry_after_ms: us_to_ms_ceil(outcome.retry_after_us),
-            reset_after_ms: us_to_ms_ceil(outcome.reset_after_us),
+            allowed: allowed || check.shadow,
+            limit: tightest.limit,
+            remaining: tightest.remaining,
+            retry_after_ms: if allowed || check.shadow {
+                0
+            } else {
+                us_to_ms_ceil(retry_us)
+            },
+            reset_after_ms: us_to_ms_ceil(reset_us),
             degraded: false,
-            window_ms: us_to_ms_ceil(check.rule.window_us),
+            window_ms: tightest.window_ms,
+            shadow: check.shadow && !allowed,
+            policy: check.policy.clone(),
+            most_restrictive,
+            limits,
         }
+    }
+
+    /// The same decision answered by the failure policy.
+    pub fn degraded(self) -> Self {
+        Decision {
+            degraded: true,
+            ..self
+        }
+    }
+
+    /// The limit that `RateLimit` and `X-RateLimit-*` describe.
+    pub fn tightest(&self) -> &LimitDecision {
+        &self.limits[self.most_restrictive]
     }
 
     /// The response headers, built here so every transport sends the same:
     /// IETF `RateLimit-Policy`/`RateLimit` (draft-ietf-httpapi-ratelimit-headers-11),
     /// the legacy `X-RateLimit-*` trio, and `Retry-After` when denied.
-    /// All second values round up, so a client that obeys them is never early.
+    /// `RateLimit-Policy` lists every limit; the others describe the most
+    /// restrictive one. All second values round up, so a client that obeys
+    /// them is never early.
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
         let secs = |ms: u64| ms.div_ceil(1_000);
-        [
-            (
-                "ratelimit-policy",
+        let policy = self
+            .limits
+            .iter()
+            .map(|l| {
                 format!(
-                    "\"default\";q={};w={}",
-                    self.limit,
-                    secs(self.window_ms).max(1)
-                ),
-            ),
+                    "\"{}\";q={};w={}",
+                    l.name,
+                    l.limit,
+                    secs(l.window_ms).max(1)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        let tightest = self.tightest();
+        [
+            ("ratelimit-policy", policy),
             (
                 "ratelimit",
                 format!(
-                    "\"default\";r={};t={}",
-                    self.remaining,
-                    secs(self.reset_after_ms)
+                    "\"{}\";r={};t={}",
+                    tightest.name,
+                    tightest.remaining,
+                    secs(tightest.reset_after_ms)
                 ),
             ),
-            ("x-ratelimit-limit", self.limit.to_string()),
-            ("x-ratelimit-remaining", self.remaining.to_string()),
-            ("x-ratelimit-reset", secs(self.reset_after_ms).to_string()),
+            ("x-ratelimit-limit", tightest.limit.to_string()),
+            ("x-ratelimit-remaining", tightest.remaining.to_string()),
+            (
+                "x-ratelimit-reset",
+                secs(tightest.reset_after_ms).to_string(),
+            ),
         ]
         .into_iter()
         .chain(
@@ -77,27 +184,4 @@ impl Decision {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn headers_round_up_and_retry_after_only_when_denied() {
-        let d = Decision {
-            allowed: false,
-            limit: 100,
-            remaining: 0,
-            retry_after_ms: 1_001,
-            reset_after_ms: 59_001,
-            degraded: false,
-            window_ms: 250,
-        };
-        let h: Vec<_> = d.headers().collect();
-        let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
-        assert_eq!(get("retry-after"), Some("2"));
-        assert_eq!(get("ratelimit-policy"), Some("\"default\";q=100;w=1"));
-        assert_eq!(get("ratelimit"), Some("\"default\";r=0;t=60"));
-        assert_eq!(get("x-ratelimit-reset"), Some("60"));
-        let allowed = Decision { allowed: true, ..d };
-        assert!(!allowed.headers().any(|(k, _)| k == "retry-after"));
-    }
-}
+mod tests;

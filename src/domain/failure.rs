@@ -1,10 +1,10 @@
 //! What to answer when the store cannot: the failure policy.
 //!
-//! A small value type, so that a policy (a later issue) can carry its own.
+//! A small value type: a policy may carry its own mode (`Check::failure_mode`).
 
 use std::time::Duration;
 
-use super::{Check, Decision};
+use super::{Check, Decision, Outcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureMode {
@@ -39,37 +39,40 @@ pub struct FailurePolicy {
 }
 
 impl FailurePolicy {
-    /// The answer when the store cannot give one. Fail-open reports the rule's
-    /// full capacity (`burst`, which is `limit` for the window algorithms)
-    /// less this cost, as for a key never seen: the true count is unknown,
-    /// and a client should not throttle itself on a guess. `Local` answers
-    /// from a store the limiter holds; this is its answer when that store
-    /// cannot give one either.
-    pub fn decide(&self, check: &Check) -> Decision {
-        let window_ms = check.rule.window_us.div_ceil(1_000);
-        match self.mode {
-            FailureMode::Open | FailureMode::Local => Decision {
-                allowed: true,
-                limit: check.rule.limit,
-                remaining: check.rule.burst.saturating_sub(check.cost),
-                retry_after_ms: 0,
-                reset_after_ms: 0,
-                degraded: true,
-                window_ms,
-            },
-            FailureMode::Closed => {
-                let retry = self.closed_retry_after.as_millis() as u64;
-                Decision {
-                    allowed: false,
-                    limit: check.rule.limit,
-                    remaining: 0,
-                    retry_after_ms: retry,
-                    reset_after_ms: retry,
-                    degraded: true,
-                    window_ms,
+    /// The mode for `check`: its policy's own, or the service's.
+    pub fn mode_for(&self, check: &Check) -> FailureMode {
+        check.failure_mode.unwrap_or(self.mode)
+    }
+
+    /// The answer when the store cannot give one, in `mode`. Fail-open
+    /// reports each limit's full capacity (`burst`, which is `limit` for
+    /// the window algorithms) less this cost, as for a key never seen: the
+    /// true count is unknown, and a client should not throttle itself on a
+    /// guess. `Local` answers from a store the limiter holds; this is its
+    /// answer when that store cannot give one either.
+    pub fn decide(&self, mode: FailureMode, check: &Check) -> Decision {
+        let outcomes: Vec<Outcome> = check
+            .limits
+            .iter()
+            .map(|l| match mode {
+                FailureMode::Open | FailureMode::Local => Outcome {
+                    allowed: true,
+                    remaining: l.rule.burst.saturating_sub(check.cost),
+                    retry_after_us: 0,
+                    reset_after_us: 0,
+                },
+                FailureMode::Closed => {
+                    let retry = self.closed_retry_after.as_micros() as u64;
+                    Outcome {
+                        allowed: false,
+                        remaining: 0,
+                        retry_after_us: retry,
+                        reset_after_us: retry,
+                    }
                 }
-            }
-        }
+            })
+            .collect();
+        Decision::from_outcomes(check, &outcomes).degraded()
     }
 }
 
@@ -79,16 +82,16 @@ mod tests {
     use crate::domain::{Algorithm, Rule};
 
     fn check() -> Check {
-        Check {
-            key: "k".into(),
-            rule: Rule {
+        Check::single(
+            "k",
+            Rule {
                 algorithm: Algorithm::Gcra,
                 limit: 10,
                 window_us: 1_500,
                 burst: 12,
             },
-            cost: 3,
-        }
+            3,
+        )
     }
 
     fn policy(mode: FailureMode) -> FailurePolicy {
@@ -100,16 +103,23 @@ mod tests {
 
     #[test]
     fn open_allows_with_the_full_capacity_and_closed_denies() {
-        let open = policy(FailureMode::Open).decide(&check());
+        let decide = |mode| policy(mode).decide(mode, &check());
+        let open = decide(FailureMode::Open);
         assert_eq!(
             (open.allowed, open.remaining, open.degraded, open.window_ms),
             (true, 9, true, 2)
         );
-        let closed = policy(FailureMode::Closed).decide(&check());
+        let closed = decide(FailureMode::Closed);
         assert_eq!(
             (closed.allowed, closed.retry_after_ms, closed.degraded),
             (false, 1500, true)
         );
-        assert_eq!(policy(FailureMode::Local).decide(&check()), open);
+        assert_eq!(decide(FailureMode::Local), open);
+        let mut own = check();
+        own.failure_mode = Some(FailureMode::Closed);
+        assert_eq!(
+            policy(FailureMode::Open).mode_for(&own),
+            FailureMode::Closed
+        );
     }
 }

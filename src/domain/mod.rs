@@ -18,14 +18,16 @@ mod clock;
 mod decision;
 mod duration;
 pub mod failure;
+mod rule;
 
-pub use check::{
-    Algorithm, Bounds, Check, CheckInput, MAX_LIMIT, Rule, ValidationError, WindowInput,
-};
+pub use check::{Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
-pub use decision::{Decision, Outcome};
+pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, parse_duration_us};
 pub use failure::{FailureMode, FailurePolicy};
+pub use rule::{
+    Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,
+};
 
 /// Microseconds per millisecond.
 pub const US_PER_MS: u64 = 1_000;

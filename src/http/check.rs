@@ -17,7 +17,7 @@ use utoipa::{PartialSchema, ToSchema};
 
 use super::AppState;
 use super::error::{ApiError, ApiJson, ErrorBody};
-use crate::domain::{Algorithm, Check, CheckInput, Decision, WindowInput};
+use crate::domain::{Algorithm, Check, CheckInput, Decision, RuleInput, WindowInput};
 
 /// May this key spend this much now?
 #[derive(Debug, Deserialize, ToSchema)]
@@ -184,11 +184,13 @@ impl From<CheckRequest> for CheckInput {
     fn from(r: CheckRequest) -> Self {
         CheckInput {
             key: r.key,
-            limit: r.limit,
-            window: r.window.0,
-            algorithm: r.algorithm.map(Algorithm::from),
+            rule: RuleInput {
+                limit: r.limit,
+                window: r.window.0,
+                algorithm: r.algorithm.map(Algorithm::from),
+                burst: r.burst,
+            },
             cost: r.cost,
-            burst: r.burst,
         }
     }
 }
@@ -211,8 +213,8 @@ pub struct CheckResponse {
     pub degraded: bool,
 }
 
-impl From<Decision> for CheckResponse {
-    fn from(d: Decision) -> Self {
+impl From<&Decision> for CheckResponse {
+    fn from(d: &Decision) -> Self {
         CheckResponse {
             allowed: d.allowed,
             limit: d.limit,
@@ -268,7 +270,7 @@ async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError
     let ApiJson(request) = ApiJson::<CheckRequest>::from_request(request, state).await?;
     let check = Check::new(request.into(), &state.bounds)?;
     let decision = state.limiter.check(&check).await?;
-    let mut response = Json(CheckResponse::from(decision)).into_response();
+    let mut response = Json(CheckResponse::from(&decision)).into_response();
     let headers = response.headers_mut();
     for (name, value) in decision.headers() {
         if let Ok(value) = HeaderValue::try_from(value) {

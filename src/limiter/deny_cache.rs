@@ -10,8 +10,15 @@
 //! the store would give.
 //!
 //! Rules of exactness:
-//! - Entries are keyed by the whole rule (key, algorithm, window, limit,
-//!   burst): another limit on the same key is another question.
+//! - Entries are keyed by the client key, the policy and the whole list of
+//!   limits (name, algorithm, window, limit, burst each): another set of
+//!   limits on the same key is another question.
+//! - A check of several limits is denied while any denying limit still
+//!   denies. The entry answers until the earliest time any of its denying
+//!   limits could pass: until then each of them is still denying, so the
+//!   decision and every denying limit's `retry_after` are exact, and the
+//!   check's `retry_after` is their largest. The limits that allowed are
+//!   reported as recorded (their `remaining` can only have grown since).
 //! - Only denials of checks needing one unit (`cost` 0 or 1) are recorded,
 //!   and only such checks are answered: a cost-5 denial with 2 units left
 //!   says nothing about a cost-1 check, and for a larger cost the exact
@@ -27,12 +34,14 @@
 //!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
 //!   for that long after the store would have allowed it, and a flooding key
 //!   still costs one store call per second per instance.
-//! - `token_bucket` is never cached. Its state (tokens, credit time) is
+//! - A `token_bucket` denial is never cached. Its state (tokens, credit time) is
 //!   shared by every rule on the same key and window, and a rule with a
 //!   faster refill credits tokens that a slower rule can then spend, so its
 //!   denials are not monotone across rules. The other four only get harder
 //!   to pass when other traffic arrives, whatever its rule. (`gcra` gives the
-//!   same answers as `token_bucket` for one rule and is cached.)
+//!   same answers as `token_bucket` for one rule and is cached.) A check
+//!   denied by other limits while a `token_bucket` limit allowed is cached:
+//!   whatever that bucket does meanwhile, the check stays denied.
 //! - With several rules on one key, another rule can be allowed during a
 //!   cached denial and push the key's `reset_after` later than the cached
 //!   one; the decision and `retry_after` stay safe.
@@ -46,65 +55,65 @@ use std::time::Duration;
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
-use crate::domain::{Algorithm, Check, Clock, Outcome};
+use crate::domain::{Algorithm, Check, Clock, Limit, Outcome};
 
 /// The longest an entry answers for, whatever the denial's length.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct RuleKey {
+struct DenyKey {
     key: String,
-    algorithm: Algorithm,
-    window_us: u64,
-    limit: u64,
-    burst: u64,
+    policy: Option<Arc<str>>,
+    limits: Arc<[Limit]>,
 }
 
-/// A borrowed [`RuleKey`] for lookups without allocating; it must hash the
-/// same fields in the same order (`str` and `String` hash alike).
+/// A borrowed [`DenyKey`] for lookups without allocating; it must hash the
+/// same fields in the same order (`str`, `String` and `Arc<str>` hash
+/// alike, and so do `Arc<[T]>` and `[T]`).
 #[derive(Hash)]
-struct RuleKeyRef<'a> {
+struct DenyKeyRef<'a> {
     key: &'a str,
-    algorithm: Algorithm,
-    window_us: u64,
-    limit: u64,
-    burst: u64,
+    policy: Option<&'a str>,
+    limits: &'a [Limit],
 }
 
-impl<'a> From<&'a Check> for RuleKeyRef<'a> {
+impl<'a> From<&'a Check> for DenyKeyRef<'a> {
     fn from(check: &'a Check) -> Self {
-        RuleKeyRef {
+        DenyKeyRef {
             key: &check.key,
-            algorithm: check.rule.algorithm,
-            window_us: check.rule.window_us,
-            limit: check.rule.limit,
-            burst: check.rule.burst,
+            policy: check.policy.as_deref(),
+            limits: &check.limits,
         }
     }
 }
 
-impl Equivalent<RuleKey> for RuleKeyRef<'_> {
-    fn equivalent(&self, k: &RuleKey) -> bool {
-        self.key == k.key
-            && self.algorithm == k.algorithm
-            && self.window_us == k.window_us
-            && self.limit == k.limit
-            && self.burst == k.burst
+impl Equivalent<DenyKey> for DenyKeyRef<'_> {
+    fn equivalent(&self, k: &DenyKey) -> bool {
+        self.key == k.key && self.policy == k.policy.as_deref() && self.limits == &*k.limits
     }
 }
 
+/// One limit's part of a recorded denial, in absolute local time.
 #[derive(Debug, Clone, Copy)]
-struct Denial {
-    /// Until this instant (local monotonic clock) a one-unit check is denied.
+struct Recorded {
+    allowed: bool,
+    remaining: u64,
+    /// When this limit would pass (denying limits only).
     until_us: u64,
     /// When the key is back to full capacity, as the store said.
     reset_at_us: u64,
-    /// The entry answers until `min(until, recorded + MAX_AGE)`.
+}
+
+#[derive(Debug, Clone)]
+struct Denial {
+    limits: Arc<[Recorded]>,
+    /// The entry answers until this instant: the earliest `until` of the
+    /// denying limits, and at most `MAX_AGE` after it was recorded.
     valid_until_us: u64,
 }
 
 pub struct DenyCache {
-    entries: Cache<RuleKey, Denial>,
+    entries: Cache<DenyKey, Denial>,
     clock: Arc<dyn Clock>,
 }
 
@@ -123,46 +132,68 @@ impl DenyCache {
         self.clock.now_us()
     }
 
-    /// The store's answer for `check`, if a recorded denial still covers it.
-    pub fn lookup(&self, check: &Check) -> Option<Outcome> {
-        if !cacheable(check) {
+    /// The store's answer for `check` (one outcome per limit), if a
+    /// recorded denial still covers it.
+    pub fn lookup(&self, check: &Check) -> Option<Vec<Outcome>> {
+        if check.cost > 1 {
             return None;
         }
-        let key = RuleKeyRef::from(check);
+        let key = DenyKeyRef::from(check);
         let denial = self.entries.get(&key)?;
         let now = self.clock.now_us();
-        if now >= denial.until_us.min(denial.valid_until_us) {
+        if now >= denial.valid_until_us {
             self.entries.remove(&key);
             return None;
         }
-        Some(Outcome {
-            allowed: false,
-            // A one-unit check is denied, so no unit is left.
-            remaining: 0,
-            retry_after_us: denial.until_us - now,
-            reset_after_us: denial.reset_at_us.saturating_sub(now),
-        })
+        Some(
+            denial
+                .limits
+                .iter()
+                .map(|r| Outcome {
+                    allowed: r.allowed,
+                    // A denied one-unit check has no unit left.
+                    remaining: if r.allowed { r.remaining } else { 0 },
+                    retry_after_us: if r.allowed { 0 } else { r.until_us - now },
+                    reset_after_us: r.reset_at_us.saturating_sub(now),
+                })
+                .collect(),
+        )
     }
 
-    /// Remembers the store's `outcome` for `check`, asked at `asked_at_us`,
-    /// if it is a one-unit denial.
-    pub fn record(&self, check: &Check, asked_at_us: u64, outcome: &Outcome) {
-        if outcome.allowed || !cacheable(check) {
+    /// Remembers the store's `outcomes` for `check`, asked at
+    /// `asked_at_us`, if they deny a one-unit check and no denying limit
+    /// is a token bucket.
+    pub fn record(&self, check: &Check, asked_at_us: u64, outcomes: &[Outcome]) {
+        if check.cost > 1 || outcomes.iter().all(|o| o.allowed) {
             return;
         }
-        let rule = &check.rule;
+        let mut valid_until_us = asked_at_us + MAX_AGE.as_micros() as u64;
+        for (limit, outcome) in check.limits.iter().zip(outcomes) {
+            if !outcome.allowed {
+                if limit.rule.algorithm == Algorithm::TokenBucket {
+                    return;
+                }
+                valid_until_us = valid_until_us.min(asked_at_us + outcome.retry_after_us);
+            }
+        }
+        let limits = outcomes
+            .iter()
+            .map(|o| Recorded {
+                allowed: o.allowed,
+                remaining: o.remaining,
+                until_us: asked_at_us + o.retry_after_us,
+                reset_at_us: asked_at_us + o.reset_after_us,
+            })
+            .collect();
         self.entries.insert(
-            RuleKey {
+            DenyKey {
                 key: check.key.clone(),
-                algorithm: rule.algorithm,
-                window_us: rule.window_us,
-                limit: rule.limit,
-                burst: rule.burst,
+                policy: check.policy.clone(),
+                limits: check.limits.clone(),
             },
             Denial {
-                until_us: asked_at_us + outcome.retry_after_us,
-                reset_at_us: asked_at_us + outcome.reset_after_us,
-                valid_until_us: asked_at_us + MAX_AGE.as_micros() as u64,
+                limits,
+                valid_until_us,
             },
         );
     }
@@ -176,27 +207,42 @@ impl DenyCache {
     }
 }
 
-/// One-unit checks of every algorithm but `token_bucket` (see the module doc).
-fn cacheable(check: &Check) -> bool {
-    check.cost <= 1 && check.rule.algorithm != Algorithm::TokenBucket
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::domain::{ManualClock, Rule};
 
-    fn check(cost: u64, limit: u64) -> Check {
-        Check {
-            key: "k".into(),
-            rule: Rule {
-                algorithm: Algorithm::Gcra,
-                limit,
-                window_us: 1_000_000,
-                burst: limit,
-            },
-            cost,
+    fn rule(algorithm: Algorithm, limit: u64) -> Rule {
+        Rule {
+            algorithm,
+            limit,
+            window_us: 1_000_000,
+            burst: limit,
         }
+    }
+
+    fn check(cost: u64, limit: u64) -> Check {
+        Check::single("k", rule(Algorithm::Gcra, limit), cost)
+    }
+
+    fn two(first: Algorithm, cost: u64) -> Check {
+        Check::multi(
+            "k",
+            vec![
+                Limit {
+                    name: "a".into(),
+                    rule: rule(first, 5),
+                },
+                Limit {
+                    name: "b".into(),
+                    rule: Rule {
+                        window_us: 60_000_000,
+                        ..rule(Algorithm::FixedWindow, 100)
+                    },
+                },
+            ],
+            cost,
+        )
     }
 
     fn denied(retry: u64) -> Outcome {
@@ -212,9 +258,9 @@ mod tests {
     fn answers_one_unit_checks_until_the_denial_ends() {
         let clock = ManualClock::new(1_000);
         let cache = DenyCache::new(10, Arc::new(clock.clone()));
-        cache.record(&check(1, 5), 1_000, &denied(500));
+        cache.record(&check(1, 5), 1_000, &[denied(500)]);
         clock.advance_us(200);
-        let hit = cache.lookup(&check(0, 5)).unwrap();
+        let hit = cache.lookup(&check(0, 5)).unwrap()[0];
         assert_eq!((hit.retry_after_us, hit.reset_after_us), (300, 800));
         assert!(
             cache.lookup(&check(2, 5)).is_none(),
@@ -235,12 +281,12 @@ mod tests {
     #[test]
     fn ignores_denials_of_larger_costs_and_allowed_checks() {
         let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
-        cache.record(&check(5, 10), 0, &denied(500));
+        cache.record(&check(5, 10), 0, &[denied(500)]);
         let allowed = Outcome {
             allowed: true,
             ..denied(0)
         };
-        cache.record(&check(1, 10), 0, &allowed);
+        cache.record(&check(1, 10), 0, &[allowed]);
         assert!(cache.is_empty());
     }
 
@@ -248,10 +294,10 @@ mod tests {
     fn entries_answer_for_at_most_max_age() {
         let clock = ManualClock::new(0);
         let cache = DenyCache::new(10, Arc::new(clock.clone()));
-        cache.record(&check(1, 5), 0, &denied(60_000_000));
+        cache.record(&check(1, 5), 0, &[denied(60_000_000)]);
         clock.advance_us(MAX_AGE.as_micros() as u64 - 1);
         assert_eq!(
-            cache.lookup(&check(1, 5)).unwrap().retry_after_us,
+            cache.lookup(&check(1, 5)).unwrap()[0].retry_after_us,
             60_000_000 - MAX_AGE.as_micros() as u64 + 1
         );
         clock.advance_us(1);
@@ -264,10 +310,20 @@ mod tests {
     #[test]
     fn token_bucket_is_never_cached() {
         let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
-        let mut c = check(1, 5);
-        c.rule.algorithm = Algorithm::TokenBucket;
-        cache.record(&c, 0, &denied(500));
+        let c = Check::single("k", rule(Algorithm::TokenBucket, 5), 1);
+        cache.record(&c, 0, &[denied(500)]);
         assert!(cache.is_empty());
+        // Denied by another limit while the bucket allowed: cached.
+        let allowed = Outcome {
+            allowed: true,
+            remaining: 3,
+            retry_after_us: 0,
+            reset_after_us: 100,
+        };
+        cache.record(&two(Algorithm::TokenBucket, 1), 0, &[allowed, denied(500)]);
+        assert_eq!(cache.len(), 1);
+        cache.record(&two(Algorithm::TokenBucket, 0), 0, &[denied(500), allowed]);
+        assert_eq!(cache.len(), 1, "a denying bucket is not");
     }
 
     #[test]
@@ -276,8 +332,31 @@ mod tests {
         for i in 0..10_000 {
             let mut c = check(1, 5);
             c.key = format!("k{i}");
-            cache.record(&c, 0, &denied(1_000));
+            cache.record(&c, 0, &[denied(1_000)]);
         }
         assert!(cache.len() <= 200, "{}", cache.len());
+    }
+
+    #[test]
+    fn a_multi_limit_denial_answers_until_its_first_denying_limit_could_pass() {
+        let clock = ManualClock::new(0);
+        let cache = DenyCache::new(10, Arc::new(clock.clone()));
+        let c = two(Algorithm::Gcra, 1);
+        cache.record(&c, 0, &[denied(300), denied(700)]);
+        clock.advance_us(100);
+        let hit = cache.lookup(&c).unwrap();
+        assert_eq!((hit[0].retry_after_us, hit[1].retry_after_us), (200, 600));
+        assert!(
+            cache.lookup(&two(Algorithm::SlidingLog, 1)).is_none(),
+            "another set of limits is another question"
+        );
+        let mut other_policy = c.clone();
+        other_policy.policy = Some("api".into());
+        assert!(cache.lookup(&other_policy).is_none());
+        clock.advance_us(200);
+        assert!(
+            cache.lookup(&c).is_none(),
+            "the first limit may pass now: ask the store"
+        );
     }
 }

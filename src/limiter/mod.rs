@@ -128,9 +128,9 @@ impl Limiter {
         let cache = self.deny_cache.as_ref();
         // A recorded denial is the store's own answer, even while the store
         // is unreachable: nothing can have been allowed since.
-        let decision = if let Some(outcome) = cache.and_then(|c| c.lookup(check)) {
+        let decision = if let Some(outcomes) = cache.and_then(|c| c.lookup(check)) {
             self.metrics.deny_cache_hits.inc();
-            Decision::from_outcome(check, outcome)
+            Decision::from_outcomes(check, &outcomes)
         } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
             let asked_at = cache.map(DenyCache::now_us);
             let started = Instant::now();
@@ -140,14 +140,14 @@ impl Limiter {
                 .observe(started.elapsed().as_secs_f64());
             self.breakers.record(permit, result.as_ref().err());
             match result {
-                Ok(outcome) => {
+                Ok(outcomes) => {
                     if self.probed.load(Ordering::Relaxed) != health::UP {
                         self.check_answered();
                     }
                     if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
-                        cache.record(check, asked_at, &outcome);
+                        cache.record(check, asked_at, &outcomes);
                     }
-                    Decision::from_outcome(check, outcome)
+                    Decision::from_outcomes(check, &outcomes)
                 }
                 Err(error) => {
                     self.metrics.record_backend_error(error.kind());
@@ -166,26 +166,22 @@ impl Limiter {
         } else {
             self.degraded(check)
         };
-        self.metrics
-            .record_decision(check.rule.algorithm, decision.allowed);
+        self.metrics.record_decision(check, &decision);
         Ok(decision)
     }
 
-    /// The answer when the store cannot give one: the local store's under
+    /// The answer when the store cannot give one, by the check's failure
+    /// mode (its policy's, or the service's): the local store's under
     /// `Local` (when it can answer), the policy's otherwise.
     fn degraded(&self, check: &Check) -> Decision {
-        self.metrics.record_degraded(self.policy.mode);
-        if let (FailureMode::Local, Some(local)) = (self.policy.mode, &self.local) {
+        let mode = self.policy.mode_for(check);
+        self.metrics.record_degraded(mode);
+        if let (FailureMode::Local, Some(local)) = (mode, &self.local) {
             match local.check_now(check) {
-                Ok(outcome) => {
-                    return Decision {
-                        degraded: true,
-                        ..Decision::from_outcome(check, outcome)
-                    };
-                }
+                Ok(outcomes) => return Decision::from_outcomes(check, &outcomes).degraded(),
                 Err(error) => self.metrics.record_backend_error(error.kind()),
             }
         }
-        self.policy.decide(check)
+        self.policy.decide(mode, check)
     }
 }

@@ -13,8 +13,11 @@ use crate::domain::{Check, Outcome};
 /// Runs checks atomically against shared state.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Applies `check` atomically and returns the algorithm's outcome.
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError>;
+    /// Applies `check` atomically, all or nothing: allowed iff every limit
+    /// allows `cost`, and only then does every limit spend it. Returns one
+    /// outcome per limit, in order, each what that limit alone decided.
+    /// A check of one limit is the same call.
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
 
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.

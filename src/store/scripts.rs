@@ -1,56 +1,47 @@
 //! The Lua scripts, compiled into the binary. `lua/lib.lua` holds the shared
 //! helpers and documents the calling convention; each `lua/<algorithm>.lua`
-//! defines one function; a script is the helpers, the function(s) and an
-//! entry point, so each check (or batch) is one self-contained EVALSHA.
+//! defines one function and `lua/check.lua` applies the limits of one check
+//! all or nothing. A script is all of these and an entry point, so each
+//! check (or batch) is one self-contained EVALSHA.
 
-use crate::domain::Algorithm;
-
-/// One check: `KEYS[1]`, `ARGV` = now|'', limit, window_us, cost, burst, ttl_pad_ms.
-macro_rules! single {
-    ($file:literal, $function:literal) => {
+/// The five algorithm functions and `check_all`, after the helpers.
+macro_rules! functions {
+    () => {
         concat!(
             include_str!("../../lua/lib.lua"),
             "\n",
-            include_str!(concat!("../../lua/", $file)),
-            "\nreturn ",
-            $function,
-            "(KEYS[1], clock(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]), ",
-            "tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]))\n"
+            include_str!("../../lua/fixed_window.lua"),
+            "\n",
+            include_str!("../../lua/sliding_window.lua"),
+            "\n",
+            include_str!("../../lua/sliding_log.lua"),
+            "\n",
+            include_str!("../../lua/token_bucket.lua"),
+            "\n",
+            include_str!("../../lua/gcra.lua"),
+            "\n",
+            include_str!("../../lua/check.lua"),
         )
     };
 }
 
-pub const FIXED_WINDOW: &str = single!("fixed_window.lua", "fixed_window");
-pub const SLIDING_WINDOW: &str = single!("sliding_window.lua", "sliding_window");
-pub const SLIDING_LOG: &str = single!("sliding_log.lua", "sliding_log");
-pub const TOKEN_BUCKET: &str = single!("token_bucket.lua", "token_bucket");
-pub const GCRA: &str = single!("gcra.lua", "gcra");
-
-/// Many checks in order: see `lua/batch.lua`.
-pub const BATCH: &str = concat!(
-    include_str!("../../lua/lib.lua"),
-    "\n",
-    include_str!("../../lua/fixed_window.lua"),
-    "\n",
-    include_str!("../../lua/sliding_window.lua"),
-    "\n",
-    include_str!("../../lua/sliding_log.lua"),
-    "\n",
-    include_str!("../../lua/token_bucket.lua"),
-    "\n",
-    include_str!("../../lua/gcra.lua"),
-    "\n",
-    include_str!("../../lua/batch.lua"),
+/// One check of one or more limits: `KEYS` = the limits' keys, `ARGV` =
+/// now|'', ttl_pad_ms, cost, then per limit tag, limit, window_us, burst
+/// (see `lua/lib.lua`).
+pub const CHECK: &str = concat!(
+    functions!(),
+    "\nreturn check_all(0, 3, #KEYS, clock(ARGV[1]), tonumber(ARGV[3]), tonumber(ARGV[2]), {})\n"
 );
 
-/// The full source of `algorithm`'s single-check script.
-pub fn source(algorithm: Algorithm) -> &'static str {
-    match algorithm {
-        Algorithm::FixedWindow => FIXED_WINDOW,
-        Algorithm::SlidingWindow => SLIDING_WINDOW,
-        Algorithm::SlidingLog => SLIDING_LOG,
-        Algorithm::TokenBucket => TOKEN_BUCKET,
-        Algorithm::Gcra => GCRA,
+/// Many checks in order: see `lua/batch.lua`.
+pub const BATCH: &str = concat!(functions!(), "\n", include_str!("../../lua/batch.lua"));
+
+/// The script named `name` (`check` or `batch`), for `ratekeeper script`.
+pub fn named(name: &str) -> Option<&'static str> {
+    match name {
+        "check" => Some(CHECK),
+        "batch" => Some(BATCH),
+        _ => None,
     }
 }
 
@@ -61,9 +52,6 @@ mod tests {
     #[test]
     fn the_sliding_log_bound_is_the_same_in_lua_and_rust() {
         let line = format!("\nlocal MAX_EXACT_ENTRIES = {MAX_EXACT_ENTRIES}\n");
-        assert!(
-            super::SLIDING_LOG.contains(&line),
-            "lua/sliding_log.lua: {line}"
-        );
+        assert!(super::CHECK.contains(&line), "lua/sliding_log.lua: {line}");
     }
 }

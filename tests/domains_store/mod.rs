@@ -53,7 +53,7 @@ impl Domains {
 
 #[async_trait]
 impl Store for Domains {
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         if self.failure_domain(check) == 1 {
             self.calls_on_1.fetch_add(1, Ordering::SeqCst);
         }
@@ -85,16 +85,16 @@ impl Store for Domains {
 }
 
 pub fn check_on(key: &str) -> Check {
-    Check {
-        key: key.into(),
-        rule: Rule {
+    Check::single(
+        key,
+        Rule {
             algorithm: Algorithm::FixedWindow,
             limit: 1_000,
             window_us: 60_000_000,
             burst: 1_000,
         },
-        cost: 1,
-    }
+        1,
+    )
 }
 
 pub const MS: u64 = 1_000;

@@ -387,15 +387,17 @@ pub fn check(
     window: &str,
     cost: u64,
 ) -> ratekeeper::domain::Check {
-    use ratekeeper::domain::{Check, CheckInput, WindowInput};
+    use ratekeeper::domain::{Check, CheckInput, RuleInput, WindowInput};
     Check::new(
         CheckInput {
             key: key.into(),
-            limit,
-            window: WindowInput::Text(window.into()),
-            algorithm: Some(algorithm),
+            rule: RuleInput {
+                limit,
+                window: WindowInput::Text(window.into()),
+                algorithm: Some(algorithm),
+                burst: None,
+            },
             cost: Some(cost),
-            burst: None,
         },
         &Default::default(),
     )

@@ -88,6 +88,43 @@ impl State {
     }
 }
 
+/// All or nothing over the limits of one check: each state gets its own
+/// limit's outcome, as if checked alone, and the states change only when
+/// every limit allows (then each spends `cost`). The Lua twin is
+/// `check_all` in `lua/lib.lua`.
+///
+/// ```
+/// use ratekeeper::domain::algorithms::{State, apply_all};
+/// use ratekeeper::domain::{Algorithm, Rule};
+///
+/// let burst = Rule { algorithm: Algorithm::FixedWindow, limit: 1, window_us: 1_000_000, burst: 1 };
+/// let daily = Rule { algorithm: Algorithm::FixedWindow, limit: 5, window_us: 86_400_000_000, burst: 5 };
+/// let mut states = [State::fresh(Algorithm::FixedWindow), State::fresh(Algorithm::FixedWindow)];
+/// assert!(apply_all(&mut states, &[&burst, &daily], 0, 1).iter().all(|o| o.allowed));
+/// let second = apply_all(&mut states, &[&burst, &daily], 0, 1);
+/// assert!(!second[0].allowed && second[1].allowed);
+/// // The denied check spent nothing of the daily limit: 4 left, not 3.
+/// assert_eq!(apply_all(&mut states[1..], &[&daily], 0, 0)[0].remaining, 4);
+/// ```
+pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) -> Vec<Outcome> {
+    debug_assert_eq!(states.len(), rules.len());
+    if let ([state], [rule]) = (&mut *states, rules) {
+        // One limit: `apply` already writes only when it allows.
+        return vec![state.apply(rule, now_us, cost)];
+    }
+    let outcomes: Vec<Outcome> = states
+        .iter()
+        .zip(rules)
+        .map(|(state, rule)| state.clone().apply(rule, now_us, cost))
+        .collect();
+    if outcomes.iter().all(|o| o.allowed) {
+        for (state, rule) in states.iter_mut().zip(rules) {
+            state.apply(rule, now_us, cost);
+        }
+    }
+    outcomes
+}
+
 #[cfg(test)]
 pub(crate) mod test_support {
     use super::*;

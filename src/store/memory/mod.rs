@@ -26,31 +26,66 @@ use async_trait::async_trait;
 use hashbrown::{Equivalent, HashMap};
 
 use super::{Store, StoreError};
-use crate::domain::algorithms::State;
-use crate::domain::{Algorithm, Check, Clock, Outcome};
+use crate::domain::algorithms::{State, apply_all};
+use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule};
 
 const SHARDS: usize = 64;
 
+/// Where one limit's state lives: the client key, the policy and limit
+/// names for a policy's limits (`None` inline), the algorithm and window.
+/// The same layout as the Redis keys (`store/redis/keys.rs`).
 #[derive(Debug, PartialEq, Eq, Hash)]
 struct StateKey {
+    key: Box<str>,
+    scope: Option<(Arc<str>, Arc<str>)>,
     algorithm: Algorithm,
     window_us: u64,
-    key: Box<str>,
 }
 
 /// A borrowed [`StateKey`], so a check on a known key allocates nothing.
-/// Same fields in the same order, so it hashes the same (`str` and
-/// `Box<str>` hash alike).
+/// Same fields in the same order, so it hashes the same (`str`,
+/// `Box<str>` and `Arc<str>` hash alike).
 #[derive(Hash)]
 struct StateKeyRef<'a> {
+    key: &'a str,
+    scope: Option<(&'a str, &'a str)>,
     algorithm: Algorithm,
     window_us: u64,
-    key: &'a str,
+}
+
+impl<'a> StateKeyRef<'a> {
+    fn of(check: &'a Check, limit: &'a Limit) -> Self {
+        StateKeyRef {
+            key: &check.key,
+            scope: check.policy.as_deref().map(|p| (p, &*limit.name)),
+            algorithm: limit.rule.algorithm,
+            window_us: limit.rule.window_us,
+        }
+    }
+
+    fn to_owned(&self, check: &Check, limit: &Limit) -> StateKey {
+        StateKey {
+            key: self.key.into(),
+            scope: check
+                .policy
+                .as_ref()
+                .map(|p| (p.clone(), limit.name.clone())),
+            algorithm: self.algorithm,
+            window_us: self.window_us,
+        }
+    }
 }
 
 impl Equivalent<StateKey> for StateKeyRef<'_> {
     fn equivalent(&self, k: &StateKey) -> bool {
-        self.algorithm == k.algorithm && self.window_us == k.window_us && self.key == &*k.key
+        self.algorithm == k.algorithm
+            && self.window_us == k.window_us
+            && self.key == &*k.key
+            && match (&self.scope, &k.scope) {
+                (None, None) => true,
+                (Some((p, l)), Some((kp, kl))) => *p == &**kp && *l == &**kl,
+                _ => false,
+            }
     }
 }
 
@@ -147,56 +182,63 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// Runs a check synchronously (the async trait method wraps this).
-    pub fn check_now(&self, check: &Check) -> Result<Outcome, StoreError> {
+    /// Runs a check synchronously (the async trait method wraps this):
+    /// all its limits under one lock, all or nothing (see
+    /// [`apply_all`]). One outcome per limit, in order.
+    pub fn check_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let inner = &self.inner;
-        let rule = &check.rule;
-        let lookup = StateKeyRef {
-            algorithm: rule.algorithm,
-            window_us: rule.window_us,
-            key: &check.key,
-        };
-        let shard = &inner.shards[inner.hasher.hash_one(&lookup) as usize % SHARDS];
+        // Every limit of a check lives in the shard of its client key, so
+        // one lock covers the whole check.
+        let shard = &inner.shards[inner.hasher.hash_one(check.key.as_str()) as usize % SHARDS];
         let now = inner.clock.now_us();
-
         let mut shard = lock(shard);
-        // Like Redis: state and its expiry change only when a check is
+        let map = &mut shard.map;
+
+        // Take each limit's state out of its entry (expired state is
+        // "never seen", as after a Redis TTL), decide, and put it back.
+        let mut states: Vec<State> = check
+            .limits
+            .iter()
+            .map(|limit| {
+                let fresh = State::fresh(limit.rule.algorithm);
+                match map.get_mut(&StateKeyRef::of(check, limit)) {
+                    Some(entry) if entry.expires_at_us > now => {
+                        std::mem::replace(&mut entry.state, fresh)
+                    }
+                    _ => fresh,
+                }
+            })
+            .collect();
+        let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();
+        let outcomes = apply_all(&mut states, &rules, now, check.cost);
+        // Like Redis: state and its expiry change only when the check is
         // allowed and spends. Reads never shorten or drop state, which
         // matters when several rules share a key.
-        let writes = |outcome: &Outcome| outcome.allowed && check.cost > 0;
-        if let Some(entry) = shard.map.get_mut(&lookup) {
-            if entry.expires_at_us <= now {
-                // Expired state is "never seen", as after a Redis TTL.
-                entry.state = State::fresh(rule.algorithm);
-            }
-            let outcome = entry.state.apply(rule, now, check.cost);
-            if writes(&outcome) {
-                entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
-            }
-            return Ok(outcome);
-        }
+        let writes = check.cost > 0 && outcomes.iter().all(|o| o.allowed);
 
-        let mut state = State::fresh(rule.algorithm);
-        let outcome = state.apply(rule, now, check.cost);
-        if !writes(&outcome) {
-            // Nothing to remember: the store would not have written either.
-            return Ok(outcome);
+        for ((limit, state), outcome) in check.limits.iter().zip(states).zip(&outcomes) {
+            let lookup = StateKeyRef::of(check, limit);
+            if let Some(entry) = map.get_mut(&lookup) {
+                entry.state = state;
+                if writes {
+                    entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
+                }
+            } else if writes {
+                if map.len() >= inner.shard_capacity {
+                    inner.make_room(map, now);
+                }
+                map.insert(
+                    lookup.to_owned(check, limit),
+                    Entry {
+                        state,
+                        expires_at_us: now.saturating_add(outcome.reset_after_us),
+                    },
+                );
+            }
+            // Otherwise nothing to remember: the store would not have
+            // written either.
         }
-        if shard.map.len() >= inner.shard_capacity {
-            inner.make_room(&mut shard.map, now);
-        }
-        shard.map.insert(
-            StateKey {
-                algorithm: rule.algorithm,
-                window_us: rule.window_us,
-                key: check.key.as_str().into(),
-            },
-            Entry {
-                state,
-                expires_at_us: now.saturating_add(outcome.reset_after_us),
-            },
-        );
-        Ok(outcome)
+        Ok(outcomes)
     }
 }
 
@@ -252,7 +294,7 @@ fn lock(shard: &Shard) -> MutexGuard<'_, ShardData> {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         self.check_now(check)
     }
 

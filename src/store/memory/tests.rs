@@ -4,34 +4,40 @@ use super::*;
 use crate::domain::{ManualClock, Rule};
 
 fn check(key: &str, algorithm: Algorithm) -> Check {
-    Check {
-        key: key.into(),
-        rule: Rule {
+    Check::single(
+        key,
+        Rule {
             algorithm,
             limit: 2,
             window_us: 1_000_000,
             burst: 2,
         },
-        cost: 1,
-    }
+        1,
+    )
+}
+
+fn with_window(c: &Check, window_us: u64) -> Check {
+    Check::single(
+        c.key.clone(),
+        Rule {
+            window_us,
+            ..*c.rule()
+        },
+        c.cost,
+    )
 }
 
 #[test]
 fn same_key_under_other_algorithm_or_window_is_separate() {
     let store = MemoryStore::new(Arc::new(ManualClock::new(0)), 1_000);
     let a = check("k", Algorithm::FixedWindow);
-    assert!(store.check_now(&a).unwrap().allowed);
-    assert!(store.check_now(&a).unwrap().allowed);
-    assert!(!store.check_now(&a).unwrap().allowed);
-    assert!(
-        store
-            .check_now(&check("k", Algorithm::SlidingLog))
-            .unwrap()
-            .allowed
-    );
+    assert!(store.check_now(&a).unwrap()[0].allowed);
+    assert!(store.check_now(&a).unwrap()[0].allowed);
+    assert!(!store.check_now(&a).unwrap()[0].allowed);
+    assert!(store.check_now(&check("k", Algorithm::SlidingLog)).unwrap()[0].allowed);
     let mut other_window = a.clone();
-    other_window.rule.window_us = 2_000_000;
-    assert!(store.check_now(&other_window).unwrap().allowed);
+    other_window = with_window(&other_window, 2_000_000);
+    assert!(store.check_now(&other_window).unwrap()[0].allowed);
 }
 
 #[test]
@@ -59,7 +65,7 @@ fn cost_zero_on_an_unseen_key_stores_nothing() {
     let store = MemoryStore::new(Arc::new(ManualClock::new(5)), 1_000);
     let mut probe = check("k", Algorithm::TokenBucket);
     probe.cost = 0;
-    assert!(store.check_now(&probe).unwrap().allowed);
+    assert!(store.check_now(&probe).unwrap()[0].allowed);
     assert!(store.is_empty());
 }
 
@@ -69,7 +75,7 @@ fn a_full_store_evicts_expired_state_first_then_keys_nearest_their_reset() {
     let store = MemoryStore::new(Arc::new(clock.clone()), SHARDS);
     let long = |key: &str| {
         let mut c = check(key, Algorithm::FixedWindow);
-        c.rule.window_us = 3_600_000_000;
+        c = with_window(&c, 3_600_000_000);
         c
     };
     // Short-lived state, then long-lived state, more than the store holds.
@@ -91,11 +97,17 @@ fn a_full_store_evicts_expired_state_first_then_keys_nearest_their_reset() {
 
     // A brand-new client with limit 1 is limited, however full the store.
     clock.advance_us(1);
-    let mut newcomer = check("newcomer", Algorithm::FixedWindow);
-    newcomer.rule.limit = 1;
-    newcomer.rule.burst = 1;
+    let newcomer = Check::single(
+        "newcomer",
+        Rule {
+            limit: 1,
+            burst: 1,
+            ..*check("newcomer", Algorithm::FixedWindow).rule()
+        },
+        1,
+    );
     let answers: Vec<bool> = (0..5)
-        .map(|_| store.check_now(&newcomer).unwrap().allowed)
+        .map(|_| store.check_now(&newcomer).unwrap()[0].allowed)
         .collect();
     assert_eq!(answers, [true, false, false, false, false]);
 }
@@ -112,6 +124,7 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
                 algorithm: Algorithm::FixedWindow,
                 window_us: 1,
                 key: format!("k{i}").into(),
+                scope: None,
             };
             let state = State::fresh(Algorithm::FixedWindow);
             map.insert(

@@ -26,7 +26,7 @@ const MAX_BATCH: usize = 128;
 
 pub(super) struct Job {
     pub(super) check: Check,
-    reply: oneshot::Sender<Result<Outcome, StoreError>>,
+    reply: oneshot::Sender<Result<Vec<Outcome>, StoreError>>,
 }
 
 /// Starts the batcher; it runs until every sender is dropped.
@@ -40,7 +40,7 @@ pub(super) fn spawn(inner: Arc<Inner>, window: Duration) -> mpsc::Sender<Job> {
 pub(super) async fn submit(
     batcher: &mpsc::Sender<Job>,
     check: &Check,
-) -> Result<Outcome, StoreError> {
+) -> Result<Vec<Outcome>, StoreError> {
     let (reply, answer) = oneshot::channel();
     let job = Job {
         check: check.clone(),

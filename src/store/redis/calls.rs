@@ -24,7 +24,7 @@ impl Inner {
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), StoreError> {
-        for script in self.scripts.iter().chain([&self.batch_script]) {
+        for script in [&self.check_script, &self.batch_script] {
             script
                 .load(self.pool.next_connected())
                 .await
@@ -84,28 +84,24 @@ impl Inner {
         result.map_err(classify)
     }
 
-    pub(super) async fn check_one(&self, check: &Check) -> Result<Outcome, StoreError> {
-        let rule = &check.rule;
-        let algorithm = rule.algorithm;
+    /// One EVALSHA of the check script: every limit of `check`, all or nothing.
+    pub(super) async fn check_one(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let reply: Vec<i64> = self
-            .run(
-                check,
-                &self.scripts[algorithm.index()],
-                scripts::source(algorithm),
-                || {
-                    let args = vec![
-                        self.now_arg(),
-                        rule.limit.to_string(),
-                        rule.window_us.to_string(),
-                        check.cost.to_string(),
-                        rule.burst.to_string(),
-                        self.options.ttl_pad_ms.to_string(),
-                    ];
-                    (self.key_for(check), args)
-                },
-            )
+            .run(check, &self.check_script, scripts::CHECK, || {
+                let keys: Vec<String> = check
+                    .limits
+                    .iter()
+                    .map(|l| self.key_for(check, l))
+                    .collect();
+                let mut args = Vec::with_capacity(3 + 4 * check.limits.len());
+                args.push(self.now_arg());
+                args.push(self.options.ttl_pad_ms.to_string());
+                args.push(check.cost.to_string());
+                push_limits(&mut args, check);
+                (keys, args)
+            })
             .await?;
-        outcome(&reply)
+        outcomes(&reply, check.limits.len())
     }
 
     /// One EVALSHA of the batch script for checks whose keys share a slot
@@ -114,38 +110,57 @@ impl Inner {
     pub(super) async fn run_batch(
         &self,
         checks: &[&Check],
-    ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Vec<Outcome>, StoreError>>, StoreError> {
+        let limits: usize = checks.iter().map(|c| c.limits.len()).sum();
         let reply: Vec<Value> = self
             .run(checks[0], &self.batch_script, scripts::BATCH, || {
-                let keys: Vec<String> = checks.iter().map(|c| self.key_for(c)).collect();
-                let mut args = Vec::with_capacity(2 + 5 * checks.len());
+                let keys: Vec<String> = checks
+                    .iter()
+                    .flat_map(|c| c.limits.iter().map(|l| self.key_for(c, l)))
+                    .collect();
+                let mut args = Vec::with_capacity(2 + 2 * checks.len() + 4 * limits);
                 args.push(self.now_arg());
                 args.push(self.options.ttl_pad_ms.to_string());
                 for check in checks {
-                    let rule = &check.rule;
-                    args.push(rule.algorithm.key_tag().to_string());
-                    args.push(rule.limit.to_string());
-                    args.push(rule.window_us.to_string());
+                    args.push(check.limits.len().to_string());
                     args.push(check.cost.to_string());
-                    args.push(rule.burst.to_string());
+                    push_limits(&mut args, check);
                 }
                 (keys, args)
             })
             .await?;
-        if reply.len() != 4 * checks.len() {
+        if reply.len() != 4 * limits {
             return Err(StoreError::Backend(format!(
-                "unexpected batch reply of {} values for {} checks",
+                "unexpected batch reply of {} values for {limits} limits",
                 reply.len(),
-                checks.len()
             )));
         }
-        Ok(reply.chunks(4).map(batch_outcome).collect())
+        let mut rest = &reply[..];
+        Ok(checks
+            .iter()
+            .map(|check| {
+                let (mine, after) = rest.split_at(4 * check.limits.len());
+                rest = after;
+                batch_outcomes(mine)
+            })
+            .collect())
     }
 }
 
-/// One check's part of a batch reply: four numbers, or -1 and the error
-/// its check raised (see `lua/batch.lua`).
-fn batch_outcome(reply: &[Value]) -> Result<Outcome, StoreError> {
+/// Each limit's algorithm tag, limit, window and burst.
+fn push_limits(args: &mut Vec<String>, check: &Check) {
+    for limit in check.limits.iter() {
+        let rule = &limit.rule;
+        args.push(rule.algorithm.key_tag().to_string());
+        args.push(rule.limit.to_string());
+        args.push(rule.window_us.to_string());
+        args.push(rule.burst.to_string());
+    }
+}
+
+/// One check's part of a batch reply: four numbers per limit, or -1 and
+/// the error its check raised (see `lua/batch.lua`).
+fn batch_outcomes(reply: &[Value]) -> Result<Vec<Outcome>, StoreError> {
     if let [Value::Integer(-1), message, ..] = reply {
         // The reply's own words, so its code classifies it as on the
         // direct path: an OOM or READONLY is an outage, not a 500.
@@ -153,25 +168,34 @@ fn batch_outcome(reply: &[Value]) -> Result<Outcome, StoreError> {
     }
     let numbers: Option<Vec<i64>> = reply.iter().map(Value::as_i64).collect();
     match numbers {
-        Some(numbers) => outcome(&numbers),
+        Some(numbers) => outcomes(&numbers, reply.len() / 4),
         None => Err(StoreError::Backend(format!(
             "unexpected batch reply {reply:?}"
         ))),
     }
 }
 
-fn outcome(reply: &[i64]) -> Result<Outcome, StoreError> {
-    match *reply {
-        [allowed, remaining, retry, reset] if remaining >= 0 && retry >= 0 && reset >= 0 => {
-            Ok(Outcome {
-                allowed: allowed == 1,
-                remaining: remaining as u64,
-                retry_after_us: retry as u64,
-                reset_after_us: reset as u64,
-            })
-        }
-        _ => Err(StoreError::Backend(format!(
-            "unexpected script reply {reply:?}"
-        ))),
+/// Four numbers per limit: allowed, remaining, retry_after_us, reset_after_us.
+fn outcomes(reply: &[i64], limits: usize) -> Result<Vec<Outcome>, StoreError> {
+    if reply.len() != 4 * limits {
+        return Err(StoreError::Backend(format!(
+            "unexpected script reply {reply:?} for {limits} limits"
+        )));
     }
+    reply
+        .chunks(4)
+        .map(|four| match *four {
+            [allowed, remaining, retry, reset] if remaining >= 0 && retry >= 0 && reset >= 0 => {
+                Ok(Outcome {
+                    allowed: allowed == 1,
+                    remaining: remaining as u64,
+                    retry_after_us: retry as u64,
+                    reset_after_us: reset as u64,
+                })
+            }
+            _ => Err(StoreError::Backend(format!(
+                "unexpected script reply {reply:?}"
+            ))),
+        })
+        .collect()
 }

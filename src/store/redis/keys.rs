@@ -1,24 +1,43 @@
-//! Key layout: `<prefix>{<client key>}:<algorithm tag>:<window ms>`. The
-//! client key sits inside a hash tag so a check's key lives in one cluster
-//! slot, and algorithm and window are part of the name so the same client
-//! key under another rule never shares state. A client key containing `}`
-//! ends the tag early, which changes only the slot, never the key itself.
+//! Key layout:
+//! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window ms>`;
+//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window ms>`.
+//!
+//! The client key sits inside a hash tag so every limit of a check lives in
+//! one cluster slot (one script call can apply them all). Algorithm and
+//! window are part of the name, so another rule never shares state and a
+//! policy whose limit changes algorithm or window starts afresh, while a
+//! changed `limit` or `burst` keeps its counters. Policy and limit names
+//! hold no `:`, `{` or `}`, so what follows the tag's `}` tells the two
+//! forms and every policy apart. A client key containing `}` ends the tag
+//! early, which changes only the slot, never the key itself.
 
 use std::fmt::Write as _;
 
 use super::Inner;
-use crate::domain::Check;
+use crate::domain::{Check, Limit};
 
 impl Inner {
-    pub(super) fn key_for(&self, check: &Check) -> String {
-        let rule = &check.rule;
+    pub(super) fn key_for(&self, check: &Check, limit: &Limit) -> String {
+        let rule = &limit.rule;
         let tag = rule.algorithm.key_tag();
         let window_ms = rule.window_us / 1_000;
-        let mut key = String::with_capacity(self.options.key_prefix.len() + check.key.len() + 24);
-        key.push_str(&self.options.key_prefix);
+        let prefix = &self.options.key_prefix;
+        let scope_len = check
+            .policy
+            .as_ref()
+            .map_or(0, |p| p.len() + limit.name.len() + 4);
+        let mut key = String::with_capacity(prefix.len() + check.key.len() + scope_len + 24);
+        key.push_str(prefix);
         key.push('{');
         key.push_str(&check.key);
         key.push_str("}:");
+        if let Some(policy) = &check.policy {
+            key.push_str("p:");
+            key.push_str(policy);
+            key.push(':');
+            key.push_str(&limit.name);
+            key.push(':');
+        }
         key.push_str(tag);
         // Writing to a String cannot fail.
         let _ = write!(key, ":{window_ms}");
@@ -32,7 +51,7 @@ impl Inner {
         let tag = check.key.split('}').next().unwrap_or_default();
         let prefix = &self.options.key_prefix;
         if tag.is_empty() || prefix.contains(['{', '}']) {
-            return fred::util::redis_keyslot(self.key_for(check).as_bytes());
+            return fred::util::redis_keyslot(self.key_for(check, &check.limits[0]).as_bytes());
         }
         fred::util::redis_keyslot(tag.as_bytes())
     }
@@ -85,16 +104,16 @@ mod tests {
             for key in [
                 "user:42", "}x", "a}b{c", "{a}", "a{b}c", "{}", "ü}", "x{", "}",
             ] {
-                let check = Check {
-                    key: key.into(),
-                    rule: Rule {
+                let check = Check::single(
+                    key,
+                    Rule {
                         algorithm: Algorithm::SlidingLog,
                         limit: 1,
                         window_us: 1_000_000,
                         burst: 1,
                     },
-                    cost: 1,
-                };
+                    1,
+                );
                 let whole = fred::util::redis_keyslot(store.key_for(&check).as_bytes());
                 assert_eq!(store.inner.slot_of(&check), whole, "{prefix:?} {key:?}");
             }

@@ -1,4 +1,5 @@
-//! The Redis store: every check is one `EVALSHA` of its algorithm's script.
+//! The Redis store: every check, of one limit or several, is one `EVALSHA`
+//! of the check script (`lua/check.lua`), or shares one with a batch.
 //!
 //! Why Lua and not MULTI/EXEC: a check reads, decides and writes; only a
 //! script does all three atomically in one round trip, so every instance
@@ -34,7 +35,7 @@ use fred::types::scripts::Script;
 use tokio::sync::mpsc;
 
 use super::{Store, StoreError, scripts};
-use crate::domain::{Algorithm, Check, Clock, Outcome};
+use crate::domain::{Check, Clock, Limit, Outcome};
 use errors::classify;
 
 /// How to reach Redis and how to lay out keys.
@@ -70,7 +71,7 @@ pub struct RedisStore {
 /// What the batcher task shares with the store.
 pub(super) struct Inner {
     pool: Pool,
-    scripts: [Script; 5],
+    check_script: Script,
     batch_script: Script,
     scripts_loaded: AtomicBool,
     /// Redis calls under way, direct or batched: with none, a check skips
@@ -139,7 +140,7 @@ impl RedisStore {
         let window = options.batch_window;
         let inner = Arc::new(Inner {
             pool,
-            scripts: Algorithm::ALL.map(|a| Script::from_lua(scripts::source(a))),
+            check_script: Script::from_lua(scripts::CHECK),
             batch_script: Script::from_lua(scripts::BATCH),
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
@@ -176,15 +177,21 @@ impl RedisStore {
         let _ = self.inner.pool.quit().await;
     }
 
-    /// The Redis key holding `check`'s state.
+    /// The Redis key holding the state of `check`'s first (in the
+    /// single-rule form, only) limit.
     pub fn key_for(&self, check: &Check) -> String {
-        self.inner.key_for(check)
+        self.inner.key_for(check, &check.limits[0])
+    }
+
+    /// The Redis key holding the state of `limit` of `check`.
+    pub fn limit_key(&self, check: &Check, limit: &Limit) -> String {
+        self.inner.key_for(check, limit)
     }
 
     /// Runs `checks` in order as the batcher would: one batch call per
     /// cluster slot. Public for the tests that hold batches to single checks.
     /// Fails if any check failed; see [`check_each`](Self::check_each).
-    pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Outcome>, StoreError> {
+    pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Vec<Outcome>>, StoreError> {
         self.check_each(checks).await?.into_iter().collect()
     }
 
@@ -193,7 +200,7 @@ impl RedisStore {
     pub async fn check_each(
         &self,
         checks: &[Check],
-    ) -> Result<Vec<Result<Outcome, StoreError>>, StoreError> {
+    ) -> Result<Vec<Result<Vec<Outcome>, StoreError>>, StoreError> {
         let mut outcomes = vec![None; checks.len()];
         for group in self
             .inner
@@ -225,7 +232,7 @@ fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn check(&self, check: &Check) -> Result<Outcome, StoreError> {
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let result = match &self.batcher {
             // Batch only when a call is already under way: otherwise there is
             // nothing to wait for, and the hop through the batcher task would

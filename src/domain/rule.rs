@@ -1,0 +1,260 @@
+//! A rule (`limit` units per `window` by one algorithm) and its validation,
+//! shared by every way a rule arrives: a request, a policies file.
+
+use std::fmt;
+
+use super::duration::MAX_WINDOW_US;
+
+/// The largest `limit` (and `burst`) a rule may have.
+pub const MAX_LIMIT: u64 = 1_000_000_000_000;
+
+/// The five algorithms. Each has a Lua twin in `lua/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Algorithm {
+    FixedWindow,
+    SlidingWindow,
+    SlidingLog,
+    TokenBucket,
+    Gcra,
+}
+
+impl Algorithm {
+    pub const ALL: [Algorithm; 5] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ];
+
+    /// The API name, also used as the metrics label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// The short tag used in storage keys, so keys stay small. `sl2`: the
+    /// sliding log changed its stored format (one entry per instant, not per
+    /// unit), so it reads new keys and leaves old `sl` ones to expire.
+    pub fn key_tag(self) -> &'static str {
+        match self {
+            Algorithm::FixedWindow => "fw",
+            Algorithm::SlidingWindow => "sw",
+            Algorithm::SlidingLog => "sl2",
+            Algorithm::TokenBucket => "tb",
+            Algorithm::Gcra => "gcra",
+        }
+    }
+
+    /// Position in [`Algorithm::ALL`], for metric handle arrays.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// Whether `burst` applies (bucket-shaped algorithms).
+    pub fn has_burst(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What is being limited: `limit` units per `window`, by one algorithm.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Rule {
+    pub algorithm: Algorithm,
+    pub limit: u64,
+    pub window_us: u64,
+    /// Bucket capacity for token_bucket/gcra; equal to `limit` otherwise.
+    pub burst: u64,
+}
+
+impl Rule {
+    /// The time one unit takes to refill (token_bucket, gcra), rounded down to
+    /// whole microseconds. Validation guarantees it is at least 1.
+    pub fn emission_interval_us(&self) -> u64 {
+        self.window_us / self.limit
+    }
+}
+
+/// How a window was written by the caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WindowInput {
+    Seconds(u64),
+    Text(String),
+}
+
+/// An unvalidated rule as written in a request or a policies file.
+#[derive(Debug, Clone)]
+pub struct RuleInput {
+    pub limit: u64,
+    pub window: WindowInput,
+    /// Default: sliding_window.
+    pub algorithm: Option<Algorithm>,
+    pub burst: Option<u64>,
+}
+
+/// Limits that come from configuration rather than the protocol.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    pub max_key_bytes: usize,
+    pub max_sliding_log_limit: u64,
+    /// How many limits one check (a policy, or an inline `limits` array) may hold.
+    pub max_limits_per_check: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            max_key_bytes: 512,
+            max_sliding_log_limit: 100_000,
+            max_limits_per_check: 8,
+        }
+    }
+}
+
+/// A well-formed request with a value out of range. Names the field, with
+/// its path when it sits inside a list (`limits[1].window`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct ValidationError {
+    pub field: String,
+    pub message: String,
+}
+
+impl ValidationError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> ValidationError {
+        ValidationError {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error under `prefix` (`limits[1]` + `window` → `limits[1].window`).
+    pub fn within(self, prefix: &str) -> ValidationError {
+        ValidationError {
+            field: format!("{prefix}.{}", self.field),
+            message: self.message,
+        }
+    }
+}
+
+fn invalid(field: &'static str, message: impl Into<String>) -> ValidationError {
+    ValidationError::new(field, message)
+}
+
+/// Policy and limit names: `[a-z0-9_.-]{1,64}`. They appear in storage keys,
+/// metric labels and `RateLimit` headers, so they may hold nothing that
+/// needs quoting in any of those.
+pub fn validate_name(field: &str, name: &str) -> Result<(), ValidationError> {
+    let ok = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| matches!(b, b'a'..=b'z' | b'0'..=b'9' | b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ValidationError::new(
+            field,
+            format!("must match [a-z0-9_.-]{{1,64}}, got {name:?}"),
+        ))
+    }
+}
+
+impl Rule {
+    /// Validates `input` into a rule. Errors name the rule's own fields
+    /// (`limit`, `window`, `burst`); callers add the path.
+    pub fn new(input: &RuleInput, bounds: &Bounds) -> Result<Rule, ValidationError> {
+        let algorithm = input.algorithm.unwrap_or(Algorithm::SlidingWindow);
+        let limit = input.limit;
+        if !(1..=MAX_LIMIT).contains(&limit) {
+            return Err(invalid(
+                "limit",
+                format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
+            ));
+        }
+        if algorithm == Algorithm::SlidingLog && limit > bounds.max_sliding_log_limit {
+            return Err(invalid(
+                "limit",
+                format!(
+                    "sliding_log's limit is capped at {} (limits.max_sliding_log_limit), got {limit}; \
+                     use sliding_window for large limits",
+                    bounds.max_sliding_log_limit
+                ),
+            ));
+        }
+
+        let window_us = match &input.window {
+            WindowInput::Seconds(s) => s.checked_mul(1_000_000).unwrap_or(u64::MAX),
+            WindowInput::Text(t) => {
+                super::parse_duration_us(t).map_err(|m| invalid("window", m))?
+            }
+        };
+        if !(1_000..=MAX_WINDOW_US).contains(&window_us) || window_us % 1_000 != 0 {
+            return Err(invalid(
+                "window",
+                "must be a whole number of milliseconds from 1ms to 366d (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
+            ));
+        }
+
+        let burst = match (input.burst, algorithm.has_burst()) {
+            (None, _) => limit,
+            (Some(_), false) => {
+                return Err(invalid("burst", "only applies to token_bucket and gcra"));
+            }
+            (Some(b), true) if !(1..=MAX_LIMIT).contains(&b) => {
+                return Err(invalid(
+                    "burst",
+                    format!("must be between 1 and {MAX_LIMIT}, got {b}"),
+                ));
+            }
+            (Some(b), true) => b,
+        };
+
+        if algorithm.has_burst() {
+            // Buckets refill one unit every window/limit, in whole microseconds.
+            if limit > window_us {
+                return Err(invalid(
+                    "limit",
+                    format!(
+                        "{algorithm} refills at most one unit per microsecond: limit must be at most {window_us} for this window"
+                    ),
+                ));
+            }
+            // Keeping burst × interval within the longest window bounds every
+            // timestamp the scripts compute below 2^53, where Lua is exact.
+            let refill_us = u128::from(burst) * u128::from(window_us / limit);
+            if refill_us > u128::from(MAX_WINDOW_US) {
+                return Err(invalid(
+                    "burst",
+                    "refilling the whole bucket (burst × window / limit) must take at most 366d",
+                ));
+            }
+        }
+        Ok(Rule {
+            algorithm,
+            limit,
+            window_us,
+            burst,
+        })
+    }
+
+    /// The most one check may spend: `burst` for buckets, `limit` otherwise.
+    /// A larger cost could never be allowed.
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.has_burst() {
+            self.burst
+        } else {
+            self.limit
+        }
+    }
+}
