@@ -9,12 +9,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::{RedisSettings, ServerSettings, Settings};
-use crate::domain::{FailureMode, MonotonicClock, SystemClock};
+use crate::domain::{MonotonicClock, PolicySet, SystemClock};
 use crate::http::server::{self, ConnectionMetrics};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
@@ -45,6 +46,7 @@ pub struct Application {
     connections: ConnectionMetrics,
     background: Vec<JoinHandle<()>>,
     redis: Option<RedisStore>,
+    policies: Arc<ArcSwap<PolicySet>>,
 }
 
 impl Application {
@@ -80,10 +82,10 @@ impl Application {
 
         let mut background = Vec::new();
         // Local fallback only makes sense in front of Redis: the embedded
-        // store as the main store is never unreachable.
-        let local = (settings.failure.mode == FailureMode::Local
-            && matches!(backend, Backend::Redis(_)))
-        .then(|| {
+        // store as the main store is never unreachable. Kept whenever Redis
+        // is, since a policy may choose `local` whatever the service's mode
+        // (it holds nothing until an outage).
+        let local = matches!(backend, Backend::Redis(_)).then(|| {
             let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
             background.push(store.spawn_sweeper(settings.memory.sweep_interval));
             store
@@ -134,10 +136,14 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
+        // Loaded from `settings.policies_file` and kept current by the
+        // policies watcher.
+        let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let router = http::router(AppState {
             limiter,
             metrics,
             bounds: settings.limits,
+            policies: policies.clone(),
         });
         Ok(Application {
             listener,
@@ -147,6 +153,7 @@ impl Application {
             connections,
             background,
             redis,
+            policies,
         })
     }
 
@@ -156,6 +163,12 @@ impl Application {
 
     pub fn port(&self) -> u16 {
         self.addr.port()
+    }
+
+    /// The policies in force. Storing a new set swaps it for every later
+    /// request (the watcher does this on a reload; tests may too).
+    pub fn policies(&self) -> Arc<ArcSwap<PolicySet>> {
+        self.policies.clone()
     }
 
     /// Serves until `shutdown` completes, then lets in-flight requests finish

@@ -18,6 +18,7 @@ mod clock;
 mod decision;
 mod duration;
 pub mod failure;
+pub mod policy;
 mod rule;
 
 pub use check::{Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count};
@@ -25,6 +26,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, parse_duration_us};
 pub use failure::{FailureMode, FailurePolicy};
+pub use policy::{Policy, PolicySet};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,
 };

@@ -19,7 +19,9 @@ use utoipa_swagger_ui::SwaggerUi;
 
 pub use error::{ApiError, ErrorBody};
 
-use crate::domain::Bounds;
+use arc_swap::ArcSwap;
+
+use crate::domain::{Bounds, PolicySet};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 
@@ -31,6 +33,9 @@ pub struct AppState {
     pub limiter: Arc<Limiter>,
     pub metrics: Arc<Metrics>,
     pub bounds: Bounds,
+    /// The policies in force; a reload swaps the whole set. A request loads
+    /// it once, so it finishes under the set it started with.
+    pub policies: Arc<ArcSwap<PolicySet>>,
 }
 
 pub fn router(state: AppState) -> Router {

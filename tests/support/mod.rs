@@ -262,6 +262,8 @@ pub fn settings(redis_url: Option<&str>) -> Settings {
 pub struct TestApp {
     pub base: String,
     pub http: reqwest::Client,
+    /// The policies in force: store a new set to swap it in.
+    pub policies: std::sync::Arc<arc_swap::ArcSwap<ratekeeper::domain::PolicySet>>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
 }
@@ -282,6 +284,7 @@ impl TestApp {
 
     async fn from_app(app: Application) -> TestApp {
         let base = format!("http://{}", app.local_addr());
+        let policies = app.policies();
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let task = tokio::spawn(app.run_until_stopped(async move {
             let _ = stopped.await;
@@ -289,6 +292,7 @@ impl TestApp {
         TestApp {
             base,
             http: reqwest::Client::new(),
+            policies,
             stop: Some(stop),
             task: Some(task),
         }

@@ -1,0 +1,104 @@
+//! Policies: named sets of limits, loaded from a TOML file, with per-client
+//! overrides. Parsing, validation and matching live here, free of any
+//! transport or store; the file watcher that swaps a loaded [`PolicySet`]
+//! in lives at the edge.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::{Bounds, Check, FailureMode, Limit, ValidationError};
+
+/// One named policy, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Policy {
+    pub name: Arc<str>,
+    pub description: Option<String>,
+    /// `None`: the service's `[failure] mode`.
+    pub failure_mode: Option<FailureMode>,
+    /// Decide and spend as usual, but always answer allowed.
+    pub shadow: bool,
+    /// The limits, in the file's order.
+    pub limits: Arc<[Limit]>,
+    /// Per exact client key: the policy's limits with the override's
+    /// replacing those of the same name (same order), merged at load time
+    /// so a check does one map lookup.
+    pub overrides: HashMap<String, Arc<[Limit]>>,
+}
+
+impl Policy {
+    /// The limits that apply to `key`: its override's, or the policy's.
+    pub fn limits_for(&self, key: &str) -> &Arc<[Limit]> {
+        self.overrides.get(key).unwrap_or(&self.limits)
+    }
+
+    /// A check of this policy's limits for `key` (validates key and cost).
+    pub fn check(
+        &self,
+        key: String,
+        cost: Option<u64>,
+        bounds: &Bounds,
+    ) -> Result<Check, ValidationError> {
+        let limits = self.limits_for(&key).clone();
+        let mut check = Check::for_policy(key, self.name.clone(), limits, cost, bounds)?;
+        check.shadow = self.shadow;
+        check.failure_mode = self.failure_mode;
+        Ok(check)
+    }
+}
+
+/// Every policy of one file, as loaded at one instant. Immutable: a reload
+/// builds a new set and swaps it in whole, so a check sees one set or the
+/// other, never half of each.
+#[derive(Debug, Clone)]
+pub struct PolicySet {
+    policies: BTreeMap<Arc<str>, Arc<Policy>>,
+    /// Hex SHA-256 of the file's bytes; empty for the empty set.
+    pub sha256: String,
+    /// When this set was loaded; `None` for the empty set.
+    pub loaded_at: Option<SystemTime>,
+}
+
+impl PolicySet {
+    /// No policies: what runs without a policies file.
+    pub fn empty() -> PolicySet {
+        PolicySet {
+            policies: BTreeMap::new(),
+            sha256: String::new(),
+            loaded_at: None,
+        }
+    }
+
+    /// A set of already validated policies (tests, and the parser).
+    pub fn from_policies(
+        policies: impl IntoIterator<Item = Policy>,
+        sha256: String,
+        loaded_at: Option<SystemTime>,
+    ) -> PolicySet {
+        PolicySet {
+            policies: policies
+                .into_iter()
+                .map(|p| (p.name.clone(), Arc::new(p)))
+                .collect(),
+            sha256,
+            loaded_at,
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Arc<Policy>> {
+        self.policies.get(name)
+    }
+
+    /// Policies in name order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<Policy>> {
+        self.policies.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.policies.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty()
+    }
+}
