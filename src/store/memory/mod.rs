@@ -215,6 +215,18 @@ impl MemoryStore {
         // allowed and spends. Reads never shorten or drop state, which
         // matters when several rules share a key.
         let writes = check.cost > 0 && outcomes.iter().all(|o| o.allowed);
+        if writes {
+            // Room for the new keys first, so that making room cannot evict
+            // a limit of this very check after its state was written back.
+            let new = check
+                .limits
+                .iter()
+                .filter(|l| !map.contains_key(&StateKeyRef::of(check, l)))
+                .count();
+            if new > 0 && map.len() + new > inner.shard_capacity {
+                inner.make_room(map, now);
+            }
+        }
 
         for ((limit, state), outcome) in check.limits.iter().zip(states).zip(&outcomes) {
             let lookup = StateKeyRef::of(check, limit);
@@ -224,9 +236,6 @@ impl MemoryStore {
                     entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
                 }
             } else if writes {
-                if map.len() >= inner.shard_capacity {
-                    inner.make_room(map, now);
-                }
                 map.insert(
                     lookup.to_owned(check, limit),
                     Entry {
