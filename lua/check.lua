@@ -7,12 +7,14 @@
 -- several, a first pass runs each function with `dry` set (it decides and
 -- reports what it would leave, writing nothing that changes a decision),
 -- and only if all allowed does a second pass run them again to write: same
--- state, same now, so the same outcomes. The keys of one check are distinct
--- and share the client key's hash tag, so the whole check is one slot.
+-- state, same now, so the same outcomes. If any denied, nothing is spent,
+-- and each limit that would have allowed is looked at again at cost 0, so
+-- it reports its state as it is rather than after a spend that did not
+-- happen. The keys of one check are distinct and share the client key's
+-- hash tag, so the whole check is one slot.
 --
 -- Returns 4 values per limit, appended to `reply`: allowed (1|0),
--- remaining, retry_after_us, reset_after_us; each what that limit alone
--- decided.
+-- remaining, retry_after_us, reset_after_us.
 
 local by_tag = {fw = fixed_window, sw = sliding_window, sl2 = sliding_log, tb = token_bucket, gcra = gcra}
 
@@ -39,6 +41,18 @@ local function check_all(k, a, n, now, cost, pad_ms, reply)
       local s = a + 4 * (i - 1)
       by_tag[ARGV[s + 1]](KEYS[k + i], now, tonumber(ARGV[s + 2]),
         tonumber(ARGV[s + 3]), cost, tonumber(ARGV[s + 4]), pad_ms, false)
+    end
+  elseif not all then
+    for i = 1, n do
+      local at = base + 4 * (i - 1)
+      if reply[at + 1] == 1 then
+        local s = a + 4 * (i - 1)
+        local look = by_tag[ARGV[s + 1]](KEYS[k + i], now, tonumber(ARGV[s + 2]),
+          tonumber(ARGV[s + 3]), 0, tonumber(ARGV[s + 4]), pad_ms, true)
+        for j = 1, 4 do
+          reply[at + j] = look[j]
+        end
+      end
     end
   end
   return reply

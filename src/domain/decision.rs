@@ -8,11 +8,10 @@ use super::{Algorithm, Check, us_to_ms_ceil};
 /// What one limit's algorithm decided, in microseconds. Identical from Lua
 /// and Rust.
 ///
-/// In a check of several limits each outcome is what that limit alone
-/// decided: `remaining` is what it would leave after spending `cost`. The
-/// check spends only when every limit allows, so when another limit denied,
-/// an allowing limit's `remaining` is what it *would* have left; nothing
-/// was spent.
+/// In a check of several limits each outcome is what that limit decided.
+/// The check spends only when every limit allows; when one denied, nothing
+/// was spent, and a limit that would have allowed reports its state as it
+/// is (its `remaining` and `reset_after` without this check).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome {
     pub allowed: bool,

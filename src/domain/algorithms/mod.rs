@@ -88,10 +88,12 @@ impl State {
     }
 }
 
-/// All or nothing over the limits of one check: each state gets its own
-/// limit's outcome, as if checked alone, and the states change only when
-/// every limit allows (then each spends `cost`). The Lua twin is
-/// `check_all` in `lua/lib.lua`.
+/// All or nothing over the limits of one check. If every limit allows
+/// `cost`, each spends it and reports what it decided. Otherwise nothing is
+/// spent: a denying limit reports its denial, and a limit that would have
+/// allowed reports its state as it is (a zero-cost look, so its `remaining`
+/// and `reset` are not those of a spend that did not happen). The Lua twin
+/// is `check_all` in `lua/check.lua`.
 ///
 /// ```
 /// use ratekeeper::domain::algorithms::{State, apply_all};
@@ -104,7 +106,7 @@ impl State {
 /// let second = apply_all(&mut states, &[&burst, &daily], 0, 1);
 /// assert!(!second[0].allowed && second[1].allowed);
 /// // The denied check spent nothing of the daily limit: 4 left, not 3.
-/// assert_eq!(apply_all(&mut states[1..], &[&daily], 0, 0)[0].remaining, 4);
+/// assert_eq!(second[1].remaining, 4);
 /// ```
 pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) -> Vec<Outcome> {
     debug_assert_eq!(states.len(), rules.len());
@@ -112,14 +114,23 @@ pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) 
         // One limit: `apply` already writes only when it allows.
         return vec![state.apply(rule, now_us, cost)];
     }
-    let outcomes: Vec<Outcome> = states
+    let mut outcomes: Vec<Outcome> = states
         .iter()
         .zip(rules)
         .map(|(state, rule)| state.clone().apply(rule, now_us, cost))
         .collect();
-    if outcomes.iter().all(|o| o.allowed) {
-        for (state, rule) in states.iter_mut().zip(rules) {
+    let all_allow = outcomes.iter().all(|o| o.allowed);
+    for ((state, rule), outcome) in states.iter_mut().zip(rules).zip(&mut outcomes) {
+        if all_allow {
             state.apply(rule, now_us, cost);
+        } else {
+            // A zero-cost look spends nothing, but keeps what reading changes
+            // (a sliding log drops its expired entries, as the Lua's first
+            // pass does in Redis), so both stores hold the same state.
+            let look = state.apply(rule, now_us, 0);
+            if outcome.allowed {
+                *outcome = look;
+            }
         }
     }
     outcomes

@@ -194,19 +194,16 @@ impl MemoryStore {
         let mut shard = lock(shard);
         let map = &mut shard.map;
 
-        // Take each limit's state out of its entry (expired state is
-        // "never seen", as after a Redis TTL), decide, and put it back.
+        // Decide on copies of the limits' states (expired state is "never
+        // seen", as after a Redis TTL), then store them back. Copies, not
+        // states taken out of the map: a panic mid-decision leaves the map
+        // as it was, rather than a client's counters reset.
         let mut states: Vec<State> = check
             .limits
             .iter()
-            .map(|limit| {
-                let fresh = State::fresh(limit.rule.algorithm);
-                match map.get_mut(&StateKeyRef::of(check, limit)) {
-                    Some(entry) if entry.expires_at_us > now => {
-                        std::mem::replace(&mut entry.state, fresh)
-                    }
-                    _ => fresh,
-                }
+            .map(|limit| match map.get(&StateKeyRef::of(check, limit)) {
+                Some(entry) if entry.expires_at_us > now => entry.state.clone(),
+                _ => State::fresh(limit.rule.algorithm),
             })
             .collect();
         let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();

@@ -8,9 +8,17 @@
 //! policy whose limit changes algorithm or window starts afresh, while a
 //! changed `limit` or `burst` keeps its counters. Policy and limit names
 //! hold no `:`, `{` or `}`, so what follows the tag's `}` tells the two
-//! forms and every policy apart. A client key containing `}` ends the tag
-//! early, which changes only the slot, never the key itself.
+//! forms and every policy apart.
+//!
+//! In the tag, `%` is written `%25` and `}` is written `%7D` (and nothing
+//! else changes). A raw `}` would end the tag early, and a key starting
+//! with one would leave the tag empty, so that Redis hashes each limit's
+//! whole key name: the limits of one check would land in different cluster
+//! slots and the script would fail with CROSSSLOT. Escaped, the tag is never
+//! empty and is the same for every limit of a check; escaping `%` too keeps
+//! two different client keys from ever sharing a key name.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use super::Inner;
@@ -29,7 +37,7 @@ impl Inner {
         let mut key = String::with_capacity(prefix.len() + check.key.len() + scope_len + 24);
         key.push_str(prefix);
         key.push('{');
-        key.push_str(&check.key);
+        key.push_str(&escape(&check.key));
         key.push_str("}:");
         if let Some(policy) = &check.policy {
             key.push_str("p:");
@@ -44,16 +52,14 @@ impl Inner {
         key
     }
 
-    /// The cluster slot of `check`'s key, without building the key: Redis
-    /// hashes only the tag, `check.key` up to its first `}`. Builds the key
-    /// only where the rule differs (an empty tag, braces in the prefix).
+    /// The cluster slot of `check`'s keys (every limit's is the same),
+    /// without building a key: Redis hashes only the tag, the escaped client
+    /// key. Builds a key only when the prefix holds braces of its own.
     pub(super) fn slot_of(&self, check: &Check) -> u16 {
-        let tag = check.key.split('}').next().unwrap_or_default();
-        let prefix = &self.options.key_prefix;
-        if tag.is_empty() || prefix.contains(['{', '}']) {
+        if self.options.key_prefix.contains(['{', '}']) {
             return fred::util::redis_keyslot(self.key_for(check, &check.limits[0]).as_bytes());
         }
-        fred::util::redis_keyslot(tag.as_bytes())
+        fred::util::redis_keyslot(escape(&check.key).as_bytes())
     }
 
     /// Groups items by the cluster slot of their check's key, keeping
@@ -79,17 +85,48 @@ impl Inner {
     }
 }
 
+/// The client key as written in the hash tag (see the module doc).
+fn escape(key: &str) -> Cow<'_, str> {
+    if !key.contains(['%', '}']) {
+        return Cow::Borrowed(key);
+    }
+    let mut escaped = String::with_capacity(key.len() + 8);
+    for c in key.chars() {
+        match c {
+            '%' => escaped.push_str("%25"),
+            '}' => escaped.push_str("%7D"),
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
     use super::super::{RedisOptions, RedisStore};
-    use crate::domain::{Algorithm, Check, Rule};
+    use crate::domain::{Algorithm, Check, Limit, Rule};
 
-    /// `slot_of` skips building the key; it must agree with hashing the key.
+    fn limit(name: &str, algorithm: Algorithm, window_us: u64) -> Limit {
+        Limit {
+            name: name.into(),
+            rule: Rule {
+                algorithm,
+                limit: 1,
+                window_us,
+                burst: 1,
+            },
+        }
+    }
+
+    /// `slot_of` skips building the keys; it must agree with hashing each
+    /// limit's whole key name, whatever the client key and the prefix hold
+    /// (a key starting with `}` once left the tag empty, sending the limits
+    /// of one check to different slots: CROSSSLOT on a cluster).
     #[tokio::test]
-    async fn slot_of_agrees_with_hashing_the_whole_key() {
-        for prefix in ["rk:", "", "a{b}:"] {
+    async fn every_limit_of_a_check_hashes_to_slot_of() {
+        for prefix in ["rk:", "", "a{b}:", "x{", "a}b{"] {
             let store = RedisStore::connect(RedisOptions {
                 url: "redis://127.0.0.1:1".into(),
                 key_prefix: prefix.into(),
@@ -102,22 +139,51 @@ mod tests {
             })
             .unwrap();
             for key in [
-                "user:42", "}x", "a}b{c", "{a}", "a{b}c", "{}", "ü}", "x{", "}",
+                "user:42", "}x", "a}b{c", "{a}", "a{b}c", "{}", "ü}", "x{", "}", "%7D", "%",
             ] {
-                let check = Check::single(
-                    key,
-                    Rule {
-                        algorithm: Algorithm::SlidingLog,
-                        limit: 1,
-                        window_us: 1_000_000,
-                        burst: 1,
-                    },
-                    1,
-                );
-                let whole = fred::util::redis_keyslot(store.key_for(&check).as_bytes());
-                assert_eq!(store.inner.slot_of(&check), whole, "{prefix:?} {key:?}");
+                let limits = vec![
+                    limit("burst", Algorithm::SlidingLog, 1_000_000),
+                    limit("daily", Algorithm::FixedWindow, 86_400_000_000),
+                ];
+                let mut policy = Check::multi(key, limits.clone(), 1);
+                policy.policy = Some("api".into());
+                for check in [policy, Check::multi(key, limits, 1)] {
+                    for l in check.limits.iter() {
+                        let whole =
+                            fred::util::redis_keyslot(store.limit_key(&check, l).as_bytes());
+                        assert_eq!(store.inner.slot_of(&check), whole, "{prefix:?} {key:?}");
+                    }
+                }
             }
             store.quit().await;
         }
+    }
+
+    #[tokio::test]
+    async fn escaping_keeps_client_keys_apart() {
+        let store = RedisStore::connect(RedisOptions {
+            url: "redis://127.0.0.1:1".into(),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_millis(10),
+            pool_size: 1,
+            reconnect_max_delay: Duration::from_millis(10),
+            batch_window: Duration::ZERO,
+            clock: None,
+            ttl_pad_ms: 0,
+        })
+        .unwrap();
+        let rule = limit("x", Algorithm::Gcra, 1_000_000).rule;
+        let keys: Vec<String> = ["a}b", "a%7Db", "a%257Db", "a%b", "a%25b", "user:42"]
+            .iter()
+            .map(|k| store.key_for(&Check::single(*k, rule, 1)))
+            .collect();
+        let distinct: std::collections::HashSet<_> = keys.iter().collect();
+        assert_eq!(distinct.len(), keys.len(), "{keys:?}");
+        assert_eq!(
+            keys[5], "rk:{user:42}:gcra:1000",
+            "plain keys are unchanged"
+        );
+        assert_eq!(keys[0], "rk:{a%7Db}:gcra:1000");
+        store.quit().await;
     }
 }
