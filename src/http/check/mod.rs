@@ -2,9 +2,11 @@
 //! they travel over HTTP, converted to and from the domain's types.
 //!
 //! Layout: `request` (the forms, telling them apart, their schemas),
-//! `response` (the body and headers), and here the handler and the errors
+//! `fields` (whole numbers, windows, algorithm names), `response` (the body
+//! and headers), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
+mod fields;
 mod request;
 mod response;
 
@@ -190,6 +192,9 @@ mod tests {
         );
         let none = unknown_policy(&PolicySet::empty(), &"x".repeat(100));
         assert!(none.contains("no policies are loaded"), "{none}");
-        assert!(none.contains(&format!("{}...", "x".repeat(64))), "{none}");
+        assert!(
+            none.contains(&format!("\"{}\"...;", "x".repeat(64))),
+            "{none}"
+        );
     }
 }
