@@ -24,6 +24,13 @@ pub enum ApiError {
     UnsupportedMediaType,
     #[error("{0}")]
     InvalidRequest(String),
+    /// A `policy` that the loaded policies file does not define (or no
+    /// file is loaded); the message lists the loaded names.
+    #[error("{0}")]
+    UnknownPolicy(String),
+    /// Fields of two request forms in one body; the message names them.
+    #[error("{0}")]
+    MixedForms(String),
     #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
     PayloadTooLarge,
     #[error("the request body did not arrive within {0:?}")]
@@ -46,7 +53,7 @@ pub struct ErrorBody {
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// Stable, snake_case: invalid_json, unsupported_media_type,
-    /// invalid_request, payload_too_large, request_timeout,
+    /// invalid_request, unknown_policy, mixed_forms, payload_too_large, request_timeout,
     /// method_not_allowed, not_found, internal; overloaded (503, too many
     /// connections).
     #[schema(example = "invalid_request")]
@@ -64,6 +71,8 @@ impl ApiError {
                 (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type")
             }
             ApiError::InvalidRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
+            ApiError::UnknownPolicy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_policy"),
+            ApiError::MixedForms(_) => (StatusCode::UNPROCESSABLE_ENTITY, "mixed_forms"),
             ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
@@ -110,12 +119,17 @@ impl From<LimiterError> for ApiError {
     }
 }
 
-/// Like `axum::Json`, but strict about the content type and with our error
-/// bodies: 415 without `application/json`, 413 past the body limit, 400 for
-/// malformed JSON, 422 naming the field for a wrong type or missing field.
-pub struct ApiJson<T>(pub T);
+/// Like `axum::Json`, but strict about the content type, with our error
+/// bodies, and untyped until [`JsonBytes::parse`], so a handler can look at
+/// the body before choosing what to parse it as: 415 without
+/// `application/json`, 413 past the body limit, 400 for malformed JSON;
+/// `parse` answers 422 naming the field for a wrong type or missing field.
+pub struct JsonBody(pub JsonBytes);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
+/// Bytes known to hold exactly one well-formed JSON value.
+pub struct JsonBytes(Bytes);
+
+impl<S: Send + Sync> FromRequest<S> for JsonBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
@@ -142,9 +156,19 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
         })?;
         // Syntax first, without building anything, so that malformed JSON is
         // a 400 even when its first value would also have a missing field.
+        // (`from_slice` also rejects trailing bytes after the value.)
         serde_json::from_slice::<serde::de::IgnoredAny>(&bytes)
             .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
+        Ok(JsonBody(JsonBytes(bytes)))
+    }
+}
+
+impl JsonBytes {
+    /// The value as a `T`; a wrong type or a missing field is a 422 naming
+    /// the field's path. Errors come from the bytes, not from an
+    /// intermediate `Value`, so they keep their line and column.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
+        let mut deserializer = serde_json::Deserializer::from_slice(&self.0);
         let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
             let path = error.path().to_string();
             let inner = error.into_inner();
@@ -163,7 +187,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
         deserializer
             .end()
             .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        Ok(ApiJson(value))
+        Ok(value)
     }
 }
 

@@ -1,5 +1,13 @@
 """Schemathesis hooks: the cross-field rules of POST /v1/check.
 
+The body is one of three forms (policy, inline `limits`, single rule). The
+rules below apply to the single rule and to each inline limit alike; inline
+limits also need unique names and distinct (algorithm, window) pairs, and
+the cost must fit the smallest of them. A policy-form request is valid only
+for a policy that is loaded, which no schema can say: the run serves no
+policies file, so positive policy-form cases are left out (`filter_case`);
+negative ones still run and must be rejected.
+
 JSON Schema cannot say "cost is at most limit" or "refilling the bucket takes
 at most 366 days": each field is judged on its own. The OpenAPI document
 states these rules in the fields' descriptions; here they are taught to the
@@ -38,11 +46,22 @@ def _window_us(window):
     return None
 
 
-@schemathesis.hook
-def map_case(context, case):
+def _positive_check(case):
     meta = case.meta
     mode = getattr(getattr(getattr(meta, "generation", None), "mode", None), "value", None)
-    if mode == "positive" and case.operation.path == "/v1/check" and isinstance(case.body, dict):
+    return mode == "positive" and case.operation.path == "/v1/check" and isinstance(case.body, dict)
+
+
+@schemathesis.hook
+def filter_case(context, case):
+    # No policy is loaded in this run: a valid policy-form request is still
+    # answered 422 unknown_policy, which no schema can foresee.
+    return not (_positive_check(case) and "policy" in case.body)
+
+
+@schemathesis.hook
+def map_case(context, case):
+    if _positive_check(case):
         _within_cross_field_rules(case.body)
     return case
 
@@ -56,6 +75,55 @@ def _within_cross_field_rules(body):
             key = key[:-1]
         body["key"] = key
 
+    if isinstance(body.get("limits"), list):
+        _inline_limits(body)
+        return body
+    capacity = _rule(body)
+    _cost_within(body, capacity)
+    return body
+
+
+def _inline_limits(body):
+    """Each limit within its own rules; unique (algorithm, window) pairs and
+    names; the cost within the smallest capacity."""
+    kept, pairs = [], set()
+    for item in body["limits"]:
+        if not isinstance(item, dict):
+            return
+        capacity = _rule(item)
+        pair = (item.get("algorithm") or "sliding_window", _window_us(item.get("window")))
+        if pair in pairs:
+            continue
+        pairs.add(pair)
+        kept.append((item, capacity))
+    if not kept:
+        return
+    body["limits"] = [item for item, _ in kept]
+    names = set()
+    for i, item in enumerate(body["limits"]):
+        name = item.get("name", str(i))
+        if name in names:
+            n = i
+            while f"n{n}" in names:
+                n += 1
+            name = item["name"] = f"n{n}"
+        names.add(name)
+    capacities = [c for _, c in kept if c is not None]
+    if len(capacities) == len(kept):
+        _cost_within(body, min(capacities))
+
+
+def _cost_within(body, capacity):
+    cost = body.get("cost")
+    if capacity is not None and cost is not None and _int(cost, 0, 2**63) and cost > capacity:
+        body["cost"] = capacity
+
+
+def _rule(body):
+    """Adjusts one rule (the single-rule body, or one inline limit) to its
+    cross-field rules; returns its capacity, or None if it is not valid on
+    its own fields anyway."""
+
     # A window that matches the pattern but lies outside 1ms..366d.
     window = body.get("window")
     window_us = _window_us(window)
@@ -67,7 +135,7 @@ def _within_cross_field_rules(body):
     bucket = algorithm in ("token_bucket", "gcra")
     limit = body.get("limit")
     if not _int(limit, 1, MAX_LIMIT) or window_us is None or not 1_000 <= window_us <= MAX_WINDOW_US:
-        return body
+        return None
 
     if algorithm == "sliding_log" and limit > MAX_SLIDING_LOG_LIMIT:
         limit = body["limit"] = MAX_SLIDING_LOG_LIMIT
@@ -86,9 +154,6 @@ def _within_cross_field_rules(body):
                 capacity = max(1, MAX_WINDOW_US // interval)
                 body["burst"] = capacity
             burst = capacity
-    cost = body.get("cost")
-    if cost is not None and _int(cost, 0, 2**63):
-        ceiling = burst if bucket and burst is not None else limit
-        if cost > ceiling:
-            body["cost"] = ceiling
-    return body
+    if bucket and burst is not None:
+        return burst if _int(burst, 1, MAX_LIMIT) else None
+    return limit

@@ -1,0 +1,200 @@
+//! `POST /v1/check`: the request in its three forms and the response as
+//! they travel over HTTP, converted to and from the domain's types.
+//!
+//! Layout: `request` (the forms, telling them apart, their schemas),
+//! `fields` (whole numbers, windows, algorithm names), `response` (the body
+//! and headers), and here the handler and the errors
+//! only it makes (`unknown_policy`).
+
+mod fields;
+mod request;
+mod response;
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::time::Instant;
+
+use axum::extract::{FromRequest, Request, State};
+use axum::response::{IntoResponse, Response};
+use serde::de::IgnoredAny;
+
+pub use request::{
+    AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
+    PolicyCheckRequest, WindowSpec,
+};
+pub use response::{CheckResponse, LimitResponse};
+
+use super::AppState;
+use super::error::{ApiError, ErrorBody, JsonBody};
+use crate::domain::{Check, PolicySet};
+
+/// Check rate limits and, if every one allows, spend from each.
+#[utoipa::path(
+    post,
+    path = "/v1/check",
+    tag = "limits",
+    request_body(content = CheckForms, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The decision, allowed or not. Denied responses carry Retry-After.", body = CheckResponse,
+            headers(
+                ("RateLimit-Policy" = String, description = "Every limit of the check, in order: \"<name>\";q=<limit>;w=<window seconds>, ... (the single-rule form's one limit is named default)"),
+                ("RateLimit" = String, description = "The most restrictive limit: \"<name>\";r=<remaining>;t=<seconds until reset>"),
+                ("X-RateLimit-Limit" = u64, description = "The most restrictive limit's limit"),
+                ("X-RateLimit-Remaining" = u64, description = "The most restrictive limit's remaining units"),
+                ("X-RateLimit-Reset" = u64, description = "Seconds until full capacity"),
+                ("Retry-After" = u64, description = "When denied: seconds to wait, rounded up"),
+            )),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within server.body_read_timeout", body = ErrorBody),
+        (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
+        (status = 422, description = "A field is missing, of the wrong type or out of range (code invalid_request); \
+            the policy is not loaded, or no policies file is (code unknown_policy, the message lists the loaded policies); \
+            the body mixes fields of two forms (code mixed_forms, the message names them)", body = ErrorBody),
+        (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
+    )
+)]
+pub async fn check(State(state): State<AppState>, request: Request) -> Response {
+    // Timed here rather than in a middleware layer: profiling showed the
+    // layer's per-request boxing, and the body is parsed inside this
+    // function, so parsing and error answers are still counted.
+    let started = Instant::now();
+    let response = match decide(&state, request).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    };
+    state
+        .metrics
+        .check_duration
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let JsonBody(body) = JsonBody::from_request(request, state).await?;
+    // Not an object: the single-rule parser rejects it as it always did.
+    let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
+    let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
+    let check = match form {
+        Form::SingleRule => {
+            let request: CheckRequest = body.parse()?;
+            Check::new(request.into(), &state.bounds)?
+        }
+        Form::Inline => {
+            let request: InlineCheckRequest = body.parse()?;
+            let limits = request.limits.into_iter().map(Into::into).collect();
+            Check::inline(request.key, limits, request.cost, &state.bounds)?
+        }
+        Form::Policy => policy_check(state, body.parse()?)?,
+    };
+    let decision = state.limiter.check(&check).await?;
+    let response = match form {
+        Form::SingleRule => CheckResponse::single_rule(&decision),
+        Form::Policy | Form::Inline => CheckResponse::with_limits(&decision),
+    };
+    Ok(response.into_response_for(&decision))
+}
+
+/// The policy form's check, under the policy set in force now. The set is
+/// loaded once; the check holds its own references to the limits, so a
+/// reload during the store call changes nothing for this request.
+fn policy_check(state: &AppState, request: PolicyCheckRequest) -> Result<Check, ApiError> {
+    let set = state.policies.load();
+    let Some(policy) = set.get(&request.policy) else {
+        return Err(ApiError::UnknownPolicy(unknown_policy(
+            &set,
+            &request.policy,
+        )));
+    };
+    Ok(policy.check(request.key, request.cost, &state.bounds)?)
+}
+
+/// Room for the list of loaded names in an `unknown_policy` message.
+const NAMES_BUDGET: usize = 1024;
+
+/// `unknown policy "x"; loaded: "a", "b" (and 3 more)`, the list cut to
+/// about 1 KiB so a file of thousands of policies doesn't make a huge body.
+fn unknown_policy(set: &PolicySet, name: &str) -> String {
+    // The name is the client's: quote it, and only its first 64 characters.
+    let shown: String = name.chars().take(64).collect();
+    let cut = if shown.len() < name.len() { "..." } else { "" };
+    let mut message = format!("policy: unknown policy {shown:?}{cut}; ");
+    if set.is_empty() {
+        message.push_str("no policies are loaded (set policies.file or --policies)");
+        return message;
+    }
+    message.push_str("loaded: ");
+    let mut listed = 0;
+    for (i, policy) in set.iter().enumerate() {
+        let item = format!("{:?}", &*policy.name);
+        if listed > 0 && message.len() + item.len() + 2 > NAMES_BUDGET {
+            break;
+        }
+        if i > 0 {
+            message.push_str(", ");
+        }
+        message.push_str(&item);
+        listed += 1;
+    }
+    let more = set.len() - listed;
+    if more > 0 {
+        let _ = write!(message, " (and {more} more)");
+    }
+    message
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::domain::{Limit, Policy, Rule};
+
+    fn set_of(n: usize) -> PolicySet {
+        let rule = Rule::new(
+            &crate::domain::RuleInput {
+                limit: 1,
+                window: crate::domain::WindowInput::Seconds(1),
+                algorithm: None,
+                burst: None,
+            },
+            &crate::domain::Bounds::default(),
+        )
+        .unwrap();
+        let policies = (0..n).map(|i| Policy {
+            name: Arc::from(format!("policy_number_{i:04}")),
+            description: None,
+            failure_mode: None,
+            shadow: false,
+            limits: Arc::new([Limit {
+                name: Arc::from("l"),
+                rule,
+            }]),
+            overrides: Default::default(),
+        });
+        PolicySet::from_policies(policies, String::new(), None)
+    }
+
+    #[test]
+    fn unknown_policy_lists_names_within_a_budget() {
+        let few = unknown_policy(&set_of(2), "nope");
+        assert_eq!(
+            few,
+            "policy: unknown policy \"nope\"; loaded: \"policy_number_0000\", \"policy_number_0001\""
+        );
+        let many = unknown_policy(&set_of(500), "nope");
+        assert!(many.len() <= NAMES_BUDGET + 32, "{}", many.len());
+        let listed = many.matches("policy_number_").count();
+        assert!(listed > 10, "{many}");
+        assert!(
+            many.ends_with(&format!(" (and {} more)", 500 - listed)),
+            "{many}"
+        );
+        let none = unknown_policy(&PolicySet::empty(), &"x".repeat(100));
+        assert!(none.contains("no policies are loaded"), "{none}");
+        assert!(
+            none.contains(&format!("\"{}\"...;", "x".repeat(64))),
+            "{none}"
+        );
+    }
+}

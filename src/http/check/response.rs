@@ -1,0 +1,128 @@
+//! The answer to a check as sent: the body of every form, and the headers.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::http::{HeaderName, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use super::request::AlgorithmName;
+use crate::domain::{Decision, LimitDecision};
+
+/// The decision. Sent with status 200 whether allowed or not.
+///
+/// The single-rule form gets the first six fields only, exactly as before
+/// policies existed; the policy and inline forms also get `policy`,
+/// `shadow` and `limits`.
+#[derive(Debug, Serialize, ToSchema)]
+#[schema(example = json!({"allowed": true, "limit": 100, "remaining": 99, "retry_after_ms": 0, "reset_after_ms": 60000, "degraded": false}))]
+pub struct CheckResponse {
+    /// The check as a whole: every limit allowed `cost` (a shadow policy
+    /// is always allowed).
+    pub allowed: bool,
+    /// The `limit` of the most restrictive limit (the fewest remaining).
+    pub limit: u64,
+    /// Units still available after this request, of the most restrictive
+    /// limit; never negative.
+    pub remaining: u64,
+    /// 0 when allowed. When denied, the smallest wait after which the same
+    /// request would be allowed if nothing else arrives: the largest
+    /// retry_after_ms of the denying limits.
+    pub retry_after_ms: u64,
+    /// Time until every limit is back to full capacity if nothing else
+    /// arrives: the largest reset_after_ms of the limits.
+    pub reset_after_ms: u64,
+    /// True when the failure policy answered because the store was
+    /// unreachable or too slow.
+    pub degraded: bool,
+    /// Policy and inline forms only: the policy applied, null for an
+    /// inline check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>, required = false)]
+    pub policy: Option<Option<Arc<str>>>,
+    /// Policy and inline forms only: true when a shadow policy answered
+    /// allowed although a limit denied (`limits` shows which).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub shadow: Option<bool>,
+    /// Policy and inline forms only: what each limit alone decided, in the
+    /// policy's (or the request's) order. An allowing limit of a denied
+    /// check shows the remaining it would have left; nothing was spent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub limits: Option<Vec<LimitResponse>>,
+}
+
+/// One limit's own decision.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LimitResponse {
+    #[schema(value_type = String)]
+    pub name: Arc<str>,
+    #[schema(value_type = AlgorithmName)]
+    pub algorithm: &'static str,
+    pub limit: u64,
+    /// Bucket capacity for token_bucket and gcra; `limit` otherwise.
+    pub burst: u64,
+    pub window_ms: u64,
+    pub allowed: bool,
+    pub remaining: u64,
+    pub retry_after_ms: u64,
+    pub reset_after_ms: u64,
+}
+
+impl From<&LimitDecision> for LimitResponse {
+    fn from(l: &LimitDecision) -> Self {
+        LimitResponse {
+            name: l.name.clone(),
+            algorithm: l.algorithm.as_str(),
+            limit: l.limit,
+            burst: l.burst,
+            window_ms: l.window_ms,
+            allowed: l.allowed,
+            remaining: l.remaining,
+            retry_after_ms: l.retry_after_ms,
+            reset_after_ms: l.reset_after_ms,
+        }
+    }
+}
+
+impl CheckResponse {
+    /// The single-rule form's body: the six fields it always had.
+    pub fn single_rule(d: &Decision) -> Self {
+        CheckResponse {
+            allowed: d.allowed,
+            limit: d.limit,
+            remaining: d.remaining,
+            retry_after_ms: d.retry_after_ms,
+            reset_after_ms: d.reset_after_ms,
+            degraded: d.degraded,
+            policy: None,
+            shadow: None,
+            limits: None,
+        }
+    }
+
+    /// The policy and inline forms' body: also the policy and every limit.
+    pub fn with_limits(d: &Decision) -> Self {
+        CheckResponse {
+            policy: Some(d.policy.clone()),
+            shadow: Some(d.shadow),
+            limits: Some(d.limits.iter().map(LimitResponse::from).collect()),
+            ..CheckResponse::single_rule(d)
+        }
+    }
+
+    /// The JSON body with the decision's rate-limit headers.
+    pub fn into_response_for(self, decision: &Decision) -> Response {
+        let mut response = Json(self).into_response();
+        let headers = response.headers_mut();
+        for (name, value) in decision.headers() {
+            if let Ok(value) = HeaderValue::try_from(value) {
+                headers.insert(HeaderName::from_static(name), value);
+            }
+        }
+        response
+    }
+}
