@@ -47,9 +47,10 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub shadow: Option<bool>,
-    /// Policy and inline forms only: what each limit alone decided, in the
-    /// policy's (or the request's) order. An allowing limit of a denied
-    /// check shows the remaining it would have left; nothing was spent.
+    /// Policy and inline forms only: what each limit decided, in the
+    /// policy's (or the request's) order. When the check is denied nothing
+    /// is spent, and a limit that would have allowed shows its state as it
+    /// is (`remaining`, `reset_after_ms` without this check).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub limits: Option<Vec<LimitResponse>>,
