@@ -3,6 +3,12 @@
 //! transport or store; the file watcher that swaps a loaded [`PolicySet`]
 //! in lives at the edge.
 
+mod file;
+#[cfg(test)]
+mod tests;
+
+pub use file::{PolicyFileError, Problem, sha256_hex};
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -57,6 +63,9 @@ pub struct PolicySet {
     pub sha256: String,
     /// When this set was loaded; `None` for the empty set.
     pub loaded_at: Option<SystemTime>,
+    /// Where it was loaded from (for display); `None` for the empty set
+    /// and for sets built in code.
+    pub source: Option<String>,
 }
 
 impl PolicySet {
@@ -66,6 +75,7 @@ impl PolicySet {
             policies: BTreeMap::new(),
             sha256: String::new(),
             loaded_at: None,
+            source: None,
         }
     }
 
@@ -82,6 +92,7 @@ impl PolicySet {
                 .collect(),
             sha256,
             loaded_at,
+            source: None,
         }
     }
 
