@@ -8,6 +8,7 @@ use utoipa::OpenApi;
 use super::check::{AlgorithmName, CheckRequest, CheckResponse, WindowSpec};
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
+use super::policies::{PoliciesResponse, PolicyLimitView, PolicyView};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -16,8 +17,8 @@ use super::ops::Health;
         description = "A rate-limit decision service: ask whether a key may spend units now, get allowed / remaining / retry-after.",
         license(name = "Apache-2.0")
     ),
-    paths(super::check::check, super::ops::healthz, super::ops::readyz, super::ops::metrics),
-    components(schemas(CheckRequest, CheckResponse, AlgorithmName, WindowSpec, ErrorBody, ErrorDetail, Health)),
+    paths(super::check::check, super::ops::healthz, super::ops::readyz, super::ops::metrics, super::policies::policies),
+    components(schemas(CheckRequest, CheckResponse, AlgorithmName, WindowSpec, ErrorBody, ErrorDetail, Health, PoliciesResponse, PolicyView, PolicyLimitView)),
     tags(
         (name = "limits", description = "Rate-limit decisions"),
         (name = "operations", description = "Health, readiness and metrics"),
