@@ -206,7 +206,10 @@ async fn get_policies_shows_limits_overrides_and_load_time() {
     assert_eq!(acme[0], api["limits"][0]);
     assert_eq!(acme[1]["limit"], 100_000);
     assert_eq!(body["policies"][1]["failure_mode"], "local");
-    assert_eq!(body["policies"][2]["description"], "login attempts per account (shadow trial)");
+    assert_eq!(
+        body["policies"][2]["description"],
+        "login attempts per account (shadow trial)"
+    );
     let loaded_at = body["loaded_at"].as_str().unwrap();
     assert!(
         loaded_at.len() == 24 && loaded_at.ends_with('Z') && loaded_at.starts_with("20"),
