@@ -86,20 +86,7 @@ impl Application {
 
         let metrics = Arc::new(Metrics::new());
         // Before anything is spawned: an invalid policies file stops startup.
-        let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
-        let reloader = match &settings.policies_file {
-            Some(path) => {
-                let reloader = Reloader::new(
-                    path.clone(),
-                    settings.limits,
-                    policies.clone(),
-                    metrics.clone(),
-                );
-                reloader.load_initial()?;
-                Some(Arc::new(reloader))
-            }
-            None => None,
-        };
+        let (policies, reloader) = load_policies(&settings, &metrics)?;
 
         let mut background = Vec::new();
         if let Some(reloader) = reloader {
@@ -231,6 +218,26 @@ impl Application {
         info!("stopped");
         result
     }
+}
+
+/// The policies in force: empty without a file; with one, its first load
+/// (any problem fails startup) and the reloader the watcher drives.
+fn load_policies(
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+) -> Result<(Arc<ArcSwap<PolicySet>>, Option<Arc<Reloader>>), LoadError> {
+    let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
+    let Some(path) = &settings.policies_file else {
+        return Ok((policies, None));
+    };
+    let reloader = Reloader::new(
+        path.clone(),
+        settings.limits,
+        policies.clone(),
+        metrics.clone(),
+    );
+    reloader.load_initial()?;
+    Ok((policies, Some(Arc::new(reloader))))
 }
 
 /// The Redis client options the `[redis]` settings describe (tests use it

@@ -5,7 +5,8 @@
 //! Requests flow one way, transport → limiter → store, and answers return
 //! the same way.
 //!
-//! - [`cli`]: the command line (`serve`, `openapi`); `main` only calls it.
+//! - [`cli`]: the command line (`serve`, `openapi`, `policies check`, ...);
+//!   `main` only calls it.
 //! - [`config`]: layered settings, validated all at once.
 //! - [`app`]: builds the listener, store, limiter and router; runs until a signal.
 //! - [`telemetry`]: logging setup.

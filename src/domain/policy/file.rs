@@ -2,71 +2,20 @@
 //! problem out, each with its line and column. No file IO here: the edge
 //! reads the bytes, this module judges them.
 
-use std::collections::{BTreeMap, HashMap};
-use std::fmt;
-use std::ops::Range;
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use serde::Deserialize;
-use serde::de::{self, Deserializer, Visitor};
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
+use super::problem::{PolicyFileError, Report};
+use super::raw::{RawFile, RawLimit, RawOverride, RawPolicy};
 use super::{Policy, PolicySet};
 use crate::domain::{
-    Algorithm, Bounds, FailureMode, Limit, Rule, RuleInput, ValidationError, WindowInput,
-    validate_count, validate_name,
+    Algorithm, Bounds, FailureMode, Limit, Rule, RuleInput, ValidationError, validate_count,
+    validate_name,
 };
-
-/// One thing wrong with a policies file, located in it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// The TOML path (`policies.api.limits[1].window`); empty for a syntax error.
-    pub path: String,
-    /// 1-based; columns count characters, not bytes.
-    pub line: usize,
-    pub column: usize,
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(
-                f,
-                "line {}, column {}: {}",
-                self.line, self.column, self.message
-            )
-        } else {
-            write!(
-                f,
-                "{} (line {}, column {}): {}",
-                self.path, self.line, self.column, self.message
-            )
-        }
-    }
-}
-
-/// Why a policies file was rejected: every problem found, in file order.
-/// A file with a syntax or shape error (a typo in a key, a string where a
-/// number belongs) reports that one, since nothing after it can be read
-/// reliably; a well-formed file reports every invalid value at once.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub struct PolicyFileError {
-    pub problems: Vec<Problem>,
-}
-
-impl fmt::Display for PolicyFileError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
-        write!(f, "{n} problem{}:", if n == 1 { "" } else { "s" })?;
-        for problem in &self.problems {
-            write!(f, "\n  {problem}")?;
-        }
-        Ok(())
-    }
-}
 
 /// Hex SHA-256 of a file's bytes: what identifies a loaded version.
 pub fn sha256_hex(bytes: &[u8]) -> String {
@@ -74,99 +23,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawFile {
-    #[serde(default)]
-    policies: BTreeMap<Spanned<String>, Spanned<RawPolicy>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawPolicy {
-    description: Option<String>,
-    failure_mode: Option<Spanned<String>>,
-    shadow: Option<bool>,
-    limits: Option<Spanned<Vec<Spanned<RawLimit>>>>,
-    #[serde(default)]
-    overrides: BTreeMap<Spanned<String>, Spanned<RawOverride>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawOverride {
-    limits: Option<Spanned<Vec<Spanned<RawLimit>>>>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawLimit {
-    name: Spanned<String>,
-    algorithm: Option<Spanned<String>>,
-    limit: Spanned<i64>,
-    window: Spanned<RawWindow>,
-    burst: Option<Spanned<i64>>,
-}
-
-/// A window as the API takes it: a duration string or whole seconds.
-struct RawWindow(WindowInput);
-
-impl<'de> Deserialize<'de> for RawWindow {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct WindowVisitor;
-        impl Visitor<'_> for WindowVisitor {
-            type Value = RawWindow;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str(
-                    "a duration such as \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or a positive integer number of seconds",
-                )
-            }
-            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawWindow, E> {
-                u64::try_from(v)
-                    .map(|v| RawWindow(WindowInput::Seconds(v)))
-                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
-            }
-            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawWindow, E> {
-                Ok(RawWindow(WindowInput::Seconds(v)))
-            }
-            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawWindow, E> {
-                Ok(RawWindow(WindowInput::Text(v.to_owned())))
-            }
-        }
-        deserializer.deserialize_any(WindowVisitor)
-    }
-}
-
-/// Collects problems while a file is validated.
-struct Report<'t> {
-    text: &'t str,
-    problems: Vec<(usize, Problem)>,
-}
-
-impl Report<'_> {
-    fn add(&mut self, path: String, span: Range<usize>, message: impl Into<String>) {
-        let (line, column) = line_column(self.text, span.start);
-        self.problems.push((
-            span.start,
-            Problem {
-                path,
-                line,
-                column,
-                message: message.into(),
-            },
-        ));
-    }
-}
-
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[line_start..].chars().count() + 1)
 }
 
 /// How a TOML key is written in a path: bare when it may be, else quoted.
@@ -217,15 +73,6 @@ impl PolicySet {
             sha256_hex(text.as_bytes()),
             loaded_at,
         ))
-    }
-}
-
-impl Report<'_> {
-    fn finish(mut self) -> PolicyFileError {
-        self.problems.sort_by_key(|(offset, _)| *offset);
-        PolicyFileError {
-            problems: self.problems.into_iter().map(|(_, p)| p).collect(),
-        }
     }
 }
 

@@ -4,10 +4,13 @@
 //! in lives at the edge.
 
 mod file;
+mod problem;
+mod raw;
 #[cfg(test)]
 mod tests;
 
-pub use file::{PolicyFileError, Problem, sha256_hex};
+pub use file::sha256_hex;
+pub use problem::{PolicyFileError, Problem};
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
