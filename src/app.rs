@@ -86,7 +86,8 @@ impl Application {
 
         let metrics = Arc::new(Metrics::new());
         // Before anything is spawned: an invalid policies file stops startup.
-        let (policies, reloader) = load_policies(&settings, &metrics)?;
+        let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
+        let reloader = load_policies(&settings, &policies, &metrics)?;
 
         let mut background = Vec::new();
         if let Some(reloader) = reloader {
@@ -220,15 +221,16 @@ impl Application {
     }
 }
 
-/// The policies in force: empty without a file; with one, its first load
-/// (any problem fails startup) and the reloader the watcher drives.
+/// Without a policies file, nothing (the set stays empty). With one: its
+/// first load into `policies` (any problem fails startup), and the
+/// reloader the watcher drives.
 fn load_policies(
     settings: &Settings,
+    policies: &Arc<ArcSwap<PolicySet>>,
     metrics: &Arc<Metrics>,
-) -> Result<(Arc<ArcSwap<PolicySet>>, Option<Arc<Reloader>>), LoadError> {
-    let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
+) -> Result<Option<Arc<Reloader>>, LoadError> {
     let Some(path) = &settings.policies_file else {
-        return Ok((policies, None));
+        return Ok(None);
     };
     let reloader = Reloader::new(
         path.clone(),
@@ -237,7 +239,7 @@ fn load_policies(
         metrics.clone(),
     );
     reloader.load_initial()?;
-    Ok((policies, Some(Arc::new(reloader))))
+    Ok(Some(Arc::new(reloader)))
 }
 
 /// The Redis client options the `[redis]` settings describe (tests use it
