@@ -22,6 +22,7 @@ use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
 use crate::metrics::Metrics;
+use crate::policies::{LoadError, Reloader, watch};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::{Store, StoreError};
@@ -33,6 +34,9 @@ pub enum StartError {
     Bind { addr: SocketAddr, source: io::Error },
     #[error("cannot set up the Redis client: {0}")]
     Redis(#[from] StoreError),
+    /// The configuration is wrong (the CLI exits with EX_USAGE).
+    #[error(transparent)]
+    Policies(#[from] LoadError),
 }
 
 /// How long startup waits for Redis before serving degraded.
@@ -80,7 +84,15 @@ impl Application {
             .local_addr()
             .map_err(|source| StartError::Bind { addr, source })?;
 
+        let metrics = Arc::new(Metrics::new());
+        // Before anything is spawned: an invalid policies file stops startup.
+        let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
+        let reloader = load_policies(&settings, &policies, &metrics)?;
+
         let mut background = Vec::new();
+        if let Some(reloader) = reloader {
+            background.push(watch::spawn(reloader, settings.policies_poll_interval));
+        }
         // Local fallback only makes sense in front of Redis: the embedded
         // store as the main store is never unreachable. Kept whenever Redis
         // is, since a policy may choose `local` whatever the service's mode
@@ -104,7 +116,6 @@ impl Application {
                 (Arc::new(store.clone()), Some(store))
             }
         };
-        let metrics = Arc::new(Metrics::new());
         let breaker = BreakerConfig {
             trial_interval: probe_interval,
             ..settings.breaker
@@ -136,9 +147,6 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
-        // Loaded from `settings.policies_file` and kept current by the
-        // policies watcher.
-        let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let router = http::router(AppState {
             limiter,
             metrics,
@@ -211,6 +219,27 @@ impl Application {
         info!("stopped");
         result
     }
+}
+
+/// Without a policies file, nothing (the set stays empty). With one: its
+/// first load into `policies` (any problem fails startup), and the
+/// reloader the watcher drives.
+fn load_policies(
+    settings: &Settings,
+    policies: &Arc<ArcSwap<PolicySet>>,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Arc<Reloader>>, LoadError> {
+    let Some(path) = &settings.policies_file else {
+        return Ok(None);
+    };
+    let reloader = Reloader::new(
+        path.clone(),
+        settings.limits,
+        policies.clone(),
+        metrics.clone(),
+    );
+    reloader.load_initial()?;
+    Ok(Some(Arc::new(reloader)))
 }
 
 /// The Redis client options the `[redis]` settings describe (tests use it

@@ -1,11 +1,12 @@
-//! The command line: `ratekeeper serve` and `ratekeeper openapi`.
+//! The command line: `ratekeeper serve`, `openapi`, `script`,
+//! `policies check` and `healthcheck`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
-use crate::app::{Application, shutdown_signal};
+use crate::app::{Application, StartError, shutdown_signal};
 use crate::config::{Overrides, Settings};
 
 /// sysexits.h EX_USAGE: the configuration is wrong.
@@ -36,6 +37,11 @@ pub enum Command {
         #[arg(value_parser = ["check", "batch"])]
         name: String,
     },
+    /// Work with a policies file offline.
+    Policies {
+        #[command(subcommand)]
+        command: PoliciesCommand,
+    },
     /// Exit 0 if GET /healthz answers 200 within 2 s: the container
     /// HEALTHCHECK, which needs no curl in the image. It reads the same
     /// configuration as `serve` (--config, RATEKEEPER_*), so it probes the
@@ -47,6 +53,20 @@ pub enum Command {
         /// Probe this URL instead of the configured server.listen.
         #[arg(long)]
         url: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum PoliciesCommand {
+    /// Validate a policies file as `serve` would load it, with the configured
+    /// bounds (limits.max_limits_per_check, ...): print a one-line summary and
+    /// exit 0, or print every problem with its line and column and exit 64.
+    Check {
+        /// The policies file.
+        file: PathBuf,
+        /// A TOML file layered over the defaults, as for `serve`.
+        #[arg(long, value_name = "FILE", env = "RATEKEEPER_CONFIG")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -112,6 +132,9 @@ pub async fn run(cli: Cli) -> ExitCode {
             );
             ExitCode::SUCCESS
         }
+        Command::Policies {
+            command: PoliciesCommand::Check { file, config },
+        } => check_policies(&file, config),
         Command::Healthcheck { config, url } => {
             let url = match url {
                 Some(url) => url,
@@ -133,6 +156,39 @@ pub async fn run(cli: Cli) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// `ratekeeper policies check FILE`.
+fn check_policies(file: &std::path::Path, config: Option<PathBuf>) -> ExitCode {
+    let settings = match Settings::load(&Overrides {
+        config_file: config,
+        ..Overrides::default()
+    }) {
+        Ok(settings) => settings,
+        Err(error) => {
+            eprintln!("ratekeeper: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    match crate::policies::load(file, &settings.limits) {
+        Ok(set) => {
+            let limits: usize = set.iter().map(|p| p.limits.len()).sum();
+            let overrides: usize = set.iter().map(|p| p.overrides.len()).sum();
+            let names: Vec<&str> = set.iter().map(|p| &*p.name).collect();
+            println!(
+                "{}: ok: {} policies ({}), {limits} limits, {overrides} overrides; sha256 {}",
+                file.display(),
+                set.len(),
+                names.join(", "),
+                set.sha256
+            );
+            ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("ratekeeper: {error}");
+            ExitCode::from(EX_USAGE)
         }
     }
 }
@@ -200,6 +256,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
     }
     let app = match Application::build(settings).await {
         Ok(app) => app,
+        Err(StartError::Policies(error)) => {
+            tracing::error!(%error, "cannot start: {error}");
+            eprintln!("ratekeeper: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
         Err(error) => {
             tracing::error!(%error, "cannot start");
             return ExitCode::FAILURE;

@@ -5,11 +5,14 @@
 //! Requests flow one way, transport → limiter → store, and answers return
 //! the same way.
 //!
-//! - [`cli`]: the command line (`serve`, `openapi`); `main` only calls it.
+//! - [`cli`]: the command line (`serve`, `openapi`, `policies check`, ...);
+//!   `main` only calls it.
 //! - [`config`]: layered settings, validated all at once.
 //! - [`app`]: builds the listener, store, limiter and router; runs until a signal.
 //! - [`telemetry`]: logging setup.
 //! - [`metrics`]: every Prometheus metric, in one place.
+//! - [`policies`]: the policies file: reading, validating, swapping it in
+//!   whole, and watching it (file events, SIGHUP, a slow poll).
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
 //! - [`limiter`]: runs a check on the store; the circuit breakers, the local
@@ -28,6 +31,7 @@ pub mod domain;
 pub mod http;
 pub mod limiter;
 pub mod metrics;
+pub mod policies;
 pub mod store;
 pub mod telemetry;
 

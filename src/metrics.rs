@@ -5,8 +5,8 @@
 //! only increments atomics.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry, TextEncoder,
+    Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
+    Opts, Registry, TextEncoder,
 };
 
 use crate::domain::{Check, Decision, FailureMode};
@@ -52,6 +52,12 @@ pub struct Metrics {
     /// Open client connections, and those refused over `server.max_connections`.
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
+    /// `ratekeeper_policy_reloads_total{result="ok"}` and `{result="error"}`.
+    pub policy_reloads_ok: IntCounter,
+    pub policy_reloads_error: IntCounter,
+    /// Policies in force, and when they were last (re)loaded (Unix seconds).
+    pub policies_loaded: IntGauge,
+    pub policy_last_reload: Gauge,
 }
 
 impl Metrics {
@@ -145,6 +151,26 @@ impl Metrics {
             "Connections refused with a canned 503 because server.max_connections were open.",
         )
         .expect("valid metric");
+        let policy_reloads = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_policy_reloads_total",
+                "Loads of the policies file (the first at startup counts), by result: ok, or error (the file was rejected whole and the policies in force stayed).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let policy_reloads_ok = policy_reloads.with_label_values(&["ok"]);
+        let policy_reloads_error = policy_reloads.with_label_values(&["error"]);
+        let policies_loaded = IntGauge::new(
+            "ratekeeper_policies_loaded",
+            "Policies in force, from the last good load of the policies file.",
+        )
+        .expect("valid metric");
+        let policy_last_reload = Gauge::new(
+            "ratekeeper_policy_last_reload_timestamp_seconds",
+            "Unix time of the last good load of the policies file; 0 before any.",
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
@@ -160,6 +186,9 @@ impl Metrics {
             Box::new(breaker_opened.clone()),
             Box::new(connections.clone()),
             Box::new(connections_refused.clone()),
+            Box::new(policy_reloads),
+            Box::new(policies_loaded.clone()),
+            Box::new(policy_last_reload.clone()),
         ] {
             registry
                 .register(collector)
@@ -188,6 +217,10 @@ impl Metrics {
             breaker_opened,
             connections,
             connections_refused,
+            policy_reloads_ok,
+            policy_reloads_error,
+            policies_loaded,
+            policy_last_reload,
         }
     }
 

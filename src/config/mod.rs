@@ -32,6 +32,9 @@ pub struct Settings {
     pub limits: Bounds,
     /// The policies file; `None`: checks carry their own limits.
     pub policies_file: Option<PathBuf>,
+    /// How often the policies file is re-hashed in case a change event was
+    /// missed (a backstop: changes are normally seen at once).
+    pub policies_poll_interval: Duration,
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
@@ -131,6 +134,7 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_sliding_log_limit",
     "limits.max_limits_per_check",
     "policies.file",
+    "policies.poll_interval",
     "redis.url",
     "redis.password_file",
     "redis.key_prefix",
@@ -214,6 +218,7 @@ impl Settings {
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
         });
+        let policies_poll_interval = r.duration("policies.poll_interval");
         let redis = read_redis(&mut r);
         let failure = (
             r.parse("failure.mode", |s| match s {
@@ -259,6 +264,7 @@ impl Settings {
                     max_limits_per_check: limits.2? as usize,
                 },
                 policies_file: policies_file?,
+                policies_poll_interval: policies_poll_interval?,
                 redis: redis?,
                 failure: FailurePolicy {
                     mode: failure.0?,

@@ -26,7 +26,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, parse_duration_us};
 pub use failure::{FailureMode, FailurePolicy};
-pub use policy::{Policy, PolicySet};
+pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,
 };

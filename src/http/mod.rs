@@ -5,6 +5,7 @@ mod check;
 mod error;
 pub mod openapi;
 mod ops;
+mod policies;
 pub mod server;
 
 use std::sync::Arc;
@@ -48,6 +49,7 @@ pub fn router(state: AppState) -> Router {
     let docs = docs.layer(map_response(json_error_bodies));
     Router::new()
         .route("/v1/check", post(check::check))
+        .route("/v1/policies", get(policies::policies))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

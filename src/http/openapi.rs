@@ -10,6 +10,7 @@ use super::check::{
 };
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
+use super::policies::{PoliciesResponse, PolicyLimitView, PolicyView};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -27,8 +28,17 @@ use super::ops::Health;
 )]
 struct ApiDoc;
 
+/// `GET /v1/policies`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::policies::policies),
+    components(schemas(PoliciesResponse, PolicyView, PolicyLimitView))
+)]
+struct PoliciesDoc;
+
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
+    doc.merge(PoliciesDoc::openapi());
     // The crate version would make the file change on every release bump
     // without any API change; pin the document's own version instead.
     doc.info.version = "1".into();

@@ -3,6 +3,15 @@
 //! transport or store; the file watcher that swaps a loaded [`PolicySet`]
 //! in lives at the edge.
 
+mod file;
+mod problem;
+mod raw;
+#[cfg(test)]
+mod tests;
+
+pub use file::sha256_hex;
+pub use problem::{PolicyFileError, Problem};
+
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -57,6 +66,9 @@ pub struct PolicySet {
     pub sha256: String,
     /// When this set was loaded; `None` for the empty set.
     pub loaded_at: Option<SystemTime>,
+    /// Where it was loaded from (for display); `None` for the empty set
+    /// and for sets built in code.
+    pub source: Option<String>,
 }
 
 impl PolicySet {
@@ -66,6 +78,7 @@ impl PolicySet {
             policies: BTreeMap::new(),
             sha256: String::new(),
             loaded_at: None,
+            source: None,
         }
     }
 
@@ -82,6 +95,7 @@ impl PolicySet {
                 .collect(),
             sha256,
             loaded_at,
+            source: None,
         }
     }
 

@@ -1,0 +1,279 @@
+//! The policies file: TOML text in, a validated [`PolicySet`] or every
+//! problem out, each with its line and column. No file IO here: the edge
+//! reads the bytes, this module judges them.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use sha2::{Digest, Sha256};
+use toml::Spanned;
+
+use super::problem::{PolicyFileError, Report};
+use super::raw::{RawFile, RawLimit, RawOverride, RawPolicy};
+use super::{Policy, PolicySet};
+use crate::domain::{
+    Algorithm, Bounds, FailureMode, Limit, Rule, RuleInput, ValidationError, validate_count,
+    validate_name,
+};
+
+/// Hex SHA-256 of a file's bytes: what identifies a loaded version.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// How a TOML key is written in a path: bare when it may be, else quoted.
+fn toml_key(key: &str) -> String {
+    let bare = !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if bare {
+        key.to_string()
+    } else {
+        format!("{key:?}")
+    }
+}
+
+impl PolicySet {
+    /// Parses and validates a whole policies file. `Err` lists every
+    /// problem with its line and column; nothing of an invalid file is kept.
+    /// A file without policies is valid and loads none.
+    pub fn parse(
+        text: &str,
+        bounds: &Bounds,
+        loaded_at: Option<SystemTime>,
+    ) -> Result<PolicySet, PolicyFileError> {
+        let mut report = Report {
+            text,
+            problems: Vec::new(),
+        };
+        let raw: RawFile = match toml::from_str(text) {
+            Ok(raw) => raw,
+            Err(error) => {
+                let span = error.span().unwrap_or(0..0);
+                report.add(String::new(), span, error.message().trim_end());
+                return Err(report.finish());
+            }
+        };
+        let mut policies = Vec::with_capacity(raw.policies.len());
+        for (name, policy) in &raw.policies {
+            if let Some(policy) = build_policy(name, policy, bounds, &mut report) {
+                policies.push(policy);
+            }
+        }
+        if !report.problems.is_empty() {
+            return Err(report.finish());
+        }
+        Ok(PolicySet::from_policies(
+            policies,
+            sha256_hex(text.as_bytes()),
+            loaded_at,
+        ))
+    }
+}
+
+fn build_policy(
+    name: &Spanned<String>,
+    raw: &Spanned<RawPolicy>,
+    bounds: &Bounds,
+    report: &mut Report,
+) -> Option<Policy> {
+    let path = format!("policies.{}", toml_key(name.get_ref()));
+    let before = report.problems.len();
+    if let Err(e) = validate_name(&path, name.get_ref()) {
+        report.add(path.clone(), name.span(), e.message);
+    }
+    let policy = raw.get_ref();
+    let failure_mode = policy.failure_mode.as_ref().and_then(|mode| {
+        let found = FailureMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == mode.get_ref());
+        if found.is_none() {
+            report.add(
+                format!("{path}.failure_mode"),
+                mode.span(),
+                format!(
+                    "must be \"open\", \"closed\" or \"local\", got {:?}",
+                    mode.get_ref()
+                ),
+            );
+        }
+        found
+    });
+    let limits = match &policy.limits {
+        Some(limits) => build_limits(&path, limits, bounds, report),
+        None => {
+            report.add(
+                format!("{path}.limits"),
+                name.span(),
+                "missing: a policy needs at least one limit",
+            );
+            Vec::new()
+        }
+    };
+    let mut overrides = HashMap::with_capacity(policy.overrides.len());
+    for (key, raw_override) in &policy.overrides {
+        let merged = build_override(&path, &limits, key, raw_override, bounds, report);
+        if let Some(merged) = merged {
+            overrides.insert(key.get_ref().clone(), merged);
+        }
+    }
+    (report.problems.len() == before).then(|| Policy {
+        name: Arc::from(name.get_ref().as_str()),
+        description: policy.description.clone(),
+        failure_mode,
+        shadow: policy.shadow.unwrap_or(false),
+        limits: limits.into(),
+        overrides,
+    })
+}
+
+/// A list of limits: each valid, names unique, 1 to the configured count.
+fn build_limits(
+    path: &str,
+    raw: &Spanned<Vec<Spanned<RawLimit>>>,
+    bounds: &Bounds,
+    report: &mut Report,
+) -> Vec<Limit> {
+    let list_path = format!("{path}.limits");
+    if let Err(e) = validate_count(&list_path, raw.get_ref().len(), bounds) {
+        report.add(list_path.clone(), raw.span(), e.message);
+    }
+    let mut built: Vec<Limit> = Vec::with_capacity(raw.get_ref().len());
+    let mut names: Vec<&str> = Vec::with_capacity(raw.get_ref().len());
+    for (i, limit) in raw.get_ref().iter().enumerate() {
+        let at = format!("{list_path}[{i}]");
+        let name = limit.get_ref().name.get_ref().as_str();
+        if let Some(j) = names.iter().position(|n| *n == name) {
+            report.add(
+                format!("{at}.name"),
+                limit.get_ref().name.span(),
+                format!(
+                    "{name:?} is also the name of limits[{j}]; names must be unique in a policy"
+                ),
+            );
+        }
+        names.push(name);
+        if let Some(limit) = build_limit(&at, limit.get_ref(), bounds, report) {
+            built.push(limit);
+        }
+    }
+    built
+}
+
+/// One limit through the same validation as an inline check's.
+fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -> Option<Limit> {
+    let mut ok = true;
+    if let Err(e) = validate_name("name", raw.name.get_ref()) {
+        report.add(format!("{at}.name"), raw.name.span(), e.message);
+        ok = false;
+    }
+    let algorithm = match &raw.algorithm {
+        None => None,
+        Some(a) => match Algorithm::ALL
+            .into_iter()
+            .find(|x| x.as_str() == a.get_ref())
+        {
+            Some(found) => Some(found),
+            None => {
+                let names: Vec<&str> = Algorithm::ALL.iter().map(|x| x.as_str()).collect();
+                report.add(
+                    format!("{at}.algorithm"),
+                    a.span(),
+                    format!("must be one of {}, got {:?}", names.join(", "), a.get_ref()),
+                );
+                return None;
+            }
+        },
+    };
+    // Negative numbers are out of range; u64::MAX is too, so Rule::new says so.
+    let whole = |v: i64| u64::try_from(v).unwrap_or(0);
+    let input = RuleInput {
+        limit: whole(*raw.limit.get_ref()),
+        window: raw.window.get_ref().0.clone(),
+        algorithm,
+        burst: raw.burst.as_ref().map(|b| whole(*b.get_ref())),
+    };
+    match Rule::new(&input, bounds) {
+        Ok(rule) if ok => Some(Limit {
+            name: Arc::from(raw.name.get_ref().as_str()),
+            rule,
+        }),
+        Ok(_) => None,
+        Err(ValidationError { field, message }) => {
+            let span = match field.as_str() {
+                "window" => raw.window.span(),
+                "burst" => raw.burst.as_ref().map_or(raw.limit.span(), |b| b.span()),
+                _ => raw.limit.span(),
+            };
+            report.add(format!("{at}.{field}"), span, message);
+            None
+        }
+    }
+}
+
+/// An override's limits, each replacing the policy's limit of its name;
+/// returns the policy's whole list with those replaced (order kept).
+fn build_override(
+    path: &str,
+    policy_limits: &[Limit],
+    key: &Spanned<String>,
+    raw: &Spanned<RawOverride>,
+    bounds: &Bounds,
+    report: &mut Report,
+) -> Option<Arc<[Limit]>> {
+    let at = format!("{path}.overrides.{:?}", key.get_ref());
+    let before = report.problems.len();
+    let key_len = key.get_ref().len();
+    if key_len == 0 || key_len > bounds.max_key_bytes {
+        report.add(
+            at.clone(),
+            key.span(),
+            format!(
+                "a client key is 1 to {} bytes (limits.max_key_bytes), got {key_len}",
+                bounds.max_key_bytes
+            ),
+        );
+    }
+    let Some(raw_limits) = &raw.get_ref().limits else {
+        report.add(
+            format!("{at}.limits"),
+            key.span(),
+            "missing: an override replaces at least one limit",
+        );
+        return None;
+    };
+    let replacements = build_limits(&at, raw_limits, bounds, report);
+    for (i, limit) in raw_limits.get_ref().iter().enumerate() {
+        let name = limit.get_ref().name.get_ref();
+        if !policy_limits.iter().any(|l| *l.name == **name) {
+            let known: Vec<&str> = policy_limits.iter().map(|l| &*l.name).collect();
+            report.add(
+                format!("{at}.limits[{i}].name"),
+                limit.get_ref().name.span(),
+                format!(
+                    "{name:?} is not a limit of this policy (its limits: {})",
+                    known.join(", ")
+                ),
+            );
+        }
+    }
+    if report.problems.len() != before {
+        return None;
+    }
+    let merged: Vec<Limit> = policy_limits
+        .iter()
+        .map(|l| {
+            replacements
+                .iter()
+                .find(|r| r.name == l.name)
+                .unwrap_or(l)
+                .clone()
+        })
+        .collect();
+    Some(merged.into())
+}

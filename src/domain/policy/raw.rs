@@ -1,0 +1,75 @@
+//! The policies file's shape as serde reads it, with the span of every
+//! value so a problem can name its line and column. Unknown keys anywhere
+//! are errors: a typo must not silently drop a limit.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer, Visitor};
+use toml::Spanned;
+
+use crate::domain::WindowInput;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFile {
+    #[serde(default)]
+    pub(super) policies: BTreeMap<Spanned<String>, Spanned<RawPolicy>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawPolicy {
+    pub(super) description: Option<String>,
+    pub(super) failure_mode: Option<Spanned<String>>,
+    pub(super) shadow: Option<bool>,
+    pub(super) limits: Option<Spanned<Vec<Spanned<RawLimit>>>>,
+    #[serde(default)]
+    pub(super) overrides: BTreeMap<Spanned<String>, Spanned<RawOverride>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawOverride {
+    pub(super) limits: Option<Spanned<Vec<Spanned<RawLimit>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLimit {
+    pub(super) name: Spanned<String>,
+    pub(super) algorithm: Option<Spanned<String>>,
+    pub(super) limit: Spanned<i64>,
+    pub(super) window: Spanned<RawWindow>,
+    pub(super) burst: Option<Spanned<i64>>,
+}
+
+/// A window as the API takes it: a duration string or whole seconds.
+pub(super) struct RawWindow(pub(super) WindowInput);
+
+impl<'de> Deserialize<'de> for RawWindow {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct WindowVisitor;
+        impl Visitor<'_> for WindowVisitor {
+            type Value = RawWindow;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str(
+                    "a duration such as \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or a positive integer number of seconds",
+                )
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<RawWindow, E> {
+                u64::try_from(v)
+                    .map(|v| RawWindow(WindowInput::Seconds(v)))
+                    .map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<RawWindow, E> {
+                Ok(RawWindow(WindowInput::Seconds(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<RawWindow, E> {
+                Ok(RawWindow(WindowInput::Text(v.to_owned())))
+            }
+        }
+        deserializer.deserialize_any(WindowVisitor)
+    }
+}

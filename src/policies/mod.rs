@@ -1,0 +1,211 @@
+//! The policies file at the edge: reading it (bounded, following symlinks),
+//! judging it with [`PolicySet::parse`], swapping it in whole, and watching
+//! it for changes ([`watch`]).
+//!
+//! A file that cannot be read or fails validation is rejected whole: the
+//! set in force stays, the error is logged with its line and column, and
+//! `ratekeeper_policy_reloads_total{result="error"}` counts it.
+
+pub mod watch;
+
+use std::io::{self, Read};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwap;
+use tracing::{error, info};
+
+use crate::domain::policy::sha256_hex;
+use crate::domain::{Bounds, PolicyFileError, PolicySet};
+use crate::metrics::Metrics;
+
+/// The largest policies file read: parsing stays cheap, and a wrong path
+/// (a log file, say) is refused rather than read whole.
+pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Why a policies file was not loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("cannot read the policies file {path}: {source}")]
+    Read { path: String, source: io::Error },
+    #[error(
+        "the policies file {path} is larger than {MAX_FILE_BYTES} bytes (1 MiB); is it the right file?"
+    )]
+    TooLarge { path: String },
+    #[error("the policies file {path} is not UTF-8 text: {source}")]
+    NotUtf8 {
+        path: String,
+        source: std::str::Utf8Error,
+    },
+    #[error("invalid policies file {path}: {source}")]
+    Invalid {
+        path: String,
+        source: PolicyFileError,
+    },
+}
+
+/// The file's bytes, at most [`MAX_FILE_BYTES`]. Opening the path follows
+/// symlinks, so a Kubernetes ConfigMap mount (`policies.toml ->
+/// ..data/policies.toml`) reads the version `..data` points at now.
+pub fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    let shown = || path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|source| LoadError::Read {
+        path: shown(),
+        source,
+    })?;
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|source| LoadError::Read {
+            path: shown(),
+            source,
+        })?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(LoadError::TooLarge { path: shown() });
+    }
+    Ok(bytes)
+}
+
+/// Parses `bytes` read from `path` into a set stamped with `loaded_at`.
+pub fn parse(
+    path: &Path,
+    bytes: &[u8],
+    bounds: &Bounds,
+    loaded_at: SystemTime,
+) -> Result<PolicySet, LoadError> {
+    let shown = || path.display().to_string();
+    let text = std::str::from_utf8(bytes).map_err(|source| LoadError::NotUtf8 {
+        path: shown(),
+        source,
+    })?;
+    let mut set =
+        PolicySet::parse(text, bounds, Some(loaded_at)).map_err(|source| LoadError::Invalid {
+            path: shown(),
+            source,
+        })?;
+    set.source = Some(shown());
+    Ok(set)
+}
+
+/// Reads and parses the file at `path` (the startup load, and
+/// `ratekeeper policies check`).
+pub fn load(path: &Path, bounds: &Bounds) -> Result<PolicySet, LoadError> {
+    parse(path, &read(path)?, bounds, SystemTime::now())
+}
+
+/// What one reload attempt did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reload {
+    /// Same bytes as the set in force (or as the last rejected file): nothing to do.
+    Unchanged,
+    /// A new set is in force, with this many policies.
+    Loaded(usize),
+    /// The file was rejected; the set in force stays.
+    Rejected,
+}
+
+/// Loads the policies file into the shared set, keeping the metrics.
+pub struct Reloader {
+    path: PathBuf,
+    bounds: Bounds,
+    policies: Arc<ArcSwap<PolicySet>>,
+    metrics: Arc<Metrics>,
+    /// What the last rejected attempt saw (the file's hash, or its read
+    /// error), so the poll does not log and count the same bad file again.
+    rejected: Mutex<Option<String>>,
+}
+
+impl Reloader {
+    pub fn new(
+        path: PathBuf,
+        bounds: Bounds,
+        policies: Arc<ArcSwap<PolicySet>>,
+        metrics: Arc<Metrics>,
+    ) -> Reloader {
+        Reloader {
+            path,
+            bounds,
+            policies,
+            metrics,
+            rejected: Mutex::new(None),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The startup load: any problem is returned (startup fails); a good
+    /// file is swapped in and counted as a reload.
+    pub fn load_initial(&self) -> Result<usize, LoadError> {
+        let set = load(&self.path, &self.bounds).inspect_err(|_| {
+            self.metrics.policy_reloads_error.inc();
+        })?;
+        Ok(self.install(set))
+    }
+
+    /// Re-reads the file and swaps the new set in if its bytes changed.
+    /// `forced` (SIGHUP) also re-judges bytes already rejected, and counts
+    /// an unchanged good file as a reload.
+    pub fn reload(&self, forced: bool) -> Reload {
+        let mut rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
+        // What identifies this attempt: the bytes' hash, or the read error.
+        let (fingerprint, read) = match read(&self.path) {
+            Err(e) => (format!("read: {e}"), Err(e)),
+            Ok(bytes) => {
+                let sha = sha256_hex(&bytes);
+                if !forced && sha == self.policies.load().sha256 {
+                    // Back to the set in force (a bad edit undone, say).
+                    *rejected = None;
+                    return Reload::Unchanged;
+                }
+                (sha, Ok(bytes))
+            }
+        };
+        if !forced && rejected.as_deref() == Some(fingerprint.as_str()) {
+            return Reload::Unchanged;
+        }
+        let loaded =
+            read.and_then(|bytes| parse(&self.path, &bytes, &self.bounds, SystemTime::now()));
+        match loaded {
+            Ok(set) => {
+                *rejected = None;
+                Reload::Loaded(self.install(set))
+            }
+            Err(e) => {
+                *rejected = Some(fingerprint);
+                self.metrics.policy_reloads_error.inc();
+                error!(
+                    file = %self.path.display(),
+                    error = %e,
+                    "policies file rejected; the policies in force stay: {e}"
+                );
+                Reload::Rejected
+            }
+        }
+    }
+
+    /// Swaps `set` in whole and records it; returns its size.
+    fn install(&self, set: PolicySet) -> usize {
+        let n = set.len();
+        let sha = set.sha256.clone();
+        let at = set.loaded_at.unwrap_or_else(SystemTime::now);
+        self.policies.store(Arc::new(set));
+        self.metrics.policy_reloads_ok.inc();
+        self.metrics.policies_loaded.set(n as i64);
+        self.metrics.policy_last_reload.set(
+            at.duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        info!(
+            file = %self.path.display(),
+            policies = n,
+            sha256 = %sha,
+            "loaded {n} policies from {} (sha256 {})",
+            self.path.display(),
+            &sha[..12.min(sha.len())]
+        );
+        n
+    }
+}

@@ -1,0 +1,197 @@
+//! The policies file as an operator meets it through the binary: startup
+//! refuses an invalid file (exit 64, every problem named), `ratekeeper
+//! policies check` validates offline, and SIGHUP reloads.
+
+use std::io::Read;
+use std::os::unix::fs::symlink;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ratekeeper::domain::policy::sha256_hex;
+
+mod support;
+
+use support::binary::{KillOnDrop, ratekeeper, serve};
+use support::{Signal, fresh_dir, path_str, send_signal};
+
+/// Two policies with four problems between them, on known lines.
+const BAD: &str = r#"[policies.api]
+failure_mode = "sometimes"
+limits = [
+  { name = "burst", algorithm = "token_bucket", limit = 0, window = "1s" },
+  { name = "burst", limit = 10, window = "1y" },
+]
+
+[policies.Login]
+limits = [{ name = "minute", limit = 5, window = "1m" }]
+"#;
+
+/// Every problem of [`BAD`], as `ratekeeper` prints it.
+const BAD_PROBLEMS: [&str; 5] = [
+    "policies.api.failure_mode (line 2, column 16)",
+    "policies.api.limits[0].limit (line 4, column 57)",
+    "policies.api.limits[1].name (line 5, column 12)",
+    "policies.api.limits[1].window (line 5, column 42)",
+    "policies.Login (line 8, column 11)",
+];
+
+fn example() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("config/policies.example.toml")
+        .display()
+        .to_string()
+}
+
+/// Runs `command` to completion within 10 s; returns (exit code, stdout, stderr).
+fn run(command: &mut Command) -> (i32, String, String) {
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "did not exit within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code().unwrap_or(-1), out, err)
+}
+
+#[test]
+fn startup_with_an_invalid_file_exits_64_naming_every_problem() {
+    let dir = fresh_dir("policies-cli-start");
+    let path = dir.join("policies.toml");
+    std::fs::write(&path, BAD).unwrap();
+    let (code, _, err) = run(ratekeeper().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policies",
+        path_str(&path),
+    ]));
+    assert_eq!(code, 64, "{err}");
+    for problem in BAD_PROBLEMS {
+        assert!(err.contains(problem), "{problem} missing from: {err}");
+    }
+    assert!(err.contains("5 problems"), "{err}");
+
+    // An unreadable file also stops startup, through the environment too.
+    let (code, _, err) = run(ratekeeper()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_POLICIES__FILE", dir.join("missing.toml")));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("missing.toml"), "{err}");
+}
+
+#[test]
+fn check_accepts_a_valid_file_with_a_summary() {
+    let (code, out, err) = run(ratekeeper().args(["policies", "check", &example()]));
+    assert_eq!(code, 0, "{err}");
+    let text = std::fs::read(example()).unwrap();
+    assert!(out.contains("3 policies (api, export, login)"), "{out}");
+    assert!(out.contains(&sha256_hex(&text)), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+}
+
+#[test]
+fn check_rejects_an_invalid_file_with_every_problem() {
+    let dir = fresh_dir("policies-cli-check");
+    let path = dir.join("bad.toml");
+    std::fs::write(&path, BAD).unwrap();
+    let (code, out, err) = run(ratekeeper().args(["policies", "check", path_str(&path)]));
+    assert_eq!(code, 64, "{out}");
+    for problem in BAD_PROBLEMS {
+        assert!(err.contains(problem), "{problem} missing from: {err}");
+    }
+
+    // A syntax error: its line and column.
+    std::fs::write(&path, "[policies.api]\nlimits = [\n").unwrap();
+    let (code, _, err) = run(ratekeeper().args(["policies", "check", path_str(&path)]));
+    assert_eq!(code, 64);
+    assert!(err.contains("line 2, column 11: unclosed array"), "{err}");
+
+    // Too large to be a policies file.
+    std::fs::write(&path, "#".repeat(1024 * 1024 + 1)).unwrap();
+    let (code, _, err) = run(ratekeeper().args(["policies", "check", path_str(&path)]));
+    assert_eq!(code, 64);
+    assert!(err.contains("larger than 1048576 bytes"), "{err}");
+}
+
+#[test]
+fn check_uses_the_configured_bounds() {
+    let dir = fresh_dir("policies-cli-bounds");
+    let config = dir.join("ratekeeper.toml");
+    std::fs::write(&config, "[limits]\nmax_limits_per_check = 1\n").unwrap();
+    let (code, _, err) = run(ratekeeper().args([
+        "policies",
+        "check",
+        &example(),
+        "--config",
+        path_str(&config),
+    ]));
+    assert_eq!(code, 64);
+    assert!(
+        err.contains("policies.api.limits (line 18, column 10): must hold 1 to 1 limits"),
+        "{err}"
+    );
+    assert!(err.contains("policies.login.limits"), "{err}");
+}
+
+#[tokio::test]
+async fn sighup_reloads() {
+    // The file is a symlink into a directory that is not watched, and the
+    // poll is an hour: only SIGHUP can make the change visible.
+    let dir = fresh_dir("policies-cli-hup");
+    let elsewhere = fresh_dir("policies-cli-hup-target");
+    let target = elsewhere.join("real.toml");
+    let v1 = "[policies.a]\nlimits = [{ name = \"x\", limit = 1, window = 1 }]\n";
+    let v2 = "[policies.b]\nlimits = [{ name = \"y\", limit = 2, window = 2 }]\n";
+    std::fs::write(&target, v1).unwrap();
+    let path = dir.join("policies.toml");
+    symlink(&target, &path).unwrap();
+    let (child, addr) = serve(&[
+        ("RATEKEEPER_POLICIES__FILE", path_str(&path)),
+        ("RATEKEEPER_POLICIES__POLL_INTERVAL", "1h"),
+    ]);
+    let url = format!("http://{addr}/v1/policies");
+    let sha = || async {
+        let body: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
+        body["sha256"].as_str().unwrap().to_string()
+    };
+    assert_eq!(sha().await, sha256_hex(v1.as_bytes()));
+
+    std::fs::write(&target, v2).unwrap();
+    assert!(send_signal(child.0.id(), Signal::SIGHUP));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while sha().await != sha256_hex(v2.as_bytes()) {
+        assert!(
+            Instant::now() < deadline,
+            "SIGHUP did not reload within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Still serving after the signal.
+    assert_eq!(reqwest::get(&url).await.unwrap().status(), 200);
+}
