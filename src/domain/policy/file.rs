@@ -76,6 +76,9 @@ impl PolicySet {
     }
 }
 
+/// The `policy` label of checks that carry their own limits.
+const INLINE: &str = "inline";
+
 fn build_policy(
     name: &Spanned<String>,
     raw: &Spanned<RawPolicy>,
@@ -86,6 +89,14 @@ fn build_policy(
     let before = report.problems.len();
     if let Err(e) = validate_name(&path, name.get_ref()) {
         report.add(path.clone(), name.span(), e.message);
+    } else if name.get_ref() == INLINE {
+        // Metrics label inline checks `policy="inline"`: a policy of that
+        // name would be counted as them.
+        report.add(
+            path.clone(),
+            name.span(),
+            format!("{INLINE:?} is reserved for checks that carry their own limits"),
+        );
     }
     let policy = raw.get_ref();
     let failure_mode = policy.failure_mode.as_ref().and_then(|mode| {

@@ -285,3 +285,12 @@ fn the_example_file_is_valid() {
         100_000
     );
 }
+
+#[test]
+fn the_inline_label_is_reserved() {
+    let found =
+        problems("[policies.inline]\nlimits = [{ name = \"a\", limit = 1, window = \"1s\" }]\n");
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert_eq!((found[0].0.as_str(), found[0].1), ("policies.inline", 1));
+    assert!(found[0].3.contains("reserved"), "{found:?}");
+}
