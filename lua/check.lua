@@ -5,7 +5,7 @@
 -- A check is allowed iff every limit allows `cost`; only then does every
 -- limit spend it. With one limit that is the algorithm's own call. With
 -- several, a first pass runs each function with `dry` set (it decides and
--- reports what it would leave, writing nothing that changes a decision),
+-- reports what it would leave, writing nothing),
 -- and only if all allowed does a second pass run them again to write: same
 -- state, same now, so the same outcomes. The keys of one check are distinct
 -- and share the client key's hash tag, so the whole check is one slot.

@@ -16,9 +16,20 @@
 //! - A check of several limits is denied while any denying limit still
 //!   denies. The entry answers until the earliest time any of its denying
 //!   limits could pass: until then each of them is still denying, so the
-//!   decision and every denying limit's `retry_after` are exact, and the
-//!   check's `retry_after` is their largest. The limits that allowed are
-//!   reported as recorded (their `remaining` can only have grown since).
+//!   decision and every denying limit's outcome are exact, and so are the
+//!   check's `retry_after` (their largest) and its most restrictive limit
+//!   (the first denying one: a denied one-unit check leaves 0, and ties go
+//!   to a denying limit), hence `limit`, `remaining` and the headers.
+//!   A limit that allowed keeps allowing (time only makes it easier, and
+//!   nothing of it is spent while the check is denied), but its `remaining`
+//!   and `reset_after` move with time (a refill, a window rolling over).
+//!   The entry reports its `remaining` as recorded, adjusted to the cost
+//!   asked (a cost-1 check would leave one less than a cost-0 one), which
+//!   is never above the store's figure, and its `reset_after` as recorded;
+//!   so the check's `reset_after` (the largest over all limits) may differ
+//!   from the store's when an allowing limit holds it.
+//!   (Checks with *other* limits on the same state can spend an allowing
+//!   limit meanwhile; see the last rule.)
 //! - Only denials of checks needing one unit (`cost` 0 or 1) are recorded,
 //!   and only such checks are answered: a cost-5 denial with 2 units left
 //!   says nothing about a cost-1 check, and for a larger cost the exact
@@ -97,6 +108,7 @@ impl Equivalent<DenyKey> for DenyKeyRef<'_> {
 #[derive(Debug, Clone, Copy)]
 struct Recorded {
     allowed: bool,
+    /// What an allowing limit said it would leave after the recorded cost.
     remaining: u64,
     /// When this limit would pass (denying limits only).
     until_us: u64,
@@ -107,6 +119,8 @@ struct Recorded {
 #[derive(Debug, Clone)]
 struct Denial {
     limits: Arc<[Recorded]>,
+    /// The recorded check's cost (0 or 1).
+    cost: u64,
     /// The entry answers until this instant: the earliest `until` of the
     /// denying limits, and at most `MAX_AGE` after it was recorded.
     valid_until_us: u64,
@@ -145,6 +159,13 @@ impl DenyCache {
             self.entries.remove(&key);
             return None;
         }
+        // An allowing limit reports what it would leave after spending the
+        // cost asked: one less for a cost-1 check than for a cost-0 one.
+        // Answering a cost-0 check from a cost-1 denial keeps the lower
+        // figure (a sliding window's fractional count may leave no whole
+        // unit either way), so a cached `remaining` is never above the
+        // store's.
+        let extra = check.cost.saturating_sub(denial.cost);
         Some(
             denial
                 .limits
@@ -152,7 +173,11 @@ impl DenyCache {
                 .map(|r| Outcome {
                     allowed: r.allowed,
                     // A denied one-unit check has no unit left.
-                    remaining: if r.allowed { r.remaining } else { 0 },
+                    remaining: if r.allowed {
+                        r.remaining.saturating_sub(extra)
+                    } else {
+                        0
+                    },
                     retry_after_us: if r.allowed { 0 } else { r.until_us - now },
                     reset_after_us: r.reset_at_us.saturating_sub(now),
                 })
@@ -193,6 +218,7 @@ impl DenyCache {
             },
             Denial {
                 limits,
+                cost: check.cost,
                 valid_until_us,
             },
         );
@@ -335,6 +361,40 @@ mod tests {
             cache.record(&c, 0, &[denied(1_000)]);
         }
         assert!(cache.len() <= 200, "{}", cache.len());
+    }
+
+    /// An allowing limit's `remaining` is what it would leave after the
+    /// cost asked: a cost-1 check leaves one less than the cost-0 check
+    /// that was recorded; a cost-0 check answered from a cost-1 denial keeps
+    /// the lower figure rather than guess above the store's.
+    #[test]
+    fn an_allowing_limit_reports_the_remaining_of_the_cost_asked() {
+        let clock = ManualClock::new(0);
+        let cache = DenyCache::new(10, Arc::new(clock.clone()));
+        let allowing = |remaining| Outcome {
+            allowed: true,
+            remaining,
+            retry_after_us: 0,
+            reset_after_us: 100,
+        };
+        cache.record(&two(Algorithm::Gcra, 0), 0, &[denied(500), allowing(7)]);
+        assert_eq!(
+            cache.lookup(&two(Algorithm::Gcra, 0)).unwrap()[1].remaining,
+            7
+        );
+        assert_eq!(
+            cache.lookup(&two(Algorithm::Gcra, 1)).unwrap()[1].remaining,
+            6
+        );
+        cache.record(&two(Algorithm::Gcra, 1), 0, &[denied(500), allowing(6)]);
+        assert_eq!(
+            cache.lookup(&two(Algorithm::Gcra, 0)).unwrap()[1].remaining,
+            6
+        );
+        assert_eq!(
+            cache.lookup(&two(Algorithm::Gcra, 1)).unwrap()[1].remaining,
+            6
+        );
     }
 
     #[test]

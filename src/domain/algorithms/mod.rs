@@ -90,8 +90,9 @@ impl State {
 
 /// All or nothing over the limits of one check: each state gets its own
 /// limit's outcome, as if checked alone, and the states change only when
-/// every limit allows (then each spends `cost`). The Lua twin is
-/// `check_all` in `lua/lib.lua`.
+/// every limit allows and `cost > 0` (then each spends `cost`): a check of
+/// several limits writes nothing otherwise, not even a sliding log's trim.
+/// The Lua twin is `check_all` in `lua/check.lua`.
 ///
 /// ```
 /// use ratekeeper::domain::algorithms::{State, apply_all};
@@ -117,12 +118,44 @@ pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) 
         .zip(rules)
         .map(|(state, rule)| state.clone().apply(rule, now_us, cost))
         .collect();
-    if outcomes.iter().all(|o| o.allowed) {
+    // A cost of 0 spends nothing, so there is nothing to write: the states
+    // stay exactly as they were, as in the Lua, whose write pass runs only
+    // for a positive cost (rewriting would drop a sliding log's expired
+    // entries, which a clock stepping back would count again).
+    if cost > 0 && outcomes.iter().all(|o| o.allowed) {
         for (state, rule) in states.iter_mut().zip(rules) {
             state.apply(rule, now_us, cost);
         }
     }
     outcomes
+}
+
+#[cfg(test)]
+mod apply_all_tests {
+    use super::test_support::*;
+    use super::*;
+
+    /// A check of several limits that spends nothing writes nothing: not
+    /// even a sliding log's expired entries go, since a clock stepping back
+    /// would count them again (and the Lua leaves them).
+    #[test]
+    fn a_cost_zero_check_of_several_limits_changes_no_state() {
+        let log = rule(Algorithm::SlidingLog, 1, 7 * MS);
+        let daily = rule(Algorithm::FixedWindow, 5, 86_400 * SEC);
+        let mut states = [
+            State::fresh(Algorithm::SlidingLog),
+            State::fresh(Algorithm::FixedWindow),
+        ];
+        let t = 1_000 * SEC;
+        assert!(apply_all(&mut states, &[&log, &daily], t, 1)[0].allowed);
+        let before = states.clone();
+        let probe = apply_all(&mut states, &[&log, &daily], t + 10 * MS, 0);
+        assert!(probe.iter().all(|o| o.allowed));
+        assert_eq!(states, before);
+        // Back before the entry left the window: it still counts.
+        let back = apply_all(&mut states, &[&log, &daily], t + MS, 1);
+        assert!(!back[0].allowed);
+    }
 }
 
 #[cfg(test)]
