@@ -191,6 +191,22 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
             );
         }
     }
+    // A client key that starts with `}` (an empty hash tag as written)
+    // still keeps all its limits in one slot: no CROSSSLOT.
+    let limits = vec![
+        limit("tight", Algorithm::Gcra, 3),
+        limit("loose", Algorithm::SlidingLog, 5),
+    ];
+    for key in [
+        format!("}}{}", unique_key("")),
+        "}x{y}".into(),
+        String::new(),
+    ] {
+        let mut c = Check::multi(key.clone(), limits.clone(), 1);
+        c.policy = Some("api".into());
+        let outcomes = stores[0].check(&c).await.unwrap();
+        assert!(outcomes.iter().all(|o| o.allowed), "{key:?}: {outcomes:?}");
+    }
     for store in stores {
         store.quit().await;
     }

@@ -196,7 +196,9 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
         limit("daily", Algorithm::FixedWindow, 10_000, DAY),
         limit("daily.gcra", Algorithm::Gcra, 10_000, DAY),
     ];
-    for key in ["user:42", "a}b", "{x}y", "ü", "k_acme"] {
+    for key in [
+        "user:42", "a}b", "{x}y", "ü", "k_acme", "}x", "}", "{}", "x{",
+    ] {
         for policy in [None, Some("api")] {
             let c = check(key, policy, &limits, 1);
             let keys: Vec<String> = limits.iter().map(|l| store.limit_key(&c, l)).collect();

@@ -10,6 +10,13 @@
 //! hold no `:`, `{` or `}`, so what follows the tag's `}` tells the two
 //! forms and every policy apart. A client key containing `}` ends the tag
 //! early, which changes only the slot, never the key itself.
+//!
+//! One exception: a client key that is empty or starts with `}` would leave
+//! the tag empty, and Redis then hashes the whole key, so the limits of one
+//! check would land in different slots (CROSSSLOT on a cluster). Such a key
+//! opens with `#{#` instead of `{`, which makes `#` its tag; no other key
+//! has `#` right after the prefix, so no two client keys share a name.
+//! (A prefix holding `{}` empties every tag; don't configure one.)
 
 use std::fmt::Write as _;
 
@@ -26,9 +33,14 @@ impl Inner {
             .policy
             .as_ref()
             .map_or(0, |p| p.len() + limit.name.len() + 4);
-        let mut key = String::with_capacity(prefix.len() + check.key.len() + scope_len + 24);
+        let mut key = String::with_capacity(prefix.len() + check.key.len() + scope_len + 26);
         key.push_str(prefix);
-        key.push('{');
+        if !prefix.contains('{') && (check.key.is_empty() || check.key.starts_with('}')) {
+            // See the module doc: an empty tag would spread the check's keys.
+            key.push_str("#{#");
+        } else {
+            key.push('{');
+        }
         key.push_str(&check.key);
         key.push_str("}:");
         if let Some(policy) = &check.policy {
