@@ -136,6 +136,15 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end
   end
+  -- The write of a dry pass that spends: the same call writing (its
+  -- entry bookkeeping is too intricate to capture; the state is as the dry
+  -- pass found it, so it decides the same).
+  local commit = nil
+  if spends and dry then
+    commit = function()
+      sliding_log(key, now, limit, window, cost, burst, pad_ms, false)
+    end
+  end
   -- max(0, ...): the limit may have been lowered since these were logged.
-  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}
+  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
 end

@@ -33,9 +33,15 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   if tokens < burst then
     reset = credited + (burst - tokens) * interval - now
   end
-  if allowed and cost > 0 and not dry then
-    redis.call('HSET', key, 't', int(tokens), 'a', int(credited))
-    redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
+  local commit = nil
+  if allowed and cost > 0 then
+    commit = function()
+      redis.call('HSET', key, 't', int(tokens), 'a', int(credited))
+      redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
+    end
+    if not dry then
+      commit()
+    end
   end
-  return {allowed and 1 or 0, tokens, retry, reset}
+  return {allowed and 1 or 0, tokens, retry, reset, commit}
 end
