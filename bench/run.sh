@@ -87,6 +87,11 @@ redis_calls() {
   rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|evalsha_ro|eval_ro|script|fcall)(\|.*)?:/ { s += $3 } END { print s + 0 }'
 }
 
+# Redis's own time in those calls, in µs (commandstats usec).
+redis_usec() {
+  rcli info commandstats | tr -d '\r' | awk -F'usec=' '/^cmdstat_(evalsha|eval):/ { split($2, v, ","); s += v[1] } END { print s + 0 }'
+}
+
 # wrk against one target; sets R_* variables.
 run_wrk() { # name scenario algorithm connections [rate_hint]
   local name=$1 port=${PORT[$1]} pid=${PID[$1]}
@@ -100,11 +105,12 @@ run_wrk() { # name scenario algorithm connections [rate_hint]
   eval "${line#RESULT }"
   R_rps=$rps R_p50=$p50_us R_p99=$p99_us R_p999=$p999_us R_errors=$errors R_requests=$requests
   R_cpu=$(awk -v t=$((cpu1 - cpu0)) -v hz="$TICKS" -v n="$requests" 'BEGIN { printf "%.2f", n ? t / hz / n * 100000 : 0 }')
-  if [ "$name" = bare ]; then R_denied="-"; R_cmds="-"; return; fi
+  if [ "$name" = bare ]; then R_denied="-"; R_cmds="-"; R_redis_us="-"; return; fi
   local allowed denied
   allowed=$(( $(checks_total "$port" allowed) - allowed0 )); denied=$(( $(checks_total "$port" denied) - denied0 ))
   R_denied=$(awk -v a="$allowed" -v d="$denied" 'BEGIN { printf "%.0f%%", (a + d) ? 100 * d / (a + d) : 0 }')
   R_cmds=$(awk -v c="$(redis_calls)" -v n="$((allowed + denied))" 'BEGIN { printf "%.3f", n ? c / n : 0 }')
+  R_redis_us=$(awk -v u="$(redis_usec)" -v n="$((allowed + denied))" 'BEGIN { printf "%.1f", n ? u / n : 0 }')
 }
 
 # The Redis ceiling (bench/ceiling_lib.sh): EVALSHA of the check script,
@@ -195,16 +201,19 @@ if [ -n "${TWO_LIMITS:-1}" ] && [ "${TWO_LIMITS:-1}" != 0 ]; then
     echo "\"fixed_window\", \"limit\": 1000000000, \"window\": \"1d\"}]}\`; 100k keys, everything allowed."
     echo "\`÷ one\` is two-limit checks/s over one-limit checks/s, same store, same connections, same run."
     echo
-    echo "| store | conns | limits | checks/s | p50 µs | p99 µs | Redis cmds/check | CPU s/100k | ÷ one | errors |"
-    echo "|---|---|---|---|---|---|---|---|---|---|"
+    echo "Redis µs/check is Redis's own time in ratekeeper's script calls (commandstats) over the checks."
+    echo
+    echo "| store | conns | limits | checks/s | p50 µs | p99 µs | Redis cmds/check | Redis µs/check | CPU s/100k | ÷ one | errors |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
   } >> "$OUT"
   for c in $CONNECTIONS; do
     for store in $STORES; do
       for shape in one two; do
         SHAPE=$shape run_wrk "$store" spread gcra "$c"
-        if [ "$shape" = one ]; then ONE_RPS=$R_rps; ratio="-"; else
-          ratio=$(awk -v a="$R_rps" -v b="$ONE_RPS" 'BEGIN { printf "%.2f", a / b }'); fi
-        echo "| $store | $c | $shape | $R_rps | $R_p50 | $R_p99 | $R_cmds | $R_cpu | $ratio | $R_errors |" >> "$OUT"
+        if [ "$shape" = one ]; then ONE_RPS=$R_rps; ratio="-"
+        elif [ "$R_errors" != 0 ]; then ratio="n/a (errors)"  # e.g. a build without the inline form
+        else ratio=$(awk -v a="$R_rps" -v b="$ONE_RPS" 'BEGIN { printf "%.2f", a / b }'); fi
+        echo "| $store | $c | $shape | $R_rps | $R_p50 | $R_p99 | $R_cmds | $R_redis_us | $R_cpu | $ratio | $R_errors |" >> "$OUT"
         echo "limits=$shape $store c=$c: $R_rps/s cmds/check $R_cmds errors $R_errors" >&2
       done
       rcli flushall >/dev/null
