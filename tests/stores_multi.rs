@@ -213,3 +213,32 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
     }
     store.quit().await;
 }
+
+/// A policy's limit whose `limit` changes (a reload) keeps its counters,
+/// so lowering it below what was spent denies with `remaining: 0`; a
+/// changed window is another counter and starts afresh. (gcra keeps its
+/// usage as time, the theoretical arrival time: 8 units of a 10/day limit
+/// are 0.8 day, which a 5/day limit reads as 4 units. Lowered to 3/day,
+/// every algorithm is over.)
+#[tokio::test]
+async fn a_changed_limit_keeps_its_counters_and_a_changed_window_starts_afresh() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        for algorithm in Algorithm::ALL {
+            let key = unique_key("reload");
+            let daily = |n, window| [limit("daily", algorithm, n, window)];
+            let what = format!("{} {algorithm}", store.name());
+            let spent = run(&*store, &check(&key, Some("api"), &daily(10, DAY), 8)).await;
+            assert!(spent[0].allowed, "{what}");
+            let lowered = run(&*store, &check(&key, Some("api"), &daily(3, DAY), 1)).await;
+            assert_eq!(
+                (lowered[0].allowed, lowered[0].remaining),
+                (false, 0),
+                "{what}"
+            );
+            let other_window = run(&*store, &check(&key, Some("api"), &daily(5, HOUR), 0)).await;
+            assert_eq!(other_window[0].remaining, 5, "{what}: a fresh counter");
+        }
+    }
+}

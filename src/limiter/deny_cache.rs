@@ -45,7 +45,7 @@
 //!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
 //!   for that long after the store would have allowed it, and a flooding key
 //!   still costs one store call per second per instance.
-//! - A `token_bucket` denial is never cached. Its state (tokens, credit time) is
+//! - A `token_bucket` denial is never cached. Its state (tokens used, credit time) is
 //!   shared by every rule on the same key and window, and a rule with a
 //!   faster refill credits tokens that a slower rule can then spend, so its
 //!   denials are not monotone across rules. The other four only get harder
