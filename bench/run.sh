@@ -4,12 +4,14 @@
 #   bash bench/run.sh                      # 5 s per cell, ~6 minutes
 #   DURATION=10s bash bench/run.sh
 #   ALGORITHMS="gcra" SCENARIOS="flood" bash bench/run.sh
+#   TWO_LIMITS=0 bash bench/run.sh         # without the two-limit rows
 #
 # It builds release; starts its own redis-server on a free port, ratekeeper
 # twice (Redis store, embedded store) and a bare axum handler (the HTTP
 # ceiling); drives them with wrk over keep-alive connections at 1 connection
 # (latency) and 64 (throughput); measures the Redis ceiling with
-# redis-benchmark running EVALSHA of the same script at the same concurrency;
+# redis-benchmark running EVALSHA of the same script at the same concurrency
+# (bench/ceiling_lib.sh); compares checks of two limits with checks of one;
 # and writes a Markdown table to bench/results/.
 #
 # Everything runs on this machine: wrk, ratekeeper and Redis share the CPUs,
@@ -85,6 +87,11 @@ redis_calls() {
   rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|evalsha_ro|eval_ro|script|fcall)(\|.*)?:/ { s += $3 } END { print s + 0 }'
 }
 
+# Redis's own time in those calls, in µs (commandstats usec).
+redis_usec() {
+  rcli info commandstats | tr -d '\r' | awk -F'usec=' '/^cmdstat_(evalsha|eval):/ { split($2, v, ","); s += v[1] } END { print s + 0 }'
+}
+
 # wrk against one target; sets R_* variables.
 run_wrk() { # name scenario algorithm connections [rate_hint]
   local name=$1 port=${PORT[$1]} pid=${PID[$1]}
@@ -92,35 +99,29 @@ run_wrk() { # name scenario algorithm connections [rate_hint]
   rcli config resetstat >/dev/null
   allowed0=$(checks_total "$port" allowed); denied0=$(checks_total "$port" denied)
   cpu0=$(cpu_ticks "$pid")
-  line=$(SCENARIO=$2 ALGORITHM=$3 RATE_HINT=${5:-10000} \
+  line=$(SCENARIO=$2 ALGORITHM=$3 RATE_HINT=${5:-10000} SHAPE=${SHAPE:-} \
     wrk -t1 -c"$4" -d"$DURATION" -s bench/scenario.lua "http://127.0.0.1:$port" | grep '^RESULT')
   local cpu1; cpu1=$(cpu_ticks "$pid")
   eval "${line#RESULT }"
   R_rps=$rps R_p50=$p50_us R_p99=$p99_us R_p999=$p999_us R_errors=$errors R_requests=$requests
   R_cpu=$(awk -v t=$((cpu1 - cpu0)) -v hz="$TICKS" -v n="$requests" 'BEGIN { printf "%.2f", n ? t / hz / n * 100000 : 0 }')
-  if [ "$name" = bare ]; then R_denied="-"; R_cmds="-"; return; fi
+  if [ "$name" = bare ]; then R_denied="-"; R_cmds="-"; R_redis_us="-"; return; fi
   local allowed denied
   allowed=$(( $(checks_total "$port" allowed) - allowed0 )); denied=$(( $(checks_total "$port" denied) - denied0 ))
   R_denied=$(awk -v a="$allowed" -v d="$denied" 'BEGIN { printf "%.0f%%", (a + d) ? 100 * d / (a + d) : 0 }')
   R_cmds=$(awk -v c="$(redis_calls)" -v n="$((allowed + denied))" 'BEGIN { printf "%.3f", n ? c / n : 0 }')
+  R_redis_us=$(awk -v u="$(redis_usec)" -v n="$((allowed + denied))" 'BEGIN { printf "%.1f", n ? u / n : 0 }')
 }
 
-# The Redis ceiling: EVALSHA of the algorithm's script (exactly as
-# ratekeeper loads it: `ratekeeper script <algorithm>`) at the same concurrency, no
-# pipelining, spread over 100k keys with everything allowed.
-declare -A CEILING CEILING_P50
-for algorithm in $ALGORITHMS; do
-  "$BIN" script "$algorithm" > "$TMP/$algorithm.lua"
-  sha=$(rcli -x script load < "$TMP/$algorithm.lua")
-  for c in $CONNECTIONS; do
-    n=$(( c == 1 ? 30000 : 300000 ))
-    csv=$(redis-benchmark -h 127.0.0.1 -p "$REDIS_PORT" -c "$c" -n "$n" -r 100000 --csv \
-      EVALSHA "$sha" 1 "bench:$algorithm:{__rand_int__}" "" 100000 60000000 1 100000 0 | tail -1 | tr -d '"')
-    CEILING[$algorithm,$c]=$(echo "$csv" | cut -d, -f2 | cut -d. -f1)
-    CEILING_P50[$algorithm,$c]=$(echo "$csv" | awk -F, '{ printf "%d", $5 * 1000 }')
-  done
-done
-rcli flushall >/dev/null
+# The Redis ceiling (bench/ceiling_lib.sh): EVALSHA of the check script,
+# as ratekeeper loads it, with one limit of each algorithm and with the two
+# limits of the two-limit scenario, at the same concurrency.
+source bench/ceiling_lib.sh
+CEILING_ROWS=""
+for algorithm in $ALGORITHMS; do CEILING_ROWS="$CEILING_ROWS one:$algorithm"; done
+case " $ALGORITHMS " in *" gcra "*) ;; *) CEILING_ROWS="$CEILING_ROWS one:gcra";; esac
+CEILING_ROWS="$CEILING_ROWS two"
+measure_ceiling "$CONNECTIONS" $CEILING_ROWS
 
 declare -A BARE_RPS
 OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
@@ -139,9 +140,9 @@ OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
     BARE_RPS[$c]=$R_rps
     echo "| bare axum handler (parse JSON, fixed body) | $c | $R_rps | $R_p50 |"
   done
-  for algorithm in $ALGORITHMS; do
+  for row in $CEILING_ROWS; do
     for c in $CONNECTIONS; do
-      echo "| redis-benchmark EVALSHA $algorithm | $c | ${CEILING[$algorithm,$c]} | ${CEILING_P50[$algorithm,$c]} |"
+      echo "| $(ceiling_label "$row") | $c | ${CEILING[$row,$c]} | ${CEILING_P50[$row,$c]} |"
     done
   done
   echo
@@ -177,7 +178,7 @@ for scenario in $SCENARIOS; do
           ratio_embedded=$(awk -v a="$R_rps" -v b="$MEM_RPS" 'BEGIN { printf "%.2f", a / b }')
           ratio_bare="-"
         fi
-        ratio_redis=$(awk -v a="$R_rps" -v b="${CEILING[$algorithm,$c]}" 'BEGIN { printf "%.2f", a / b }')
+        ratio_redis=$(awk -v a="$R_rps" -v b="${CEILING[one:$algorithm,$c]}" 'BEGIN { printf "%.2f", a / b }')
         echo "| $scenario | $algorithm | $c | $store | $R_rps | $R_p50 | $R_p99 | $R_p999 | $R_denied | $R_cmds | $R_cpu | $ratio_redis | $ratio_embedded | $ratio_bare | $R_errors |" >> "$OUT"
         echo "$scenario $algorithm c=$c $store: $R_rps/s p50 ${R_p50}us denied $R_denied cmds/check $R_cmds" >&2
       done
@@ -185,5 +186,40 @@ for scenario in $SCENARIOS; do
     done
   done
 done
+# Two limits per check against one: the inline two-limit form (gcra
+# 1000000/s + fixed_window 1000000000/day) and the single-rule form of its
+# first limit, spread over 100k keys, everything allowed, in the same run.
+# The issue's bar: two limits keep at least 0.8x the checks/s of one, with
+# one Redis call per check (or per batch).
+if [ -n "${TWO_LIMITS:-1}" ] && [ "${TWO_LIMITS:-1}" != 0 ]; then
+  {
+    echo
+    echo "## Two limits per check"
+    echo
+    echo "\`one\`: \`{\"key\": K, \"limit\": 1000000, \"window\": \"1s\", \"algorithm\": \"gcra\"}\`; \`two\`: \`{\"key\": K, \"limits\":"
+    echo "[{\"name\": \"burst\", \"algorithm\": \"gcra\", \"limit\": 1000000, \"window\": \"1s\"}, {\"name\": \"daily\", \"algorithm\":"
+    echo "\"fixed_window\", \"limit\": 1000000000, \"window\": \"1d\"}]}\`; 100k keys, everything allowed."
+    echo "\`÷ one\` is two-limit checks/s over one-limit checks/s, same store, same connections, same run."
+    echo
+    echo "Redis µs/check is Redis's own time in ratekeeper's script calls (commandstats) over the checks."
+    echo
+    echo "| store | conns | limits | checks/s | p50 µs | p99 µs | Redis cmds/check | Redis µs/check | CPU s/100k | ÷ one | errors |"
+    echo "|---|---|---|---|---|---|---|---|---|---|---|"
+  } >> "$OUT"
+  for c in $CONNECTIONS; do
+    for store in $STORES; do
+      for shape in one two; do
+        SHAPE=$shape run_wrk "$store" spread gcra "$c"
+        if [ "$shape" = one ]; then ONE_RPS=$R_rps; ratio="-"
+        elif [ "$R_errors" != 0 ]; then ratio="n/a (errors)"  # e.g. a build without the inline form
+        else ratio=$(awk -v a="$R_rps" -v b="$ONE_RPS" 'BEGIN { printf "%.2f", a / b }'); fi
+        echo "| $store | $c | $shape | $R_rps | $R_p50 | $R_p99 | $R_cmds | $R_redis_us | $R_cpu | $ratio | $R_errors |" >> "$OUT"
+        echo "limits=$shape $store c=$c: $R_rps/s cmds/check $R_cmds errors $R_errors" >&2
+      done
+      rcli flushall >/dev/null
+    done
+  done
+fi
+
 cat "$OUT"
 echo "written to $OUT" >&2

@@ -17,8 +17,9 @@
 -- checks before it keep their writes (Redis cannot roll them back) and the
 -- ones after it still run. Within a check the spending writes all come
 -- after every read, so a refused write or a key of the wrong type leaves
--- none of its limits spent. (A sliding log drops its expired entries while
--- it reads; that changes no decision.)
+-- none of its limits spent. (A check of one limit drops a sliding log's
+-- expired entries while it reads, as the Rust function does; a check of
+-- several writes nothing at all unless every limit allows.)
 
 local now = clock(ARGV[1])
 local pad_ms = tonumber(ARGV[2])

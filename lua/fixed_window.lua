@@ -14,11 +14,16 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local until_next = (index + 1) * window - now
 
   local allowed = count + need <= limit
+  local commit = nil
   if allowed and cost > 0 then
     count = count + cost
-    if not dry then
-      redis.call('HSET', key, 'i', int(index), 'c', int(count))
+    local spent = count
+    commit = function()
+      redis.call('HSET', key, 'i', int(index), 'c', int(spent))
       redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+    end
+    if not dry then
+      commit()
     end
   end
 
@@ -31,5 +36,5 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
     reset = until_next
   end
   -- max(0, ...): the limit may have been lowered since the count was made.
-  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}
+  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
 end

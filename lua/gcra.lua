@@ -17,12 +17,18 @@ local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
     tat_after = tat + cost * interval
   end
   local reset = tat_after - now
-  if allowed and cost > 0 and not dry then
-    redis.call('SET', key, int(tat_after), 'PX', ttl_ms(reset, pad_ms))
+  local commit = nil
+  if allowed and cost > 0 then
+    commit = function()
+      redis.call('SET', key, int(tat_after), 'PX', ttl_ms(reset, pad_ms))
+    end
+    if not dry then
+      commit()
+    end
   end
   local retry = 0
   if not allowed then
     retry = tat + need * interval - tolerance - now
   end
-  return {allowed and 1 or 0, idiv(math.max(0, tolerance - reset), interval), retry, reset}
+  return {allowed and 1 or 0, idiv(math.max(0, tolerance - reset), interval), retry, reset, commit}
 end

@@ -16,9 +16,12 @@
 -- Several checks at once: see batch.lua.
 --
 -- Every algorithm is a function
---   name(key, now, limit, window, cost, burst, pad_ms, dry) -> {allowed, remaining, retry_after_us, reset_after_us}
--- With `dry` set it writes nothing that changes a decision, and answers
--- what it would have answered writing.
+--   name(key, now, limit, window, cost, burst, pad_ms, dry)
+--     -> {allowed, remaining, retry_after_us, reset_after_us, commit}
+-- With `dry` set it writes nothing (not even a sliding log's trim of
+-- expired entries: a clock stepping back would see them again), answers
+-- what it would have answered writing, and, when it allows a positive
+-- cost, returns as `commit` a function making the writes it left out.
 
 -- All numbers are integers below 2^53, where Lua's doubles are exact. Redis
 -- converts Lua numbers to strings with '%.14g', which would round a

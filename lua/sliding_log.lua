@@ -35,19 +35,27 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
     newest, newest_units = split(tail[1])
   end
   local changed = false
+  -- Entries at or before `cutoff` have left the window. A dry pass counts
+  -- them out without removing them: after a denied check of several
+  -- limits the log must be as it was, because a clock stepping back would
+  -- see them again (apply_all decides on a copy and keeps the original).
+  local cutoff = nil
   if len > 0 and now - window >= 0 then
-    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', int(now - window))
+    cutoff = now - window
+    local expired = redis.call('ZRANGEBYSCORE', key, '-inf', int(cutoff))
     if #expired > 0 then
       for _, member in ipairs(expired) do
         local _, n = split(member)
         count = count - n
       end
-      redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - window))
+      if not dry then
+        redis.call('ZREMRANGEBYSCORE', key, '-inf', int(cutoff))
+        changed = true
+      end
       len = len - #expired
       if len == 0 then
         newest = nil
       end
-      changed = true
     end
   end
 
@@ -111,10 +119,13 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
     local seen = 0
     for _, member in ipairs(redis.call('ZRANGE', key, 0, -2)) do
       local ts, n = split(member)
-      seen = seen + n
-      if seen >= rank then
-        retry = ts + window - now
-        break
+      -- Expired entries are still here after a dry pass.
+      if cutoff == nil or ts > cutoff then
+        seen = seen + n
+        if seen >= rank then
+          retry = ts + window - now
+          break
+        end
       end
     end
   end
@@ -125,6 +136,15 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end
   end
+  -- The write of a dry pass that spends: the same call writing (its
+  -- entry bookkeeping is too intricate to capture; the state is as the dry
+  -- pass found it, so it decides the same).
+  local commit = nil
+  if spends and dry then
+    commit = function()
+      sliding_log(key, now, limit, window, cost, burst, pad_ms, false)
+    end
+  end
   -- max(0, ...): the limit may have been lowered since these were logged.
-  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset}
+  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
 end

@@ -28,9 +28,16 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
     after = before + cost
   end
   local remaining = math.max(0, math.floor(limit - after))
-  if allowed and cost > 0 and not dry then
-    redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr))
-    redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
+  local commit = nil
+  if allowed and cost > 0 then
+    local p, c = prev, curr
+    commit = function()
+      redis.call('HSET', key, 'i', int(index), 'p', int(p), 'c', int(c))
+      redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
+    end
+    if not dry then
+      commit()
+    end
   end
 
   local retry = 0
@@ -66,5 +73,5 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   elseif prev > 0 then
     reset = (index + 1) * window - now
   end
-  return {allowed and 1 or 0, remaining, retry, reset}
+  return {allowed and 1 or 0, remaining, retry, reset, commit}
 end

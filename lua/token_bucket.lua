@@ -1,17 +1,21 @@
 -- token_bucket: `burst` tokens, one more every window / limit microseconds
 -- (src/domain/algorithms/token_bucket.rs).
--- key      hash {t = tokens, a = time up to which tokens were credited}
+-- key      hash {u = tokens used (missing from a full bucket), a = time up
+--          to which tokens were credited}. Used, not left, so a changed
+--          burst keeps the usage (see the Rust module doc).
 -- Only a check that consumes writes: refilling is a pure function of time,
 -- so the stored state and the refilled one give the same future answers.
 
 local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
-  local state = redis.call('HMGET', key, 't', 'a')
-  local tokens, credited = tonumber(state[1]), tonumber(state[2])
-  if tokens == nil or credited == nil then
-    tokens, credited = burst, now
+  local state = redis.call('HMGET', key, 'u', 'a')
+  local used, credited = tonumber(state[1]), tonumber(state[2])
+  if used == nil or credited == nil then
+    used, credited = 0, now
   end
+  -- Negative after the burst was lowered below what was used: a debt.
+  local tokens = burst - used
   if now > credited then
     local earned = idiv(now - credited, interval)
     tokens = tokens + earned
@@ -33,9 +37,15 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   if tokens < burst then
     reset = credited + (burst - tokens) * interval - now
   end
-  if allowed and cost > 0 and not dry then
-    redis.call('HSET', key, 't', int(tokens), 'a', int(credited))
-    redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
+  local commit = nil
+  if allowed and cost > 0 then
+    commit = function()
+      redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited))
+      redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
+    end
+    if not dry then
+      commit()
+    end
   end
-  return {allowed and 1 or 0, tokens, retry, reset}
+  return {allowed and 1 or 0, math.max(0, tokens), retry, reset, commit}
 end

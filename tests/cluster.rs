@@ -103,6 +103,113 @@ async fn batches_and_limits(cluster: &RedisCluster) {
         }
         assert!(allowed.iter().all(|&n| n == 3), "{algorithm}: {allowed:?}");
     }
+    two_limit_checks_on_every_node(cluster).await;
+}
+
+/// 3. Checks of two limits (tight 3, loose 5 per hour; different
+///    algorithms) on 40 keys spread over the nodes, 10 concurrent checks
+///    per key from two batching instances (independent stores, each its
+///    own pools): exactly 3 allowed per key, and the loose limit of every
+///    key spent exactly 3.
+async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
+    use ratekeeper::domain::{Limit, Rule};
+    let mut stores = Vec::new();
+    for _ in 0..2 {
+        let store = RedisStore::connect(RedisOptions {
+            url: cluster.url(),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_secs(5),
+            pool_size: 2,
+            reconnect_max_delay: Duration::from_millis(200),
+            batch_window: Duration::from_micros(200),
+            clock: None,
+            ttl_pad_ms: 0,
+        })
+        .unwrap();
+        assert!(store.wait_connected(Duration::from_secs(10)).await);
+        store.ping().await.unwrap();
+        stores.push(Arc::new(store));
+    }
+    let limit = |name: &str, algorithm, limit| Limit {
+        name: name.into(),
+        rule: Rule {
+            algorithm,
+            limit,
+            window_us: 3_600_000_000,
+            burst: limit,
+        },
+    };
+    let pairs = [
+        (Algorithm::FixedWindow, Algorithm::SlidingLog),
+        (Algorithm::SlidingWindow, Algorithm::Gcra),
+        (Algorithm::Gcra, Algorithm::TokenBucket),
+        (Algorithm::TokenBucket, Algorithm::FixedWindow),
+        (Algorithm::SlidingLog, Algorithm::SlidingWindow),
+    ];
+    for (tight, loose) in pairs {
+        let keys: Vec<String> = (0..40).map(|_| unique_key("multi")).collect();
+        let slots: std::collections::HashSet<u16> = keys.iter().map(|k| slot_of(k)).collect();
+        let owners: std::collections::HashSet<u16> =
+            slots.iter().filter_map(|s| cluster.owner_of(*s)).collect();
+        assert_eq!(owners.len(), 3, "the keys span every primary");
+        let limits = vec![limit("tight", tight, 3), limit("loose", loose, 5)];
+        let multi = |key: &str, limits: Vec<Limit>, cost| {
+            let mut c = Check::multi(key, limits, cost);
+            c.policy = Some("api".into());
+            c
+        };
+        let barrier = Arc::new(tokio::sync::Barrier::new(400));
+        let tasks: Vec<_> = (0..400)
+            .map(|i| {
+                let store = stores[i % 2].clone();
+                let c = multi(&keys[i % 40], limits.clone(), 1);
+                let barrier = barrier.clone();
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let outcomes = store.check(&c).await.unwrap();
+                    (i % 40, outcomes.iter().all(|o| o.allowed))
+                })
+            })
+            .collect();
+        let mut allowed = [0; 40];
+        for task in tasks {
+            let (key, ok) = task.await.unwrap();
+            allowed[key] += ok as usize;
+        }
+        assert!(
+            allowed.iter().all(|&n| n == 3),
+            "{tight}+{loose}: {allowed:?}"
+        );
+        for key in &keys {
+            let probe = stores[0]
+                .check(&multi(key, limits[1..].to_vec(), 0))
+                .await
+                .unwrap();
+            assert_eq!(
+                probe[0].remaining, 2,
+                "{tight}+{loose} {key}: loose spent 3"
+            );
+        }
+    }
+    // A client key that starts with `}` (an empty hash tag as written)
+    // still keeps all its limits in one slot: no CROSSSLOT.
+    let limits = vec![
+        limit("tight", Algorithm::Gcra, 3),
+        limit("loose", Algorithm::SlidingLog, 5),
+    ];
+    for key in [
+        format!("}}{}", unique_key("")),
+        "}x{y}".into(),
+        String::new(),
+    ] {
+        let mut c = Check::multi(key.clone(), limits.clone(), 1);
+        c.policy = Some("api".into());
+        let outcomes = stores[0].check(&c).await.unwrap();
+        assert!(outcomes.iter().all(|o| o.allowed), "{key:?}: {outcomes:?}");
+    }
+    for store in stores {
+        store.quit().await;
+    }
 }
 
 /// Keys per primary in the failover load.

@@ -125,3 +125,137 @@ async fn embedded_store_allows_exactly_the_limit() {
         assert_eq!(allowed, LIMIT as usize, "{algorithm}");
     }
 }
+
+/// Checks of two limits, all or nothing, at the store level (the HTTP forms
+/// for several limits are tested in `tests/policies_api.rs`): a tight limit
+/// of 100 and a loose one of 150 per hour, of different algorithms, every
+/// algorithm in both roles.
+mod multi_limit {
+    use super::*;
+    use ratekeeper::domain::{Algorithm, Check, Limit, Rule};
+    use ratekeeper::store::Store;
+    use ratekeeper::store::memory::MemoryStore;
+    use ratekeeper::store::redis::{RedisOptions, RedisStore};
+
+    const TIGHT: u64 = 100;
+    const LOOSE: u64 = 150;
+    const HOUR_US: u64 = 3_600_000_000;
+
+    /// (tight, loose): each algorithm once in each role.
+    pub const PAIRS: [(Algorithm, Algorithm); 5] = [
+        (Algorithm::FixedWindow, Algorithm::SlidingLog),
+        (Algorithm::SlidingWindow, Algorithm::Gcra),
+        (Algorithm::Gcra, Algorithm::TokenBucket),
+        (Algorithm::TokenBucket, Algorithm::FixedWindow),
+        (Algorithm::SlidingLog, Algorithm::SlidingWindow),
+    ];
+
+    fn limit(name: &str, algorithm: Algorithm, limit: u64) -> Limit {
+        Limit {
+            name: name.into(),
+            rule: Rule {
+                algorithm,
+                limit,
+                window_us: HOUR_US,
+                burst: limit,
+            },
+        }
+    }
+
+    fn check(key: &str, limits: Vec<Limit>, cost: u64) -> Check {
+        let mut check = Check::multi(key, limits, cost);
+        check.policy = Some("api".into());
+        check
+    }
+
+    /// REQUESTS concurrent two-limit checks on one key, alternating between
+    /// `stores`, released together by a barrier; asserts exactly TIGHT were
+    /// allowed and the loose limit spent exactly TIGHT (a cost-0 probe of it
+    /// alone, in the same policy namespace).
+    pub async fn exactly_the_tighter_limit(
+        stores: &[Arc<dyn Store>],
+        pair: (Algorithm, Algorithm),
+    ) {
+        let key = unique_key("multi");
+        let tight = limit("tight", pair.0, TIGHT);
+        let loose = limit("loose", pair.1, LOOSE);
+        let c = check(&key, vec![tight, loose.clone()], 1);
+        let barrier = Arc::new(tokio::sync::Barrier::new(REQUESTS));
+        let tasks: Vec<_> = (0..REQUESTS)
+            .map(|i| {
+                let store = stores[i % stores.len()].clone();
+                let (c, barrier) = (c.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    let outcomes = store.check(&c).await.unwrap();
+                    outcomes.iter().all(|o| o.allowed)
+                })
+            })
+            .collect();
+        let mut allowed = 0;
+        for task in tasks {
+            allowed += task.await.unwrap() as u64;
+        }
+        let what = format!("{} tight {} + loose {}", stores[0].name(), pair.0, pair.1);
+        assert_eq!(allowed, TIGHT, "{what}: {REQUESTS} concurrent checks");
+        let probe = stores[0].check(&check(&key, vec![loose], 0)).await.unwrap();
+        assert_eq!(
+            probe[0].remaining,
+            LOOSE - TIGHT,
+            "{what}: loose limit spent"
+        );
+    }
+
+    /// Two independent stores (two instances: each its own pool) on one
+    /// Redis, every pair; returns the script calls Redis served.
+    async fn two_redis_instances(batch_window: Duration) -> u64 {
+        let redis = RedisServer::start();
+        let mut stores: Vec<Arc<dyn Store>> = Vec::new();
+        for _ in 0..2 {
+            let store = RedisStore::connect(RedisOptions {
+                url: redis.url(),
+                key_prefix: "rk:".into(),
+                timeout: Duration::from_secs(5),
+                pool_size: 4,
+                reconnect_max_delay: Duration::from_millis(100),
+                batch_window,
+                clock: None,
+                ttl_pad_ms: 0,
+            })
+            .unwrap();
+            store.ping().await.unwrap();
+            stores.push(Arc::new(store));
+        }
+        for pair in PAIRS {
+            exactly_the_tighter_limit(&stores, pair).await;
+        }
+        script_calls(&redis).await
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_instances_apply_two_limits_exactly() {
+        let calls = two_redis_instances(Duration::ZERO).await;
+        // One per check, and one per probe.
+        assert_eq!(calls, (PAIRS.len() * (REQUESTS + 1)) as u64, "script calls");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn two_batching_instances_apply_two_limits_exactly() {
+        let calls = two_redis_instances(Duration::from_micros(200)).await;
+        let checks = PAIRS.len() * (REQUESTS + 1);
+        eprintln!("BATCHED two-limit checks: {calls} script calls for {checks} checks");
+        assert!(
+            calls < (checks / 2) as u64,
+            "{calls} script calls for {checks} checks"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn the_embedded_store_applies_two_limits_exactly() {
+        let clock = Arc::new(ratekeeper::domain::SystemClock);
+        let stores: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryStore::new(clock, 100_000))];
+        for pair in PAIRS {
+            exactly_the_tighter_limit(&stores, pair).await;
+        }
+    }
+}

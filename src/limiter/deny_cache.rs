@@ -16,9 +16,21 @@
 //! - A check of several limits is denied while any denying limit still
 //!   denies. The entry answers until the earliest time any of its denying
 //!   limits could pass: until then each of them is still denying, so the
-//!   decision and every denying limit's `retry_after` are exact, and the
-//!   check's `retry_after` is their largest. The limits that allowed are
-//!   reported as recorded (their `remaining` can only have grown since).
+//!   decision and every denying limit's outcome are exact, and so are the
+//!   check's `retry_after` (their largest) and its most restrictive limit
+//!   (the first denying one: a denied one-unit check leaves 0, and ties go
+//!   to a denying limit), hence `limit`, `remaining` and the headers.
+//!   A limit that allowed keeps allowing (time only makes it easier, and
+//!   nothing of it is spent while the check is denied), but its `remaining`
+//!   and `reset_after` move with time (a refill, a window rolling over).
+//!   The entry reports such a limit as recorded: a denied check spends
+//!   nothing, so the store reports an allowing limit as it is (a zero-cost
+//!   look), the same for cost 0 and 1, and its `remaining` can only have
+//!   grown since; its `reset_after` is reported as recorded too,
+//!   so the check's `reset_after` (the largest over all limits) may differ
+//!   from the store's when an allowing limit holds it.
+//!   (Checks with *other* limits on the same state can spend an allowing
+//!   limit meanwhile; see the last rule.)
 //! - Only denials of checks needing one unit (`cost` 0 or 1) are recorded,
 //!   and only such checks are answered: a cost-5 denial with 2 units left
 //!   says nothing about a cost-1 check, and for a larger cost the exact
@@ -34,7 +46,7 @@
 //!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
 //!   for that long after the store would have allowed it, and a flooding key
 //!   still costs one store call per second per instance.
-//! - A `token_bucket` denial is never cached. Its state (tokens, credit time) is
+//! - A `token_bucket` denial is never cached. Its state (tokens used, credit time) is
 //!   shared by every rule on the same key and window, and a rule with a
 //!   faster refill credits tokens that a slower rule can then spend, so its
 //!   denials are not monotone across rules. The other four only get harder
@@ -97,6 +109,7 @@ impl Equivalent<DenyKey> for DenyKeyRef<'_> {
 #[derive(Debug, Clone, Copy)]
 struct Recorded {
     allowed: bool,
+    /// What an allowing limit had left (a denied check spends nothing).
     remaining: u64,
     /// When this limit would pass (denying limits only).
     until_us: u64,
@@ -208,155 +221,4 @@ impl DenyCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::domain::{ManualClock, Rule};
-
-    fn rule(algorithm: Algorithm, limit: u64) -> Rule {
-        Rule {
-            algorithm,
-            limit,
-            window_us: 1_000_000,
-            burst: limit,
-        }
-    }
-
-    fn check(cost: u64, limit: u64) -> Check {
-        Check::single("k", rule(Algorithm::Gcra, limit), cost)
-    }
-
-    fn two(first: Algorithm, cost: u64) -> Check {
-        Check::multi(
-            "k",
-            vec![
-                Limit {
-                    name: "a".into(),
-                    rule: rule(first, 5),
-                },
-                Limit {
-                    name: "b".into(),
-                    rule: Rule {
-                        window_us: 60_000_000,
-                        ..rule(Algorithm::FixedWindow, 100)
-                    },
-                },
-            ],
-            cost,
-        )
-    }
-
-    fn denied(retry: u64) -> Outcome {
-        Outcome {
-            allowed: false,
-            remaining: 0,
-            retry_after_us: retry,
-            reset_after_us: retry * 2,
-        }
-    }
-
-    #[test]
-    fn answers_one_unit_checks_until_the_denial_ends() {
-        let clock = ManualClock::new(1_000);
-        let cache = DenyCache::new(10, Arc::new(clock.clone()));
-        cache.record(&check(1, 5), 1_000, &[denied(500)]);
-        clock.advance_us(200);
-        let hit = cache.lookup(&check(0, 5)).unwrap()[0];
-        assert_eq!((hit.retry_after_us, hit.reset_after_us), (300, 800));
-        assert!(
-            cache.lookup(&check(2, 5)).is_none(),
-            "cost 2 has its own retry"
-        );
-        assert!(
-            cache.lookup(&check(1, 6)).is_none(),
-            "another limit is another rule"
-        );
-        clock.advance_us(300);
-        assert!(
-            cache.lookup(&check(1, 5)).is_none(),
-            "expired exactly at until"
-        );
-        assert!(cache.is_empty());
-    }
-
-    #[test]
-    fn ignores_denials_of_larger_costs_and_allowed_checks() {
-        let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
-        cache.record(&check(5, 10), 0, &[denied(500)]);
-        let allowed = Outcome {
-            allowed: true,
-            ..denied(0)
-        };
-        cache.record(&check(1, 10), 0, &[allowed]);
-        assert!(cache.is_empty());
-    }
-
-    #[test]
-    fn entries_answer_for_at_most_max_age() {
-        let clock = ManualClock::new(0);
-        let cache = DenyCache::new(10, Arc::new(clock.clone()));
-        cache.record(&check(1, 5), 0, &[denied(60_000_000)]);
-        clock.advance_us(MAX_AGE.as_micros() as u64 - 1);
-        assert_eq!(
-            cache.lookup(&check(1, 5)).unwrap()[0].retry_after_us,
-            60_000_000 - MAX_AGE.as_micros() as u64 + 1
-        );
-        clock.advance_us(1);
-        assert!(
-            cache.lookup(&check(1, 5)).is_none(),
-            "asks the store again after MAX_AGE"
-        );
-    }
-
-    #[test]
-    fn token_bucket_is_never_cached() {
-        let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
-        let c = Check::single("k", rule(Algorithm::TokenBucket, 5), 1);
-        cache.record(&c, 0, &[denied(500)]);
-        assert!(cache.is_empty());
-        // Denied by another limit while the bucket allowed: cached.
-        let allowed = Outcome {
-            allowed: true,
-            remaining: 3,
-            retry_after_us: 0,
-            reset_after_us: 100,
-        };
-        cache.record(&two(Algorithm::TokenBucket, 1), 0, &[allowed, denied(500)]);
-        assert_eq!(cache.len(), 1);
-        cache.record(&two(Algorithm::TokenBucket, 0), 0, &[denied(500), allowed]);
-        assert_eq!(cache.len(), 1, "a denying bucket is not");
-    }
-
-    #[test]
-    fn stays_bounded() {
-        let cache = DenyCache::new(100, Arc::new(ManualClock::new(0)));
-        for i in 0..10_000 {
-            let mut c = check(1, 5);
-            c.key = format!("k{i}");
-            cache.record(&c, 0, &[denied(1_000)]);
-        }
-        assert!(cache.len() <= 200, "{}", cache.len());
-    }
-
-    #[test]
-    fn a_multi_limit_denial_answers_until_its_first_denying_limit_could_pass() {
-        let clock = ManualClock::new(0);
-        let cache = DenyCache::new(10, Arc::new(clock.clone()));
-        let c = two(Algorithm::Gcra, 1);
-        cache.record(&c, 0, &[denied(300), denied(700)]);
-        clock.advance_us(100);
-        let hit = cache.lookup(&c).unwrap();
-        assert_eq!((hit[0].retry_after_us, hit[1].retry_after_us), (200, 600));
-        assert!(
-            cache.lookup(&two(Algorithm::SlidingLog, 1)).is_none(),
-            "another set of limits is another question"
-        );
-        let mut other_policy = c.clone();
-        other_policy.policy = Some("api".into());
-        assert!(cache.lookup(&other_policy).is_none());
-        clock.advance_us(200);
-        assert!(
-            cache.lookup(&c).is_none(),
-            "the first limit may pass now: ask the store"
-        );
-    }
-}
+mod tests;

@@ -89,11 +89,12 @@ impl State {
 }
 
 /// All or nothing over the limits of one check. If every limit allows
-/// `cost`, each spends it and reports what it decided. Otherwise nothing is
-/// spent: a denying limit reports its denial, and a limit that would have
-/// allowed reports its state as it is (a zero-cost look, so its `remaining`
-/// and `reset` are not those of a spend that did not happen). The Lua twin
-/// is `check_all` in `lua/check.lua`.
+/// `cost` (and `cost > 0`), each spends it and reports what it decided.
+/// Otherwise a check of several limits writes nothing, not even a sliding
+/// log's trim: a denying limit reports its denial, and a limit that would
+/// have allowed reports its state as it is (a zero-cost look on a copy, so
+/// its `remaining` and `reset` are not those of a spend that did not
+/// happen). The Lua twin is `check_all` in `lua/check.lua`.
 ///
 /// ```
 /// use ratekeeper::domain::algorithms::{State, apply_all};
@@ -119,21 +120,51 @@ pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) 
         .zip(rules)
         .map(|(state, rule)| state.clone().apply(rule, now_us, cost))
         .collect();
+    // A cost of 0 spends nothing, so there is nothing to write: the states
+    // stay exactly as they were, as in the Lua, whose write pass runs only
+    // for a positive cost (rewriting would drop a sliding log's expired
+    // entries, which a clock stepping back would count again).
     let all_allow = outcomes.iter().all(|o| o.allowed);
     for ((state, rule), outcome) in states.iter_mut().zip(rules).zip(&mut outcomes) {
         if all_allow {
-            state.apply(rule, now_us, cost);
-        } else {
-            // A zero-cost look spends nothing, but keeps what reading changes
-            // (a sliding log drops its expired entries, as the Lua's first
-            // pass does in Redis), so both stores hold the same state.
-            let look = state.apply(rule, now_us, 0);
-            if outcome.allowed {
-                *outcome = look;
+            if cost > 0 {
+                state.apply(rule, now_us, cost);
             }
+        } else if outcome.allowed {
+            // Nothing is spent: look at this limit as it is, on a copy, as
+            // the Lua's dry look writes nothing either.
+            *outcome = state.clone().apply(rule, now_us, 0);
         }
     }
     outcomes
+}
+
+#[cfg(test)]
+mod apply_all_tests {
+    use super::test_support::*;
+    use super::*;
+
+    /// A check of several limits that spends nothing writes nothing: not
+    /// even a sliding log's expired entries go, since a clock stepping back
+    /// would count them again (and the Lua leaves them).
+    #[test]
+    fn a_cost_zero_check_of_several_limits_changes_no_state() {
+        let log = rule(Algorithm::SlidingLog, 1, 7 * MS);
+        let daily = rule(Algorithm::FixedWindow, 5, 86_400 * SEC);
+        let mut states = [
+            State::fresh(Algorithm::SlidingLog),
+            State::fresh(Algorithm::FixedWindow),
+        ];
+        let t = 1_000 * SEC;
+        assert!(apply_all(&mut states, &[&log, &daily], t, 1)[0].allowed);
+        let before = states.clone();
+        let probe = apply_all(&mut states, &[&log, &daily], t + 10 * MS, 0);
+        assert!(probe.iter().all(|o| o.allowed));
+        assert_eq!(states, before);
+        // Back before the entry left the window: it still counts.
+        let back = apply_all(&mut states, &[&log, &daily], t + MS, 1);
+        assert!(!back[0].allowed);
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,12 @@
 //! emission interval, whole microseconds). Refill is lazy and integral: the
 //! state keeps the time up to which tokens were credited, so no fraction of a
 //! token is ever lost or rounded, and Lua's doubles stay exact.
+//!
+//! The state counts the tokens *used* (missing from a full bucket), not the
+//! tokens left, so a policy reload that changes `burst` keeps the usage: a
+//! bucket lowered below what was used holds a debt (no token, `remaining`
+//! 0) until refills pay it back, and a raised one holds the new burst less
+//! what was used.
 
 use crate::domain::{Outcome, Rule};
 
@@ -13,50 +19,55 @@ pub struct TokenBucketState {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bucket {
-    pub tokens: u64,
+    /// Tokens missing from a full bucket when last written.
+    pub used: u64,
     /// Tokens have been credited up to this instant.
     pub credited_at_us: u64,
 }
 
 pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
     let interval = rule.emission_interval_us();
-    let burst = rule.burst;
-    let mut b = state.bucket.unwrap_or(Bucket {
-        tokens: burst,
-        credited_at_us: now_us,
-    });
-    if now_us > b.credited_at_us {
-        let earned = (now_us - b.credited_at_us) / interval;
-        b.tokens += earned;
-        b.credited_at_us += earned * interval;
-        if b.tokens >= burst {
+    let burst = rule.burst as i64;
+    let (used, mut credited_at_us) = state
+        .bucket
+        .map_or((0, now_us), |b| (b.used, b.credited_at_us));
+    // Negative after the burst was lowered below what was used: a debt.
+    let mut tokens = burst - used as i64;
+    if now_us > credited_at_us {
+        let earned = ((now_us - credited_at_us) / interval) as i64;
+        tokens += earned;
+        credited_at_us += earned as u64 * interval;
+        if tokens >= burst {
             // A full bucket earns nothing more: the clock restarts now.
-            b = Bucket {
-                tokens: burst,
-                credited_at_us: now_us,
-            };
+            tokens = burst;
+            credited_at_us = now_us;
         }
     }
 
-    let need = cost.max(1);
-    let allowed = b.tokens >= need;
+    let need = cost.max(1) as i64;
+    let allowed = tokens >= need;
     if allowed {
-        b.tokens -= cost;
+        tokens -= cost as i64;
     }
     // The k-th next token arrives at credited_at + k * interval.
-    let arrival = |k: u64| b.credited_at_us + k * interval - now_us;
-    let retry_after_us = if allowed { 0 } else { arrival(need - b.tokens) };
-    let reset_after_us = if b.tokens < burst {
-        arrival(burst - b.tokens)
+    let arrival = |k: i64| credited_at_us + k as u64 * interval - now_us;
+    let retry_after_us = if allowed { 0 } else { arrival(need - tokens) };
+    let reset_after_us = if tokens < burst {
+        arrival(burst - tokens)
     } else {
         0
     };
     if allowed && cost > 0 {
-        state.bucket = Some(b);
+        state.bucket = Some(Bucket {
+            used: (burst - tokens) as u64,
+            credited_at_us,
+        });
     }
     Outcome {
         allowed,
-        remaining: b.tokens,
+        // A debt leaves nothing; a bucket of the old, larger burst, no more
+        // than the new one (tokens never exceed `burst`).
+        remaining: tokens.max(0) as u64,
         retry_after_us,
         reset_after_us,
     }

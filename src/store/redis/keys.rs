@@ -87,6 +87,11 @@ impl Inner {
 
 /// The client key as written in the hash tag (see the module doc).
 fn escape(key: &str) -> Cow<'_, str> {
+    if key.is_empty() {
+        // Validation refuses empty keys; should one get here, it still
+        // needs a tag. No escaped key is a lone `%`.
+        return Cow::Borrowed("%");
+    }
     if !key.contains(['%', '}']) {
         return Cow::Borrowed(key);
     }
@@ -139,7 +144,7 @@ mod tests {
             })
             .unwrap();
             for key in [
-                "user:42", "}x", "a}b{c", "{a}", "a{b}c", "{}", "ü}", "x{", "}", "%7D", "%",
+                "user:42", "}x", "a}b{c", "{a}", "a{b}c", "{}", "ü}", "x{", "}", "%7D", "%", "",
             ] {
                 let limits = vec![
                     limit("burst", Algorithm::SlidingLog, 1_000_000),

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The Redis ceiling alone (the first table of bench/run.sh), without wrk
+# or a release build: what one EVALSHA of the check script costs Redis with
+# one limit of each algorithm and with two limits.
+#
+#   bash bench/ceiling.sh
+#   ALGORITHMS="gcra fixed_window" CONNECTIONS="64" bash bench/ceiling.sh
+#
+# Writes bench/results/ceiling-<time>.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ALGORITHMS=${ALGORITHMS:-"fixed_window sliding_window sliding_log token_bucket gcra"}
+CONNECTIONS=${CONNECTIONS:-"1 64"}
+ROUNDS=${ROUNDS:-3}
+BIN=${BIN:-target/debug/ratekeeper}
+[ -x "$BIN" ] || cargo build --bin ratekeeper 2>&1 | tail -1 >&2
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+TMP=$(mktemp -d)
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
+trap cleanup EXIT
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null &
+pids+=($!)
+rcli() { redis-cli -p "$REDIS_PORT" "$@"; }
+for _ in $(seq 50); do [ "$(rcli ping 2>/dev/null)" = PONG ] && break; sleep 0.1; done
+source bench/ceiling_lib.sh
+
+ROWS=""
+for a in $ALGORITHMS; do ROWS="$ROWS one:$a"; done
+case " $ALGORITHMS " in *" gcra "*) ;; *) ROWS="$ROWS one:gcra";; esac
+ROWS="$ROWS two"
+
+# Rounds interleave the rows, so a burst of other load on the machine
+# touches every row alike; the table keeps each row's median.
+declare -A ALL ALL_P50 ALL_US
+for round in $(seq "$ROUNDS"); do
+  measure_ceiling "$CONNECTIONS" $ROWS
+  for row in $ROWS; do for c in $CONNECTIONS; do
+    ALL[$row,$c]="${ALL[$row,$c]:-} ${CEILING[$row,$c]}"
+    ALL_P50[$row,$c]="${ALL_P50[$row,$c]:-} ${CEILING_P50[$row,$c]}"
+    ALL_US[$row,$c]="${ALL_US[$row,$c]:-} ${CEILING_US[$row,$c]}"
+    echo "round $round $row c=$c: ${CEILING[$row,$c]}/s, ${CEILING_US[$row,$c]} µs in Redis" >&2
+  done; done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
+
+OUT=bench/results/ceiling-$(date -u +%Y%m%dT%H%M%SZ).md
+{
+  echo "# Redis ceiling of the check script, $(date -u +%F)"
+  echo
+  echo "$(nproc) cores shared with other work; redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2);"
+  echo "redis-benchmark, no pipelining, 100k random keys, every check allowed; median of $ROUNDS interleaved rounds"
+  echo "(30k calls per round at 1 connection, 300k at 64). Produced by \`bash bench/ceiling.sh\`."
+  echo
+  echo "\`µs in Redis\` is Redis's own time per call (INFO commandstats, usec_per_call of EVALSHA): the"
+  echo "script's cost, which the other load on this machine disturbs far less than calls/s. Ratios are"
+  echo "over the one-limit gcra row (the two-limit call's first limit) at the same concurrency."
+  echo
+  echo "| script call | connections | calls/s | p50 µs | µs in Redis | calls/s ÷ 1 limit gcra | µs in Redis ÷ 1 limit gcra | rounds (calls/s) |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for row in $ROWS; do for c in $CONNECTIONS; do
+    rps=$(echo "${ALL[$row,$c]}" | median)
+    p50=$(echo "${ALL_P50[$row,$c]}" | median)
+    us=$(echo "${ALL_US[$row,$c]}" | median)
+    base=$(echo "${ALL[one:gcra,$c]}" | median)
+    base_us=$(echo "${ALL_US[one:gcra,$c]}" | median)
+    ratio=$(awk -v a="$rps" -v b="$base" 'BEGIN { printf "%.2f", a / b }')
+    ratio_us=$(awk -v a="$us" -v b="$base_us" 'BEGIN { printf "%.2f", a / b }')
+    echo "| $(ceiling_label "$row") | $c | $rps | $p50 | $us | $ratio | $ratio_us |${ALL[$row,$c]} |"
+  done; done
+} > "$OUT"
+cat "$OUT"
+echo "written to $OUT" >&2

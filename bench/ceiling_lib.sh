@@ -1,0 +1,72 @@
+# The Redis ceiling, sourced by bench/run.sh and bench/ceiling.sh: EVALSHA
+# of the check script exactly as ratekeeper loads it (`ratekeeper script
+# check`), with the arguments ratekeeper sends, at a given concurrency, no
+# pipelining, over 100k random keys with every check allowed.
+#
+# Rows:
+#   one:<algorithm>  one limit of <algorithm>, 100000 per minute
+#   two              two limits in one call: gcra 1000000/s (burst 1000000)
+#                    and fixed_window 1000000000/day, the pair of the HTTP
+#                    two-limit scenario; ÷ one:gcra is the Redis-side cost
+#                    of the second limit (a dry pass, then the writes).
+# redis-benchmark draws each __rand_int__ on its own, so the two keys of a
+# `two` call carry different hash tags; on one server the tag changes
+# nothing (ratekeeper's own keys share the client key's tag).
+#
+# Needs: BIN (ratekeeper binary), TMP, rcli(), REDIS_PORT. Sets
+# CEILING[row,c] (calls/s), CEILING_P50[row,c] (µs, as the client saw it)
+# and CEILING_US[row,c]: Redis's own time per call (commandstats
+# usec_per_call of EVALSHA), which other load on the machine disturbs far
+# less than throughput.
+declare -A CEILING CEILING_P50 CEILING_US
+
+ceiling_args() { # row -> numkeys keys... argv...
+  local row=$1 tag
+  if [ "$row" = two ]; then
+    echo "2 bench:{__rand_int__}:gcra:1000 bench:{__rand_int__}:fw:86400000 '' 0 1" \
+      "gcra 1000000 1000000 1000000 fw 1000000000 86400000000 1000000000"
+    return
+  fi
+  # The algorithm tags of lua/lib.lua.
+  case ${row#one:} in
+    fixed_window) tag=fw;; sliding_window) tag=sw;; sliding_log) tag=sl2;;
+    token_bucket) tag=tb;; gcra) tag=gcra;;
+    *) echo "unknown algorithm ${row#one:}" >&2; exit 1;;
+  esac
+  echo "1 bench:{__rand_int__}:$tag:60000 '' 0 1 $tag 100000 60000000 100000"
+}
+
+measure_ceiling() { # connections rows...
+  local conns=$1; shift
+  "$BIN" script check > "$TMP/check.lua"
+  local sha row c n csv args reply
+  sha=$(rcli -x script load < "$TMP/check.lua")
+  for row in "$@"; do
+    args=$(ceiling_args "$row")
+    # One call by hand first: redis-benchmark counts error replies as
+    # answered, so a wrong argument list would pass for a fast one.
+    reply=$(eval "rcli evalsha $sha ${args//__rand_int__/probe}" | head -1)
+    if [ "$reply" != 1 ]; then
+      echo "ceiling $row: the check script answered '$reply', not an allowed check" >&2
+      exit 1
+    fi
+    for c in $conns; do
+      n=$(( c == 1 ? 30000 : 300000 ))
+      rcli config resetstat >/dev/null
+      csv=$(eval "redis-benchmark -h 127.0.0.1 -p $REDIS_PORT -c $c -n $n -r 100000 --csv EVALSHA $sha $args" \
+        | tail -1 | tr -d '"')
+      CEILING[$row,$c]=$(echo "$csv" | cut -d, -f2 | cut -d. -f1)
+      CEILING_P50[$row,$c]=$(echo "$csv" | awk -F, '{ printf "%d", $5 * 1000 }')
+      CEILING_US[$row,$c]=$(rcli info commandstats | tr -d '\r' \
+        | awk -F'usec_per_call=' '/^cmdstat_evalsha:/ { split($2, v, ","); print v[1] }')
+    done
+  done
+  rcli flushall >/dev/null
+}
+
+ceiling_label() { # row
+  case $1 in
+    two) echo "redis-benchmark EVALSHA check, 2 limits (gcra + fixed_window)";;
+    *) echo "redis-benchmark EVALSHA check, 1 limit ${1#one:}";;
+  esac
+}
