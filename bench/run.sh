@@ -57,6 +57,15 @@ start() { # name command...
   PID[$name]=$!
   pids+=($!)
 }
+# The two-limit rows' policy: the same limits as the inline two-limit form.
+cat > "$TMP/policies.toml" <<'TOML'
+[policies.bench2]
+limits = [
+  { name = "burst", algorithm = "gcra", limit = 1000000, window = "1s" },
+  { name = "daily", algorithm = "fixed_window", limit = 1000000000, window = "1d" },
+]
+TOML
+export RATEKEEPER_POLICIES__FILE="$TMP/policies.toml"
 start memory "$BIN" serve
 start redis env RATEKEEPER_REDIS__BATCH_WINDOW=0us "$BIN" serve --redis-url "redis://127.0.0.1:$REDIS_PORT"
 # The Redis store again with micro-batching on (BATCH_WINDOW=0us leaves it out).
@@ -187,8 +196,9 @@ for scenario in $SCENARIOS; do
   done
 done
 # Two limits per check against one: the inline two-limit form (gcra
-# 1000000/s + fixed_window 1000000000/day) and the single-rule form of its
-# first limit, spread over 100k keys, everything allowed, in the same run.
+# 1000000/s + fixed_window 1000000000/day), the same two limits as a policy,
+# and the single-rule form of the first limit, spread over 100k keys,
+# everything allowed, in the same run.
 # The issue's bar: two limits keep at least 0.8x the checks/s of one, with
 # one Redis call per check (or per batch).
 if [ -n "${TWO_LIMITS:-1}" ] && [ "${TWO_LIMITS:-1}" != 0 ]; then
@@ -198,7 +208,8 @@ if [ -n "${TWO_LIMITS:-1}" ] && [ "${TWO_LIMITS:-1}" != 0 ]; then
     echo
     echo "\`one\`: \`{\"key\": K, \"limit\": 1000000, \"window\": \"1s\", \"algorithm\": \"gcra\"}\`; \`two\`: \`{\"key\": K, \"limits\":"
     echo "[{\"name\": \"burst\", \"algorithm\": \"gcra\", \"limit\": 1000000, \"window\": \"1s\"}, {\"name\": \"daily\", \"algorithm\":"
-    echo "\"fixed_window\", \"limit\": 1000000000, \"window\": \"1d\"}]}\`; 100k keys, everything allowed."
+    echo "\"fixed_window\", \"limit\": 1000000000, \"window\": \"1d\"}]}\`; \`policy\`: \`{\"policy\": \"bench2\", \"key\": K}\`, the same two"
+    echo "limits from a policies file; 100k keys, everything allowed."
     echo "\`÷ one\` is two-limit checks/s over one-limit checks/s, same store, same connections, same run."
     echo
     echo "Redis µs/check is Redis's own time in ratekeeper's script calls (commandstats) over the checks."
@@ -208,7 +219,7 @@ if [ -n "${TWO_LIMITS:-1}" ] && [ "${TWO_LIMITS:-1}" != 0 ]; then
   } >> "$OUT"
   for c in $CONNECTIONS; do
     for store in $STORES; do
-      for shape in one two; do
+      for shape in one two policy; do
         SHAPE=$shape run_wrk "$store" spread gcra "$c"
         if [ "$shape" = one ]; then ONE_RPS=$R_rps; ratio="-"
         elif [ "$R_errors" != 0 ]; then ratio="n/a (errors)"  # e.g. a build without the inline form

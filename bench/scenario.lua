@@ -2,7 +2,7 @@
 -- Environment:
 --   SCENARIO   spread | flood | zipf
 --   ALGORITHM  sliding_window | sliding_log | gcra | ...
---   SHAPE      spread only: one | two (see body below); unset: the ALGORITHM rule
+--   SHAPE      spread only: one | two | policy (see body below); unset: the ALGORITHM rule
 --   RATE_HINT  zipf only: the checks/s this target reaches on spread; the
 --              per-key limit is chosen so that about 20% of checks are denied
 --              at that rate.
@@ -19,12 +19,16 @@ local WINDOW = "1s"
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 
--- SHAPE (spread only): one | two. `two` sends the inline two-limit form,
--- `one` the single-rule form of its first limit.
+-- SHAPE (spread only): one | two | policy. `two` sends the inline two-limit
+-- form, `policy` the same two limits as the policy `bench2` of run.sh's
+-- policies file, `one` the single-rule form of its first limit.
 local shape = os.getenv("SHAPE")
 
 local function body(key, limit, window)
-  if shape == "two" then
+  if shape == "policy" then
+    -- The same two limits, named in the policies file run.sh serves.
+    return string.format('{"policy":"bench2","key":"%s"}', key)
+  elseif shape == "two" then
     return string.format('{"key":"%s","limits":[{"name":"burst","algorithm":"gcra","limit":1000000,"window":"1s"},'
       .. '{"name":"daily","algorithm":"fixed_window","limit":1000000000,"window":"1d"}]}', key)
   elseif shape == "one" then
