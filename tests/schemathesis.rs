@@ -60,8 +60,21 @@ fn schemathesis() -> PathBuf {
 #[test]
 fn schemathesis_finds_nothing() {
     let st = schemathesis();
-    let (_service, addr) =
-        support::binary::serve(&[("RATEKEEPER_LOG__LEVEL", "warn,ratekeeper::app=info")]);
+    // One policy, so that valid policy-form requests are valid here too (the
+    // hooks point them at it): its tightest limit takes any cost up to
+    // POLICY_CAPACITY in ratekeeper_hooks.py.
+    let policies = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-policies.toml");
+    std::fs::write(
+        &policies,
+        "[policies.fuzz]\nlimits = [\n  \
+         { name = \"burst\", algorithm = \"gcra\", limit = 1000000, window = \"1s\" },\n  \
+         { name = \"daily\", algorithm = \"fixed_window\", limit = 1000000000000, window = \"1d\" },\n]\n",
+    )
+    .unwrap();
+    let (_service, addr) = support::binary::serve(&[
+        ("RATEKEEPER_LOG__LEVEL", "warn,ratekeeper::app=info"),
+        ("RATEKEEPER_POLICIES__FILE", policies.to_str().unwrap()),
+    ]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let hooks = root.join("tests").join("schemathesis");
     let mut run = Command::new(st)
