@@ -8,7 +8,8 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local index = idiv(now, window)
   local state = redis.call('HMGET', key, 'i', 'c')
   local count = 0
-  if tonumber(state[1]) == index then
+  local same_window = tonumber(state[1]) == index
+  if same_window then
     count = tonumber(state[2])
   end
   local until_next = (index + 1) * window - now
@@ -20,7 +21,11 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
     local spent = count
     commit = function()
       redis.call('HSET', key, 'i', int(index), 'c', int(spent))
-      redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+      -- The expiry is the window's end: the first write in this window set
+      -- it already (HSET keeps it), so later ones save a command.
+      if not same_window then
+        redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+      end
     end
     if not dry then
       commit()

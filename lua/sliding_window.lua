@@ -33,7 +33,12 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
     local p, c = prev, curr
     commit = function()
       redis.call('HSET', key, 'i', int(index), 'p', int(p), 'c', int(c))
-      redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
+      -- The expiry is two windows after this one starts: the first write
+      -- in this window set it already (HSET keeps it), so later ones save
+      -- a command.
+      if stored ~= index then
+        redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
+      end
     end
     if not dry then
       commit()
