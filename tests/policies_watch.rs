@@ -57,7 +57,10 @@ async fn wait_for_version(app: &TestApp, text: &str, within: Duration, what: &st
         if body["sha256"] == want {
             return;
         }
-        assert!(Instant::now() < deadline, "{what}: not reloaded; still {body}");
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not reloaded; still {body}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -140,7 +143,10 @@ async fn an_emptied_file_is_refused_and_counted() {
     std::fs::write(&path, "# nothing here yet\n").unwrap();
     let deadline = Instant::now() + Duration::from_secs(2);
     while metric(&app, ERROR).await < 1.0 {
-        assert!(Instant::now() < deadline, "the emptied file was not noticed");
+        assert!(
+            Instant::now() < deadline,
+            "the emptied file was not noticed"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let body = policies(&app).await;
@@ -196,7 +202,8 @@ async fn get_policies_is_rendered_once_per_set_and_follows_reloads() {
     let app = spawn(&path).await;
     let response = app.get("/v1/policies").await;
     assert_eq!(
-        response.headers()["content-type"], "application/json",
+        response.headers()["content-type"],
+        "application/json",
         "the same type as before the body was cached"
     );
     let first = response.text().await.unwrap();

@@ -238,7 +238,7 @@ impl Reloader {
     /// the poll does not.
     fn refuse_emptying(&self, set: PolicySet, forced: bool) -> Result<PolicySet, LoadError> {
         let in_force = self.policies.load().len();
-        if forced || set.len() > 0 || in_force == 0 {
+        if forced || !set.is_empty() || in_force == 0 {
             return Ok(set);
         }
         Err(LoadError::WouldEmpty {

@@ -118,7 +118,12 @@ struct LineIndex(Vec<usize>);
 impl LineIndex {
     fn new(text: &str) -> LineIndex {
         let starts = std::iter::once(0)
-            .chain(text.bytes().enumerate().filter(|(_, b)| *b == b'\n').map(|(i, _)| i + 1))
+            .chain(
+                text.bytes()
+                    .enumerate()
+                    .filter(|(_, b)| *b == b'\n')
+                    .map(|(i, _)| i + 1),
+            )
             .collect();
         LineIndex(starts)
     }
