@@ -85,7 +85,14 @@ pub fn spawn(reloader: Arc<Reloader>, poll_interval: Duration) -> JoinHandle<()>
                     false
                 }
                 () = next_signal(&mut hangup) => true,
-                _ = poll.tick() => false,
+                _ = poll.tick() => {
+                    // A write in progress was seen: its events lead to a
+                    // settled re-read; reading now could catch a prefix.
+                    if events.writing.load(Ordering::Acquire) {
+                        continue;
+                    }
+                    false
+                }
                 _ = check.tick() => {
                     if !watch.rearm_if_lost() {
                         continue;
