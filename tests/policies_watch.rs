@@ -108,13 +108,13 @@ async fn a_slow_writer_is_never_read_half_way() {
     let (seen, observer) = observe(&app);
 
     // `cat new.toml > policies.toml` from a writer that pauses: the file is
-    // truncated, then half written, then finished, each step well past the
+    // truncated, then half written, then finished, each pause longer than the
     // 75 ms an event-count debounce would wait.
     let mut file = std::fs::File::create(&path).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::sleep(Duration::from_millis(120)).await;
     file.write_all(V2_HEAD.as_bytes()).unwrap();
     file.flush().unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
     file.write_all(V2_TAIL.as_bytes()).unwrap();
     drop(file);
 

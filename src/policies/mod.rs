@@ -4,7 +4,9 @@
 //!
 //! A file that cannot be read or fails validation is rejected whole: the
 //! set in force stays, the error is logged with its line and column, and
-//! `ratekeeper_policy_reloads_total{result="error"}` counts it.
+//! `ratekeeper_policy_reloads_total{result="error"}` counts it. So is a
+//! path that is not a regular file, and a file with no policies at all
+//! while some are in force, unless SIGHUP asked for it.
 
 pub mod watch;
 

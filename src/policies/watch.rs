@@ -249,16 +249,34 @@ impl DirWatch {
     }
 }
 
-/// Watches `dirs` (not recursively) and wakes `events.changed` on any
-/// event that names one of `names`, on an error, on a rescan, and when a
-/// watched directory itself goes away.
+/// Watches `dirs` (not recursively); [`Filter::on_event`] judges each event.
 fn make_watcher(
     dirs: &[PathBuf],
     names: Vec<OsString>,
     events: Arc<Events>,
 ) -> notify::Result<notify::RecommendedWatcher> {
-    let watched = dirs.to_vec();
-    let handler = move |event: notify::Result<Event>| {
+    let filter = Filter {
+        dirs: dirs.to_vec(),
+        names,
+    };
+    let mut watcher = notify::recommended_watcher(move |event| filter.on_event(&events, event))?;
+    for dir in dirs {
+        watcher.watch(dir, RecursiveMode::NonRecursive)?;
+    }
+    Ok(watcher)
+}
+
+/// Which events matter: those naming one of `names`, errors, rescans, and
+/// one of the watched `dirs` itself going away.
+struct Filter {
+    dirs: Vec<PathBuf>,
+    names: Vec<OsString>,
+}
+
+impl Filter {
+    /// Runs on notify's thread: records what the event means in `events`
+    /// and wakes the reload task when the file may have changed.
+    fn on_event(&self, events: &Events, event: notify::Result<Event>) {
         let event = match event {
             Ok(event) => event,
             Err(e) => {
@@ -287,7 +305,7 @@ fn make_watcher(
         let self_gone = matches!(
             event.kind,
             EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
-        ) && event.paths.iter().any(|p| watched.contains(p));
+        ) && event.paths.iter().any(|p| self.dirs.contains(p));
         if self_gone {
             events.lost.store(true, Ordering::Release);
             events.changed.notify_one();
@@ -295,7 +313,7 @@ fn make_watcher(
         }
         let relevant = event.paths.iter().any(|p| {
             p.file_name()
-                .is_some_and(|n| names.iter().any(|name| name == n))
+                .is_some_and(|n| self.names.iter().any(|name| name == n))
         });
         if !relevant {
             return;
@@ -308,10 +326,8 @@ fn make_watcher(
             _ => {}
         }
         events.changed.notify_one();
-    };
-    let mut watcher = notify::recommended_watcher(handler)?;
-    for dir in dirs {
-        watcher.watch(dir, RecursiveMode::NonRecursive)?;
     }
-    Ok(watcher)
 }
+
+#[cfg(test)]
+mod tests;
