@@ -90,9 +90,11 @@ impl Application {
         let reloader = load_policies(&settings, &policies, &metrics)?;
 
         let mut background = Vec::new();
-        if let Some(reloader) = reloader {
-            background.push(watch::spawn(reloader, settings.policies_poll_interval));
-        }
+        // SIGHUP is caught either way: its default action would end the process.
+        background.push(match reloader {
+            Some(reloader) => watch::spawn(reloader, settings.policies_poll_interval),
+            None => watch::spawn_without_file(),
+        });
         // Local fallback only makes sense in front of Redis: the embedded
         // store as the main store is never unreachable. Kept whenever Redis
         // is, since a policy may choose `local` whatever the service's mode
@@ -152,6 +154,7 @@ impl Application {
             metrics,
             bounds: settings.limits,
             policies: policies.clone(),
+            policies_json: Default::default(),
         });
         Ok(Application {
             listener,

@@ -161,8 +161,9 @@ fn check_uses_the_configured_bounds() {
 
 #[tokio::test]
 async fn sighup_reloads() {
-    // The file is a symlink into a directory that is not watched, and the
-    // poll is an hour: only SIGHUP can make the change visible.
+    // The file is a symlink into another directory: both are watched, so
+    // an edit of the target is seen without a signal; SIGHUP then reloads
+    // even an unchanged file (counted), and the process keeps serving.
     let dir = fresh_dir("policies-cli-hup");
     let elsewhere = fresh_dir("policies-cli-hup-target");
     let target = elsewhere.join("real.toml");
@@ -180,18 +181,123 @@ async fn sighup_reloads() {
         let body: serde_json::Value = reqwest::get(&url).await.unwrap().json().await.unwrap();
         body["sha256"].as_str().unwrap().to_string()
     };
+    let reloads = || async {
+        let text = reqwest::get(format!("http://{addr}/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("ratekeeper_policy_reloads_total{result=\"ok\"} "))
+            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
     assert_eq!(sha().await, sha256_hex(v1.as_bytes()));
 
     std::fs::write(&target, v2).unwrap();
-    assert!(send_signal(child.0.id(), Signal::SIGHUP));
     let deadline = Instant::now() + Duration::from_secs(2);
     while sha().await != sha256_hex(v2.as_bytes()) {
+        assert!(
+            Instant::now() < deadline,
+            "the target's edit was not seen within 2 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = reloads().await;
+    assert!(send_signal(child.0.id(), Signal::SIGHUP));
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while reloads().await < before + 1.0 {
         assert!(
             Instant::now() < deadline,
             "SIGHUP did not reload within 2 s"
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    // Still serving after the signal.
-    assert_eq!(reqwest::get(&url).await.unwrap().status(), 200);
+    // Still serving after the signal, the same file.
+    assert_eq!(sha().await, sha256_hex(v2.as_bytes()));
+}
+
+#[tokio::test]
+async fn sighup_without_a_policies_file_keeps_serving() {
+    let (mut child, addr) = serve(&[]);
+    assert!(send_signal(child.0.id(), Signal::SIGHUP));
+    // Its default action would end the process at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(child.0.try_wait().unwrap().is_none(), "SIGHUP ended it");
+    let health = reqwest::get(format!("http://{addr}/healthz"))
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 200);
+}
+
+#[test]
+fn a_fifo_as_the_policies_file_is_refused_not_waited_on() {
+    let dir = fresh_dir("policies-cli-fifo");
+    let path = dir.join("policies.toml");
+    let made = Command::new("mkfifo").arg(&path).status().unwrap();
+    assert!(made.success());
+    // Opening a FIFO for reading blocks until a writer comes: `run` would
+    // fail its 10 s bound.
+    let (code, _, err) = run(ratekeeper().args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policies",
+        path_str(&path),
+    ]));
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("is a FIFO; it must be a regular file"),
+        "{err}"
+    );
+    let (code, _, err) = run(ratekeeper().args(["policies", "check", path_str(&path)]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("FIFO"), "{err}");
+    // A directory, likewise.
+    let (code, _, err) = run(ratekeeper().args(["policies", "check", path_str(&dir)]));
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("is a directory"), "{err}");
+}
+
+#[test]
+fn a_huge_invalid_file_lists_at_most_100_problems() {
+    // Close to the 1 MiB cap: 20 000 limits, all named alike, all invalid,
+    // which is 40 000 problems (the count, each limit, every name but the first).
+    let mut text = String::from("[policies.p]\nlimits = [\n");
+    for _ in 0..20_000 {
+        text.push_str("  { name = \"same\", limit = 0, window = \"1s\" },\n");
+    }
+    text.push_str("]\n");
+    assert!(text.len() > 900_000 && text.len() < 1024 * 1024);
+    let dir = fresh_dir("policies-cli-huge");
+    let path = dir.join("policies.toml");
+    std::fs::write(&path, &text).unwrap();
+    let (code, _, err) = run(ratekeeper().args(["policies", "check", path_str(&path)]));
+    assert_eq!(code, 64);
+    assert!(
+        err.contains("40000 problems:"),
+        "{}",
+        &err[..err.len().min(2000)]
+    );
+    let listed = err
+        .lines()
+        .filter(|l| l.contains("policies.p.limits"))
+        .count();
+    assert_eq!(listed, 100, "{}", &err[..err.len().min(2000)]);
+    assert!(
+        err.contains("... and 39900 more problems"),
+        "{}",
+        &err[err.len().saturating_sub(500)..]
+    );
+    // In file order, located: the count (line 2) first, then limits[0].
+    assert!(
+        err.contains("policies.p.limits (line 2, column 10)"),
+        "{}",
+        &err[..2000]
+    );
+    assert!(
+        err.contains("policies.p.limits[0].limit (line 3, column 28)"),
+        "{}",
+        &err[..2000]
+    );
 }

@@ -37,6 +37,8 @@ pub struct AppState {
     /// The policies in force; a reload swaps the whole set. A request loads
     /// it once, so it finishes under the set it started with.
     pub policies: Arc<ArcSwap<PolicySet>>,
+    /// `GET /v1/policies`'s body, rendered once per set in force.
+    pub(crate) policies_json: Arc<policies::PoliciesJson>,
 }
 
 pub fn router(state: AppState) -> Router {

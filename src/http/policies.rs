@@ -3,10 +3,13 @@
 //! of the file every instance runs.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::Json;
+use axum::body::Bytes;
 use axum::extract::State;
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -55,8 +58,38 @@ pub struct PolicyLimitView {
 /// The loaded policies.
 #[utoipa::path(get, path = "/v1/policies", tag = "limits",
     responses((status = 200, description = "The policies in force", body = PoliciesResponse)))]
-pub async fn policies(State(state): State<AppState>) -> Json<PoliciesResponse> {
-    Json(PoliciesResponse::from(&**state.policies.load()))
+pub async fn policies(State(state): State<AppState>) -> Response {
+    let body = state.policies_json.body(&state.policies.load_full());
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+/// The body of `GET /v1/policies` for the set in force, rendered once per
+/// set: a file near the 1 MiB cap renders to several MiB of JSON, too much
+/// to rebuild on every request.
+#[derive(Default)]
+pub(crate) struct PoliciesJson {
+    /// The set the body was rendered from. Holding it weakly keeps its
+    /// allocation, so no later set can take its address while it is here.
+    cached: Mutex<Option<(Weak<PolicySet>, Bytes)>>,
+}
+
+impl PoliciesJson {
+    pub(crate) fn body(&self, set: &Arc<PolicySet>) -> Bytes {
+        let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((rendered, body)) = &*cached
+            && std::ptr::eq(rendered.as_ptr(), Arc::as_ptr(set))
+        {
+            return body.clone();
+        }
+        // Rendering under the lock: concurrent first requests for a new set
+        // wait for one rendering instead of each making their own.
+        let body = Bytes::from(
+            serde_json::to_vec(&PoliciesResponse::from(&**set))
+                .expect("the policies view serializes"),
+        );
+        *cached = Some((Arc::downgrade(set), body.clone()));
+        body
+    }
 }
 
 impl From<&PolicySet> for PoliciesResponse {
@@ -134,6 +167,22 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn renders_once_per_set() {
+        let json = PoliciesJson::default();
+        let first = Arc::new(PolicySet::empty());
+        let a = json.body(&first);
+        let b = json.body(&first);
+        // The same bytes, not a second rendering.
+        assert_eq!(a.as_ptr(), b.as_ptr());
+        let second = Arc::new(PolicySet::empty());
+        let c = json.body(&second);
+        assert_ne!(a.as_ptr(), c.as_ptr());
+        assert_eq!(a, c, "equal sets render equal bodies");
+        let view: serde_json::Value = serde_json::from_slice(&c).unwrap();
+        assert_eq!(view["policies"], serde_json::json!([]));
+    }
 
     #[test]
     fn formats_rfc3339_utc() {

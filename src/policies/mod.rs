@@ -4,7 +4,9 @@
 //!
 //! A file that cannot be read or fails validation is rejected whole: the
 //! set in force stays, the error is logged with its line and column, and
-//! `ratekeeper_policy_reloads_total{result="error"}` counts it.
+//! `ratekeeper_policy_reloads_total{result="error"}` counts it. So is a
+//! path that is not a regular file, and a file with no policies at all
+//! while some are in force, unless SIGHUP asked for it.
 
 pub mod watch;
 
@@ -29,6 +31,8 @@ pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
 pub enum LoadError {
     #[error("cannot read the policies file {path}: {source}")]
     Read { path: String, source: io::Error },
+    #[error("the policies file {path} is {kind}; it must be a regular file")]
+    NotAFile { path: String, kind: &'static str },
     #[error(
         "the policies file {path} is larger than {MAX_FILE_BYTES} bytes (1 MiB); is it the right file?"
     )]
@@ -38,6 +42,11 @@ pub enum LoadError {
         path: String,
         source: std::str::Utf8Error,
     },
+    #[error(
+        "the policies file {path} now holds no policies while {in_force} are in force; \
+         send SIGHUP to load it anyway"
+    )]
+    WouldEmpty { path: String, in_force: usize },
     #[error("invalid policies file {path}: {source}")]
     Invalid {
         path: String,
@@ -48,23 +57,60 @@ pub enum LoadError {
 /// The file's bytes, at most [`MAX_FILE_BYTES`]. Opening the path follows
 /// symlinks, so a Kubernetes ConfigMap mount (`policies.toml ->
 /// ..data/policies.toml`) reads the version `..data` points at now.
+///
+/// Only a regular file is read: a FIFO (or a device) at the path would
+/// block the read, and with it every later reload, for good. It is opened
+/// non-blocking too, so one swapped in between the check and the open
+/// cannot block either (the second check, on the open file, refuses it).
 pub fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
+    use std::os::unix::fs::OpenOptionsExt;
     let shown = || path.display().to_string();
-    let file = std::fs::File::open(path).map_err(|source| LoadError::Read {
+    let read_error = |source| LoadError::Read {
         path: shown(),
         source,
-    })?;
+    };
+    let not_a_file = |meta: &std::fs::Metadata| {
+        (!meta.is_file()).then(|| LoadError::NotAFile {
+            path: shown(),
+            kind: file_kind(meta),
+        })
+    };
+    if let Some(e) = not_a_file(&std::fs::metadata(path).map_err(read_error)?) {
+        return Err(e);
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(read_error)?;
+    if let Some(e) = not_a_file(&file.metadata().map_err(read_error)?) {
+        return Err(e);
+    }
     let mut bytes = Vec::new();
     file.take(MAX_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
-        .map_err(|source| LoadError::Read {
-            path: shown(),
-            source,
-        })?;
+        .map_err(read_error)?;
     if bytes.len() as u64 > MAX_FILE_BYTES {
         return Err(LoadError::TooLarge { path: shown() });
     }
     Ok(bytes)
+}
+
+/// What a path that is not a regular file is, for the error message.
+fn file_kind(meta: &std::fs::Metadata) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    let t = meta.file_type();
+    if t.is_dir() {
+        "a directory"
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_char_device() || t.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    }
 }
 
 /// Parses `bytes` read from `path` into a set stamped with `loaded_at`.
@@ -166,8 +212,9 @@ impl Reloader {
         if !forced && rejected.as_deref() == Some(fingerprint.as_str()) {
             return Reload::Unchanged;
         }
-        let loaded =
-            read.and_then(|bytes| parse(&self.path, &bytes, &self.bounds, SystemTime::now()));
+        let loaded = read
+            .and_then(|bytes| parse(&self.path, &bytes, &self.bounds, SystemTime::now()))
+            .and_then(|set| self.refuse_emptying(set, forced));
         match loaded {
             Ok(set) => {
                 *rejected = None;
@@ -178,12 +225,28 @@ impl Reloader {
                 self.metrics.policy_reloads_error.inc();
                 error!(
                     file = %self.path.display(),
-                    error = %e,
                     "policies file rejected; the policies in force stay: {e}"
                 );
                 Reload::Rejected
             }
         }
+    }
+
+    /// A file that parses to no policies at all while some are in force is
+    /// far more often a file caught half-written (`cat new > policies.toml`
+    /// truncates first) or emptied by mistake than a wish to drop every
+    /// policy, which would answer every policy check with `unknown_policy`.
+    /// Only SIGHUP (`forced`) installs it; a change seen by the watcher or
+    /// the poll does not.
+    fn refuse_emptying(&self, set: PolicySet, forced: bool) -> Result<PolicySet, LoadError> {
+        let in_force = self.policies.load().len();
+        if forced || !set.is_empty() || in_force == 0 {
+            return Ok(set);
+        }
+        Err(LoadError::WouldEmpty {
+            path: self.path.display().to_string(),
+            in_force,
+        })
     }
 
     /// Swaps `set` in whole and records it; returns its size.

@@ -6,58 +6,148 @@
 //! Kubernetes ConfigMap update never touches `policies.toml` at all; it
 //! renames a new `..data` symlink over the old one (istio #34890). Events
 //! naming either the file or `..data` lead to a re-read of the path, which
-//! follows the symlinks to whatever they point at now.
+//! follows the symlinks to whatever they point at now. When the path
+//! resolves into another directory, that one is watched too.
+//!
+//! A watch can be lost without a word: the directory removed or replaced,
+//! the kernel's event queue overflowing, the symlinks now pointing into a
+//! directory not watched. Errors and "rescan" events count as a change
+//! (the re-read is cheap: unchanged bytes are not swapped), and every
+//! second the watched directories are compared with what the path resolves
+//! to now; a difference, or an error, re-creates the watcher.
 
 use std::ffi::OsString;
-use std::path::Path;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use notify::event::{AccessKind, AccessMode};
+use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
 use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
-use tracing::warn;
+use tokio::time::{Instant, MissedTickBehavior};
+use tracing::{info, warn};
 
 use super::Reloader;
 
-/// Editors and `kubectl` touch the directory several times per change;
-/// wait this long after the first event so one re-read sees the result.
+/// Editors and `kubectl` touch the directory several times per change: the
+/// file is re-read once no event came for this long (each event restarts
+/// the wait) ...
 const DEBOUNCE: Duration = Duration::from_millis(75);
+
+/// ... and, after a write into the file, once the writer has closed it
+/// (`cat new.toml > policies.toml` from a slow writer pauses between
+/// chunks; what is there before the close is a prefix). Never longer than
+/// this after the first event, so a writer that never closes (or a missed
+/// close) delays a reload by at most this much.
+const SETTLE_CAP: Duration = Duration::from_secs(1);
+
+/// How often the watched directories are checked against what the path
+/// resolves to now.
+const WATCH_CHECK: Duration = Duration::from_secs(1);
 
 /// The name Kubernetes gives the symlink it swaps on a ConfigMap update.
 const CONFIGMAP_DATA: &str = "..data";
 
+/// What the watcher's callback (on notify's thread) tells the reload task.
+#[derive(Default)]
+struct Events {
+    changed: Notify,
+    /// A write into the file was seen and not yet its close.
+    writing: AtomicBool,
+    /// The watch reported an error or lost a directory: re-create it.
+    lost: AtomicBool,
+    /// An error was logged in this episode (reset once re-armed).
+    warned: AtomicBool,
+}
+
 /// Starts watching; the task (and the watcher it owns) ends when aborted.
 /// SIGHUP is caught from the moment this returns.
 pub fn spawn(reloader: Arc<Reloader>, poll_interval: Duration) -> JoinHandle<()> {
-    let hangup = signal(SignalKind::hangup())
-        .inspect_err(|e| warn!(error = %e, "cannot catch SIGHUP; the file is still watched"))
-        .ok();
-    let changed = Arc::new(Notify::new());
-    let watcher = watch_directory(reloader.path(), changed.clone());
+    let hangup = catch_hangup();
+    let events = Arc::new(Events::default());
+    let mut watch = DirWatch::new(reloader.path().to_path_buf(), events.clone());
     tokio::spawn(async move {
-        // Dropping the watcher stops it: it lives exactly as long as this task.
-        let _watcher = watcher;
         let mut hangup = hangup;
         let mut poll = tokio::time::interval(poll_interval);
-        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
         poll.tick().await; // the first tick is immediate; the file was just loaded
+        let mut check = tokio::time::interval(WATCH_CHECK);
+        check.set_missed_tick_behavior(MissedTickBehavior::Delay);
+        check.tick().await;
         loop {
             let forced = tokio::select! {
-                () = changed.notified() => {
-                    tokio::time::sleep(DEBOUNCE).await;
+                () = events.changed.notified() => {
+                    settle(&events).await;
                     false
                 }
                 () = next_signal(&mut hangup) => true,
-                _ = poll.tick() => false,
+                _ = poll.tick() => {
+                    // A write in progress was seen: its events lead to a
+                    // settled re-read; reading now could catch a prefix.
+                    if events.writing.load(Ordering::Acquire) {
+                        continue;
+                    }
+                    false
+                }
+                _ = check.tick() => {
+                    if !watch.rearm_if_lost() {
+                        continue;
+                    }
+                    // Changes may have been missed while the watch was gone.
+                    false
+                }
             };
             // File IO and parsing off the async workers.
             let reloader = reloader.clone();
             let _ = tokio::task::spawn_blocking(move || reloader.reload(forced)).await;
+            // A ConfigMap swap moves the target into a new directory.
+            watch.rearm_if_lost();
         }
     })
+}
+
+/// Without a policies file, SIGHUP must still not kill the process (its
+/// default action): it is caught and answered with a log line.
+pub fn spawn_without_file() -> JoinHandle<()> {
+    let hangup = catch_hangup();
+    tokio::spawn(async move {
+        let mut hangup = hangup;
+        loop {
+            next_signal(&mut hangup).await;
+            info!("SIGHUP: no policies file to reload");
+        }
+    })
+}
+
+fn catch_hangup() -> Option<Signal> {
+    signal(SignalKind::hangup())
+        .inspect_err(|e| warn!(error = %e, "cannot catch SIGHUP"))
+        .ok()
+}
+
+/// Waits until the events stop: [`DEBOUNCE`] without one, and no write
+/// left unclosed; at most [`SETTLE_CAP`].
+async fn settle(events: &Events) {
+    let cap = Instant::now() + SETTLE_CAP;
+    loop {
+        let quiet = tokio::time::sleep_until(cap.min(Instant::now() + DEBOUNCE));
+        tokio::select! {
+            () = events.changed.notified() => {}
+            () = quiet => {
+                if !events.writing.load(Ordering::Acquire) {
+                    break;
+                }
+            }
+        }
+        if Instant::now() >= cap {
+            break;
+        }
+    }
+    events.writing.store(false, Ordering::Release);
 }
 
 async fn next_signal(signal: &mut Option<Signal>) {
@@ -71,42 +161,173 @@ async fn next_signal(signal: &mut Option<Signal>) {
     }
 }
 
-/// Watches the file's directory (not recursively) and wakes `changed` on
-/// any event that names the file or `..data`. `None` when the watch cannot
-/// be set up (the poll and SIGHUP still reload).
-fn watch_directory(path: &Path, changed: Arc<Notify>) -> Option<notify::RecommendedWatcher> {
-    let directory = match path.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => Path::new(".").to_path_buf(),
+/// A directory watched, and its identity (device, inode) when the watch
+/// was set up; `None` when it could not be read.
+type Armed = (PathBuf, Option<(u64, u64)>);
+
+/// The watcher over the file's directory (and its target's), re-created
+/// when it is lost.
+struct DirWatch {
+    path: PathBuf,
+    events: Arc<Events>,
+    watcher: Option<notify::RecommendedWatcher>,
+    armed: Vec<Armed>,
+}
+
+impl DirWatch {
+    fn new(path: PathBuf, events: Arc<Events>) -> DirWatch {
+        let mut watch = DirWatch {
+            path,
+            events,
+            watcher: None,
+            armed: Vec::new(),
+        };
+        watch.arm(watch.current());
+        watch
+    }
+
+    /// The directories to watch now, with their identities: the path's own,
+    /// and the one its symlinks resolve into when that is another.
+    fn current(&self) -> Vec<Armed> {
+        let own = match self.path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        let mut dirs = vec![own.clone()];
+        if let Ok(real) = std::fs::canonicalize(&self.path)
+            && let Some(target) = real.parent()
+            && std::fs::canonicalize(&own).is_ok_and(|own| own != target)
+        {
+            dirs.push(target.to_path_buf());
+        }
+        dirs.into_iter()
+            .map(|d| {
+                let id = std::fs::metadata(&d).ok().map(|m| (m.dev(), m.ino()));
+                (d, id)
+            })
+            .collect()
+    }
+
+    /// Re-creates the watcher when it reported an error or lost a directory,
+    /// when a watched directory was replaced, or when the path now resolves
+    /// into another directory. Returns whether it did.
+    fn rearm_if_lost(&mut self) -> bool {
+        let current = self.current();
+        let lost = self.events.lost.swap(false, Ordering::AcqRel);
+        if !lost && self.watcher.is_some() && current == self.armed {
+            return false;
+        }
+        self.arm(current);
+        true
+    }
+
+    fn arm(&mut self, dirs: Vec<Armed>) {
+        self.watcher = None; // the old one stops first
+        let mut names: Vec<OsString> = vec![CONFIGMAP_DATA.into()];
+        names.extend(self.path.file_name().map(OsString::from));
+        if let Ok(real) = std::fs::canonicalize(&self.path) {
+            names.extend(real.file_name().map(OsString::from));
+        }
+        let paths: Vec<PathBuf> = dirs.iter().map(|(d, _)| d.clone()).collect();
+        match make_watcher(&paths, names, self.events.clone()) {
+            Ok(watcher) => {
+                self.watcher = Some(watcher);
+                self.events.warned.store(false, Ordering::Release);
+            }
+            Err(e) => {
+                if !self.events.warned.swap(true, Ordering::AcqRel) {
+                    warn!(
+                        file = %self.path.display(),
+                        error = %e,
+                        "cannot watch the policies file's directory; retrying every second, \
+                         the poll and SIGHUP still reload"
+                    );
+                }
+            }
+        }
+        self.armed = dirs;
+    }
+}
+
+/// Watches `dirs` (not recursively); [`Filter::on_event`] judges each event.
+fn make_watcher(
+    dirs: &[PathBuf],
+    names: Vec<OsString>,
+    events: Arc<Events>,
+) -> notify::Result<notify::RecommendedWatcher> {
+    let filter = Filter {
+        dirs: dirs.to_vec(),
+        names,
     };
-    let name: OsString = path.file_name()?.to_os_string();
-    let handler = move |event: notify::Result<Event>| {
-        let Ok(event) = event else { return };
+    let mut watcher = notify::recommended_watcher(move |event| filter.on_event(&events, event))?;
+    for dir in dirs {
+        watcher.watch(dir, RecursiveMode::NonRecursive)?;
+    }
+    Ok(watcher)
+}
+
+/// Which events matter: those naming one of `names`, errors, rescans, and
+/// one of the watched `dirs` itself going away.
+struct Filter {
+    dirs: Vec<PathBuf>,
+    names: Vec<OsString>,
+}
+
+impl Filter {
+    /// Runs on notify's thread: records what the event means in `events`
+    /// and wakes the reload task when the file may have changed.
+    fn on_event(&self, events: &Events, event: notify::Result<Event>) {
+        let event = match event {
+            Ok(event) => event,
+            Err(e) => {
+                if !events.warned.swap(true, Ordering::AcqRel) {
+                    warn!(
+                        error = %e,
+                        "the policies file watch failed; re-reading the file and re-arming the watch"
+                    );
+                }
+                events.lost.store(true, Ordering::Release);
+                events.changed.notify_one();
+                return;
+            }
+        };
+        // A queue overflow: events were dropped, any of them may have mattered.
+        if event.need_rescan() {
+            events.changed.notify_one();
+            return;
+        }
+        let close_write = EventKind::Access(AccessKind::Close(AccessMode::Write));
         // Opening the file to read it is an event too: ignore reads, or
         // every reload would schedule the next.
-        if matches!(event.kind, EventKind::Access(kind) if kind != AccessKind::Close(AccessMode::Write))
-        {
+        if matches!(event.kind, EventKind::Access(_)) && event.kind != close_write {
+            return;
+        }
+        let self_gone = matches!(
+            event.kind,
+            EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+        ) && event.paths.iter().any(|p| self.dirs.contains(p));
+        if self_gone {
+            events.lost.store(true, Ordering::Release);
+            events.changed.notify_one();
             return;
         }
         let relevant = event.paths.iter().any(|p| {
             p.file_name()
-                .is_some_and(|n| n == name.as_os_str() || n == CONFIGMAP_DATA)
+                .is_some_and(|n| self.names.iter().any(|name| name == n))
         });
-        if relevant {
-            changed.notify_one();
+        if !relevant {
+            return;
         }
-    };
-    let watched = notify::recommended_watcher(handler).and_then(|mut watcher| {
-        watcher.watch(&directory, RecursiveMode::NonRecursive)?;
-        Ok(watcher)
-    });
-    watched
-        .inspect_err(|e| {
-            warn!(
-                directory = %directory.display(),
-                error = %e,
-                "cannot watch the policies file's directory; changes are seen by the poll and SIGHUP only"
-            );
-        })
-        .ok()
+        match event.kind {
+            EventKind::Modify(ModifyKind::Data(_)) | EventKind::Create(CreateKind::File) => {
+                events.writing.store(true, Ordering::Release);
+            }
+            kind if kind == close_write => events.writing.store(false, Ordering::Release),
+            _ => {}
+        }
+        events.changed.notify_one();
+    }
 }
+
+#[cfg(test)]
+mod tests;

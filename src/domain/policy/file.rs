@@ -2,7 +2,7 @@
 //! problem out, each with its line and column. No file IO here: the edge
 //! reads the bytes, this module judges them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::SystemTime;
 
@@ -47,10 +47,7 @@ impl PolicySet {
         bounds: &Bounds,
         loaded_at: Option<SystemTime>,
     ) -> Result<PolicySet, PolicyFileError> {
-        let mut report = Report {
-            text,
-            problems: Vec::new(),
-        };
+        let mut report = Report::new(text);
         let raw: RawFile = match toml::from_str(text) {
             Ok(raw) => raw,
             Err(error) => {
@@ -65,7 +62,7 @@ impl PolicySet {
                 policies.push(policy);
             }
         }
-        if !report.problems.is_empty() {
+        if report.count() != 0 {
             return Err(report.finish());
         }
         Ok(PolicySet::from_policies(
@@ -86,7 +83,7 @@ fn build_policy(
     report: &mut Report,
 ) -> Option<Policy> {
     let path = format!("policies.{}", toml_key(name.get_ref()));
-    let before = report.problems.len();
+    let before = report.count();
     if let Err(e) = validate_name(&path, name.get_ref()) {
         report.add(path.clone(), name.span(), e.message);
     } else if name.get_ref() == INLINE {
@@ -133,7 +130,7 @@ fn build_policy(
             overrides.insert(key.get_ref().clone(), merged);
         }
     }
-    (report.problems.len() == before).then(|| Policy {
+    (report.count() == before).then(|| Policy {
         name: Arc::from(name.get_ref().as_str()),
         description: policy.description.clone(),
         failure_mode,
@@ -155,11 +152,13 @@ fn build_limits(
         report.add(list_path.clone(), raw.span(), e.message);
     }
     let mut built: Vec<Limit> = Vec::with_capacity(raw.get_ref().len());
-    let mut names: Vec<&str> = Vec::with_capacity(raw.get_ref().len());
+    // Each name's first position: a set, not a scan, since a bad file may
+    // hold thousands of limits (it is rejected, but judged in full first).
+    let mut names: HashMap<&str, usize> = HashMap::with_capacity(raw.get_ref().len());
     for (i, limit) in raw.get_ref().iter().enumerate() {
         let at = format!("{list_path}[{i}]");
         let name = limit.get_ref().name.get_ref().as_str();
-        if let Some(j) = names.iter().position(|n| *n == name) {
+        if let Some(&j) = names.get(name) {
             report.add(
                 format!("{at}.name"),
                 limit.get_ref().name.span(),
@@ -168,7 +167,7 @@ fn build_limits(
                 ),
             );
         }
-        names.push(name);
+        names.entry(name).or_insert(i);
         if let Some(limit) = build_limit(&at, limit.get_ref(), bounds, report) {
             built.push(limit);
         }
@@ -238,7 +237,7 @@ fn build_override(
     report: &mut Report,
 ) -> Option<Arc<[Limit]>> {
     let at = format!("{path}.overrides.{:?}", key.get_ref());
-    let before = report.problems.len();
+    let before = report.count();
     let key_len = key.get_ref().len();
     if key_len == 0 || key_len > bounds.max_key_bytes {
         report.add(
@@ -259,21 +258,28 @@ fn build_override(
         return None;
     };
     let replacements = build_limits(&at, raw_limits, bounds, report);
+    // Built once: a bad file may hold thousands of limits on either side.
+    let known: HashSet<&str> = policy_limits.iter().map(|l| &*l.name).collect();
+    let listed = || {
+        let mut names: Vec<&str> = policy_limits.iter().take(9).map(|l| &*l.name).collect();
+        if names.len() > 8 {
+            names[8] = "...";
+        }
+        names.join(", ")
+    };
+    let mut listed_names: Option<String> = None;
     for (i, limit) in raw_limits.get_ref().iter().enumerate() {
         let name = limit.get_ref().name.get_ref();
-        if !policy_limits.iter().any(|l| *l.name == **name) {
-            let known: Vec<&str> = policy_limits.iter().map(|l| &*l.name).collect();
+        if !known.contains(name.as_str()) {
+            let its = listed_names.get_or_insert_with(listed);
             report.add(
                 format!("{at}.limits[{i}].name"),
                 limit.get_ref().name.span(),
-                format!(
-                    "{name:?} is not a limit of this policy (its limits: {})",
-                    known.join(", ")
-                ),
+                format!("{name:?} is not a limit of this policy (its limits: {its})"),
             );
         }
     }
-    if report.problems.len() != before {
+    if report.count() != before {
         return None;
     }
     let merged: Vec<Limit> = policy_limits

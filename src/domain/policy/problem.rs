@@ -32,61 +32,142 @@ impl fmt::Display for Problem {
     }
 }
 
-/// Why a policies file was rejected: every problem found, in file order.
+/// Why a policies file was rejected: the problems found, in file order.
 /// A file with a syntax or shape error (a typo in a key, a string where a
 /// number belongs) reports that one, since nothing after it can be read
-/// reliably; a well-formed file reports every invalid value at once.
+/// reliably; a well-formed file reports every invalid value at once, up to
+/// [`MAX_PROBLEMS`] (the rest are only counted in `more`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct PolicyFileError {
     pub problems: Vec<Problem>,
+    /// Problems found beyond the first [`MAX_PROBLEMS`], not listed.
+    pub more: usize,
 }
+
+/// The most problems listed: a generated file with thousands of bad limits
+/// must not produce a log line (or a CLI report) as large as itself.
+pub const MAX_PROBLEMS: usize = 100;
 
 impl fmt::Display for PolicyFileError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let n = self.problems.len();
+        let n = self.problems.len() + self.more;
         write!(f, "{n} problem{}:", if n == 1 { "" } else { "s" })?;
         for problem in &self.problems {
             write!(f, "\n  {problem}")?;
+        }
+        if self.more > 0 {
+            let s = if self.more == 1 { "" } else { "s" };
+            write!(f, "\n  ... and {} more problem{s}", self.more)?;
         }
         Ok(())
     }
 }
 
-/// Collects problems while a file is validated.
+/// Collects problems while a file is validated. Only their byte offsets are
+/// kept until [`Report::finish`], which locates the first [`MAX_PROBLEMS`]:
+/// locating each as it is added would rescan the text every time.
 pub(super) struct Report<'t> {
-    pub(super) text: &'t str,
-    pub(super) problems: Vec<(usize, Problem)>,
+    text: &'t str,
+    /// (byte offset, TOML path, message)
+    problems: Vec<(usize, String, String)>,
 }
 
-impl Report<'_> {
+impl<'t> Report<'t> {
+    pub(super) fn new(text: &'t str) -> Report<'t> {
+        Report {
+            text,
+            problems: Vec::new(),
+        }
+    }
+
+    /// How many problems were found so far.
+    pub(super) fn count(&self) -> usize {
+        self.problems.len()
+    }
+
     pub(super) fn add(&mut self, path: String, span: Range<usize>, message: impl Into<String>) {
-        let (line, column) = line_column(self.text, span.start);
-        self.problems.push((
-            span.start,
-            Problem {
-                path,
-                line,
-                column,
-                message: message.into(),
-            },
-        ));
+        self.problems.push((span.start, path, message.into()));
+    }
+
+    pub(super) fn finish(mut self) -> PolicyFileError {
+        // Stable: problems at one offset keep the order they were found in.
+        self.problems.sort_by_key(|(offset, _, _)| *offset);
+        let more = self.problems.len().saturating_sub(MAX_PROBLEMS);
+        self.problems.truncate(MAX_PROBLEMS);
+        let lines = LineIndex::new(self.text);
+        let problems = self
+            .problems
+            .into_iter()
+            .map(|(offset, path, message)| {
+                let (line, column) = lines.locate(self.text, offset);
+                Problem {
+                    path,
+                    line,
+                    column,
+                    message,
+                }
+            })
+            .collect();
+        PolicyFileError { problems, more }
     }
 }
 
-/// 1-based line and column (in characters) of byte `offset` in `text`.
-fn line_column(text: &str, offset: usize) -> (usize, usize) {
-    let offset = offset.min(text.len());
-    let before = text.get(..offset).unwrap_or(text);
-    let line = before.matches('\n').count() + 1;
-    let line_start = before.rfind('\n').map_or(0, |i| i + 1);
-    (line, before[line_start..].chars().count() + 1)
+/// Where each line starts, so locating an offset is a binary search.
+struct LineIndex(Vec<usize>);
+
+impl LineIndex {
+    fn new(text: &str) -> LineIndex {
+        let starts = std::iter::once(0)
+            .chain(
+                text.bytes()
+                    .enumerate()
+                    .filter(|(_, b)| *b == b'\n')
+                    .map(|(i, _)| i + 1),
+            )
+            .collect();
+        LineIndex(starts)
+    }
+
+    /// 1-based line and column (in characters) of byte `offset` in `text`.
+    fn locate(&self, text: &str, offset: usize) -> (usize, usize) {
+        let offset = offset.min(text.len());
+        // The last line start at or before `offset`.
+        let line = self.0.partition_point(|&start| start <= offset);
+        let start = self.0[line - 1];
+        let before = text.get(start..offset).unwrap_or("");
+        (line, before.chars().count() + 1)
+    }
 }
 
-impl Report<'_> {
-    pub(super) fn finish(mut self) -> PolicyFileError {
-        self.problems.sort_by_key(|(offset, _)| *offset);
-        PolicyFileError {
-            problems: self.problems.into_iter().map(|(_, p)| p).collect(),
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locates_lines_and_character_columns() {
+        let text = "ab\né€x\n\nz";
+        let lines = LineIndex::new(text);
+        assert_eq!(lines.locate(text, 0), (1, 1));
+        assert_eq!(lines.locate(text, 2), (1, 3));
+        assert_eq!(lines.locate(text, 3), (2, 1));
+        // 'x' follows two 2- and 3-byte characters: column 3.
+        assert_eq!(lines.locate(text, 3 + 2 + 3), (2, 3));
+        assert_eq!(lines.locate(text, 10), (3, 1));
+        assert_eq!(lines.locate(text, 11), (4, 1));
+        assert_eq!(lines.locate(text, 99), (4, 2));
+    }
+
+    #[test]
+    fn lists_at_most_the_cap_and_counts_the_rest() {
+        let mut report = Report::new("x");
+        for i in (0..MAX_PROBLEMS + 5).rev() {
+            report.add(format!("p{i}"), 0..0, "bad");
         }
+        let error = report.finish();
+        assert_eq!(error.problems.len(), MAX_PROBLEMS);
+        assert_eq!(error.more, 5);
+        let shown = error.to_string();
+        assert!(shown.starts_with("105 problems:"), "{shown}");
+        assert!(shown.ends_with("... and 5 more problems"), "{shown}");
     }
 }
