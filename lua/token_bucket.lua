@@ -3,17 +3,28 @@
 -- key      hash {u = tokens used (missing from a full bucket), a = time up
 --          to which tokens were credited}. Used, not left, so a changed
 --          burst keeps the usage (see the Rust module doc).
+--          The previous version kept t = tokens left instead of u: a bucket
+--          with t reads as used = burst - t, and the next spending write
+--          moves it to u. This version deletes t whenever it writes, so a t
+--          beside a u was written later, by an instance of the previous
+--          version during a rolling upgrade, and wins.
 -- Only a check that consumes writes: refilling is a pure function of time,
 -- so the stored state and the refilled one give the same future answers.
 
 local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
-  local state = redis.call('HMGET', key, 'u', 'a')
-  local used, credited = tonumber(state[1]), tonumber(state[2])
+  local state = redis.call('HMGET', key, 'u', 'a', 't')
+  local used, credited, left = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+  if left ~= nil then
+    used = math.max(0, burst - left)
+  end
   if used == nil or credited == nil then
     used, credited = 0, now
   end
+  -- At most the burst plus the longest window (366 days) of refill owed, as
+  -- in gcra.lua, so a limit lowered far below its usage stays below 2^53.
+  used = math.min(used, burst + idiv(366 * 86400 * 1000000, interval))
   -- Negative after the burst was lowered below what was used: a debt.
   local tokens = burst - used
   if now > credited then
@@ -41,6 +52,9 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   if allowed and cost > 0 then
     commit = function()
       redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited))
+      if left ~= nil then
+        redis.call('HDEL', key, 't')
+      end
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end
     if not dry then
