@@ -215,11 +215,10 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
 }
 
 /// A policy's limit whose `limit` changes (a reload) keeps its counters,
-/// so lowering it below what was spent denies with `remaining: 0`; a
-/// changed window is another counter and starts afresh. (gcra keeps its
-/// usage as time, the theoretical arrival time: 8 units of a 10/day limit
-/// are 0.8 day, which a 5/day limit reads as 4 units. Lowered to 3/day,
-/// every algorithm is over.)
+/// for every algorithm: 8 of 10/day spent, lowered to 5/day it owes 3
+/// (`remaining: 0`, denied), raised to 20/day it has 12 left. (gcra used to
+/// keep its usage as time and read it through the new rate: 4 of 5, 16 of
+/// 20.) A changed window is another counter and starts afresh.
 #[tokio::test]
 async fn a_changed_limit_keeps_its_counters_and_a_changed_window_starts_afresh() {
     let server = RedisServer::start();
@@ -231,14 +230,142 @@ async fn a_changed_limit_keeps_its_counters_and_a_changed_window_starts_afresh()
             let what = format!("{} {algorithm}", store.name());
             let spent = run(&*store, &check(&key, Some("api"), &daily(10, DAY), 8)).await;
             assert!(spent[0].allowed, "{what}");
-            let lowered = run(&*store, &check(&key, Some("api"), &daily(3, DAY), 1)).await;
+            let lowered = run(&*store, &check(&key, Some("api"), &daily(5, DAY), 1)).await;
             assert_eq!(
                 (lowered[0].allowed, lowered[0].remaining),
                 (false, 0),
                 "{what}"
             );
+            let raised = run(&*store, &check(&key, Some("api"), &daily(20, DAY), 0)).await;
+            assert_eq!(
+                (raised[0].allowed, raised[0].remaining),
+                (true, 12),
+                "{what}"
+            );
+            // Spending under the raised limit, then back: 9 of 10 used.
+            let more = run(&*store, &check(&key, Some("api"), &daily(20, DAY), 1)).await;
+            assert_eq!(more[0].remaining, 11, "{what}");
+            let back = run(&*store, &check(&key, Some("api"), &daily(10, DAY), 0)).await;
+            assert_eq!(back[0].remaining, 1, "{what}");
             let other_window = run(&*store, &check(&key, Some("api"), &daily(5, HOUR), 0)).await;
             assert_eq!(other_window[0].remaining, 5, "{what}: a fresh counter");
         }
     }
+}
+
+/// A Redis store on `clock`, and the Redis key of `limit` checked on `key`.
+async fn redis_and_key(
+    server: &RedisServer,
+    clock: &ManualClock,
+    key: &str,
+    limit: &Limit,
+) -> (RedisStore, String) {
+    let store = RedisStore::connect(redis_options(server, clock)).unwrap();
+    store.ping().await.unwrap();
+    let redis_key = store.limit_key(&check(key, Some("api"), &[limit.clone()], 0), limit);
+    (store, redis_key)
+}
+
+/// A bucket written by the previous version (tokens *left* in field `t`)
+/// continues from where it was after the upgrade, exactly as the Rust
+/// functions do from the same usage, and moves to the new format (`u`) on
+/// its next spending write. A `t` beside a `u` was written by an instance
+/// of the previous version during a rolling upgrade, after this version
+/// last wrote (this version deletes `t`), so it wins.
+#[tokio::test]
+async fn a_token_bucket_of_the_previous_version_continues_after_the_upgrade() {
+    use ratekeeper::domain::algorithms::State;
+    use ratekeeper::domain::algorithms::token_bucket::{Bucket, TokenBucketState};
+
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let bucket = limit("burst", Algorithm::TokenBucket, 10, SEC);
+    for stale_u in [None, Some("9")] {
+        let key = unique_key("tb-upgrade");
+        let (store, redis_key) = redis_and_key(&server, &clock, &key, &bucket).await;
+        // 3 of 10 left, credited up to 150 ms ago: one more token earned.
+        let credited = (T0 - 150 * MS).to_string();
+        let mut fields = vec!["HSET", &redis_key, "t", "3", "a", &credited];
+        if let Some(u) = stale_u {
+            fields.extend(["u", u]);
+        }
+        server.cli(&fields);
+        let mut rust = State::TokenBucket(TokenBucketState {
+            bucket: Some(Bucket {
+                used: 7,
+                credited_at_us: T0 - 150 * MS,
+            }),
+        });
+        let spend = check(&key, Some("api"), &[bucket.clone()], 1);
+        let look = check(&key, Some("api"), &[bucket.clone()], 0);
+        let what = format!("u={stale_u:?}");
+        let probe = run(&store, &look).await;
+        assert_eq!(probe[0], rust.apply(&bucket.rule, T0, 0), "{what}");
+        assert_eq!(probe[0].remaining, 4, "{what}: not a full bucket");
+        let spent = run(&store, &spend).await;
+        assert_eq!(spent[0], rust.apply(&bucket.rule, T0, 1), "{what}");
+        assert_eq!(spent[0].remaining, 3, "{what}");
+        let fields = server.cli(&["HGETALL", &redis_key]);
+        let mut fields: Vec<(&str, &str)> = fields
+            .lines()
+            .collect::<Vec<_>>()
+            .chunks(2)
+            .map(|pair| (pair[0], pair[1]))
+            .collect();
+        fields.sort();
+        let expect_a = (T0 - 50 * MS).to_string();
+        assert_eq!(
+            fields,
+            [("a", expect_a.as_str()), ("u", "7")],
+            "{what}: new format"
+        );
+        for step in [50 * MS, 100 * MS, 2 * SEC] {
+            clock.set_us(T0 + step);
+            let got = run(&store, &spend).await;
+            assert_eq!(got[0], rust.apply(&bucket.rule, T0 + step, 1), "{what}");
+        }
+        clock.set_us(T0);
+        store.quit().await;
+    }
+}
+
+/// A gcra key written before the interval was kept (a plain TAT) reads as
+/// written at the current interval, and the next spending write stores
+/// `<tat>:<interval>:<used>`, which stays a small string.
+#[tokio::test]
+async fn a_plain_gcra_tat_of_the_previous_version_continues_after_the_upgrade() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let key = unique_key("gcra-upgrade");
+    let daily = limit("daily", Algorithm::Gcra, 10_000, DAY);
+    let interval = DAY / 10_000;
+    let (store, redis_key) = redis_and_key(&server, &clock, &key, &daily).await;
+    // 8 000 of 10 000 used, written by the previous version.
+    let plain = (T0 + 8_000 * interval).to_string();
+    server.cli(&["SET", &redis_key, &plain]);
+    let plain_bytes: u64 = server
+        .cli(&["MEMORY", "USAGE", &redis_key])
+        .parse()
+        .unwrap();
+    let probe = run(&store, &check(&key, Some("api"), &[daily.clone()], 0)).await;
+    assert_eq!(probe[0].remaining, 2_000);
+    let spent = run(&store, &check(&key, Some("api"), &[daily.clone()], 1)).await;
+    assert_eq!(spent[0].remaining, 1_999);
+    let value = server.cli(&["GET", &redis_key]);
+    let tat = T0 + 8_001 * interval;
+    assert_eq!(value, format!("{tat}:{interval}:8001"));
+    let bytes: u64 = server
+        .cli(&["MEMORY", "USAGE", &redis_key])
+        .parse()
+        .unwrap();
+    println!("MEMORY USAGE: plain TAT {plain_bytes} B, with interval and units {bytes} B");
+    // An integer-encoded TAT becomes a short embedded string: at most one
+    // more 48-byte allocation (104 -> 152 B with this long key; 136 B, a
+    // token bucket's hash, while the value stays under 29 characters).
+    assert!(bytes <= plain_bytes + 48, "{plain_bytes} B -> {bytes} B");
+    // Raised by an override to 100 000: 8 001 used, not 80 010.
+    let raised = limit("daily", Algorithm::Gcra, 100_000, DAY);
+    let probe = run(&store, &check(&key, Some("api"), &[raised], 0)).await;
+    assert_eq!(probe[0].remaining, 100_000 - 8_001);
+    store.quit().await;
 }
