@@ -88,13 +88,15 @@ fn reload_case(algorithms: Vec<Algorithm>) -> impl Strategy<Value = ReloadCase> 
 }
 
 impl ReloadCase {
-    /// The rule in force, the instant and the cost of each step.
+    /// The rule in force, the instant and the cost of each step (at most
+    /// the rule's capacity, as validation requires).
     fn timeline(&self) -> impl Iterator<Item = (Rule, u64, u64)> + '_ {
         self.steps
             .iter()
             .scan(self.start_us, |now, (version, step, cost)| {
                 *now = now.saturating_add_signed(*step);
-                Some((self.versions[*version], *now, *cost))
+                let rule = self.versions[*version];
+                Some((rule, *now, (*cost).min(rule.capacity())))
             })
     }
 
