@@ -12,29 +12,32 @@ local function gcra_max_used(burst, interval)
   return burst + idiv(366 * 86400 * 1000000, interval)
 end
 
--- The TAT at `interval`, at least `now`. Written at another interval, it is
--- rebuilt from the units it held, from the instant they were counted.
+-- The TAT at `interval`, at least `now`, and whether it was written at
+-- another interval: then it is rebuilt from the units it held, from the
+-- instant they were counted.
 local function gcra_tat(raw, now, interval, burst)
   if not raw then
-    return now
+    return now, false
   end
   local at, was, used = string.match(raw, '^(%d+):(%d+):(%d+)$')
+  local converted = false
   if at then
     at, was, used = tonumber(at), tonumber(was), tonumber(used)
     if was ~= interval then
       at = at - used * was + math.min(used, gcra_max_used(burst, interval)) * interval
+      converted = true
     end
   else
     at = tonumber(raw) or now
   end
-  return math.max(at, now)
+  return math.max(at, now), converted
 end
 
 local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
   local tolerance = burst * interval
-  local tat = gcra_tat(redis.call('GET', key), now, interval, burst)
+  local tat, converted = gcra_tat(redis.call('GET', key), now, interval, burst)
 
   local allowed = tat + need * interval - now <= tolerance
   local tat_after = tat
@@ -42,6 +45,12 @@ local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
     tat_after = tat + cost * interval
   end
   local reset = tat_after - now
+  if converted and tat > now then
+    -- Written at another rate, the key's TTL is the writer's time to refill:
+    -- a slower rule needs it longer. Only ever lengthened, so even a dry
+    -- look may do it: no answer changes, the usage just does not expire.
+    redis.call('PEXPIRE', key, ttl_ms(tat - now, pad_ms), 'GT')
+  end
   local commit = nil
   if allowed and cost > 0 then
     commit = function()

@@ -1,8 +1,10 @@
 -- token_bucket: `burst` tokens, one more every window / limit microseconds
 -- (src/domain/algorithms/token_bucket.rs).
 -- key      hash {u = tokens used (missing from a full bucket), a = time up
---          to which tokens were credited}. Used, not left, so a changed
---          burst keeps the usage (see the Rust module doc).
+--          to which tokens were credited, i = the interval it was written
+--          with}. Used, not left, so a changed burst keeps the usage (see
+--          the Rust module doc); the interval, so that a rule refilling
+--          slower than the writer keeps the key alive while it needs it.
 --          The previous version kept t = tokens left instead of u: a bucket
 --          with t reads as used = burst - t, and the next spending write
 --          moves it to u. This version deletes t whenever it writes, so a t
@@ -14,8 +16,9 @@
 local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
-  local state = redis.call('HMGET', key, 'u', 'a', 't')
+  local state = redis.call('HMGET', key, 'u', 'a', 't', 'i')
   local used, credited, left = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+  local was = tonumber(state[4]) or interval
   if left ~= nil then
     used = math.max(0, burst - left)
   end
@@ -48,10 +51,16 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   if tokens < burst then
     reset = credited + (burst - tokens) * interval - now
   end
+  if was ~= interval and reset > 0 then
+    -- Written at another rate, the key's TTL is the writer's time to refill:
+    -- a slower rule needs it longer. Only ever lengthened, so even a dry
+    -- look may do it: no answer changes, the usage just does not expire.
+    redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms), 'GT')
+  end
   local commit = nil
   if allowed and cost > 0 then
     commit = function()
-      redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited))
+      redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited), 'i', int(interval))
       if left ~= nil then
         redis.call('HDEL', key, 't')
       end

@@ -314,9 +314,10 @@ async fn a_token_bucket_of_the_previous_version_continues_after_the_upgrade() {
             .collect();
         fields.sort();
         let expect_a = (T0 - 50 * MS).to_string();
+        let interval = (SEC / 10).to_string();
         assert_eq!(
             fields,
-            [("a", expect_a.as_str()), ("u", "7")],
+            [("a", expect_a.as_str()), ("i", &interval), ("u", "7")],
             "{what}: new format"
         );
         for step in [50 * MS, 100 * MS, 2 * SEC] {
@@ -368,4 +369,40 @@ async fn a_plain_gcra_tat_of_the_previous_version_continues_after_the_upgrade() 
     let probe = run(&store, &check(&key, Some("api"), &[raised], 0)).await;
     assert_eq!(probe[0].remaining, 100_000 - 8_001);
     store.quit().await;
+}
+
+/// A bucket's key lives as long as its writer's rule needs it (the time to
+/// refill what was used). A lowered limit refills slower, so a read under
+/// it lengthens the key's life, never shortens it: 8 of 10/day spent
+/// expire after 0.8 day, but at 3/day they are not repaid until 2.67 days.
+#[tokio::test]
+async fn a_lowered_bucket_keeps_its_usage_past_the_writers_expiry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+            clock.set_us(T0);
+            let key = unique_key("lowered");
+            let daily = |n| [limit("daily", algorithm, n, DAY)];
+            let what = format!("{} {algorithm}", store.name());
+            assert!(run(&*store, &check(&key, Some("api"), &daily(10), 8)).await[0].allowed);
+            let lowered = run(&*store, &check(&key, Some("api"), &daily(3), 0)).await;
+            assert_eq!(lowered[0].reset_after_us, 8 * (DAY / 3), "{what}");
+            if store.name() == "redis" {
+                let redis = RedisStore::connect(redis_options(&server, &clock)).unwrap();
+                let c = check(&key, Some("api"), &daily(3), 0);
+                let redis_key = redis.limit_key(&c, &daily(3)[0]);
+                let pttl: u64 = server.cli(&["PTTL", &redis_key]).parse().unwrap();
+                assert!(pttl > 2 * DAY / MS, "{what}: PTTL {pttl} ms");
+            }
+            // Past the 0.8 day the 10/day writer needed: 2 of 8 repaid.
+            clock.set_us(T0 + 9 * DAY / 10);
+            let later = run(&*store, &check(&key, Some("api"), &daily(3), 1)).await;
+            assert_eq!((later[0].allowed, later[0].remaining), (false, 0), "{what}");
+            // The rule in force sets the pace: at 10/day all 8 were repaid
+            // by 0.8 day (the longer life changes no answer).
+            let back = run(&*store, &check(&key, Some("api"), &daily(10), 0)).await;
+            assert_eq!(back[0].remaining, 10, "{what}");
+        }
+    }
 }

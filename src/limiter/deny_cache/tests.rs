@@ -143,7 +143,11 @@ fn an_allowing_limit_reports_its_state_as_recorded_for_either_cost() {
         retry_after_us: 0,
         reset_after_us: 100,
     };
-    cache.record(&two(Algorithm::SlidingWindow, 0), 0, &[denied(500), allowing(7)]);
+    cache.record(
+        &two(Algorithm::SlidingWindow, 0),
+        0,
+        &[denied(500), allowing(7)],
+    );
     for cost in [0, 1] {
         let hit = cache.lookup(&two(Algorithm::SlidingWindow, cost)).unwrap();
         assert_eq!((hit[1].allowed, hit[1].remaining), (true, 7), "cost {cost}");
