@@ -262,7 +262,10 @@ async fn redis_and_key(
 ) -> (RedisStore, String) {
     let store = RedisStore::connect(redis_options(server, clock)).unwrap();
     store.ping().await.unwrap();
-    let redis_key = store.limit_key(&check(key, Some("api"), &[limit.clone()], 0), limit);
+    let redis_key = store.limit_key(
+        &check(key, Some("api"), std::slice::from_ref(limit), 0),
+        limit,
+    );
     (store, redis_key)
 }
 
@@ -296,8 +299,8 @@ async fn a_token_bucket_of_the_previous_version_continues_after_the_upgrade() {
                 credited_at_us: T0 - 150 * MS,
             }),
         });
-        let spend = check(&key, Some("api"), &[bucket.clone()], 1);
-        let look = check(&key, Some("api"), &[bucket.clone()], 0);
+        let spend = check(&key, Some("api"), std::slice::from_ref(&bucket), 1);
+        let look = check(&key, Some("api"), std::slice::from_ref(&bucket), 0);
         let what = format!("u={stale_u:?}");
         let probe = run(&store, &look).await;
         assert_eq!(probe[0], rust.apply(&bucket.rule, T0, 0), "{what}");
@@ -348,9 +351,17 @@ async fn a_plain_gcra_tat_of_the_previous_version_continues_after_the_upgrade() 
         .cli(&["MEMORY", "USAGE", &redis_key])
         .parse()
         .unwrap();
-    let probe = run(&store, &check(&key, Some("api"), &[daily.clone()], 0)).await;
+    let probe = run(
+        &store,
+        &check(&key, Some("api"), std::slice::from_ref(&daily), 0),
+    )
+    .await;
     assert_eq!(probe[0].remaining, 2_000);
-    let spent = run(&store, &check(&key, Some("api"), &[daily.clone()], 1)).await;
+    let spent = run(
+        &store,
+        &check(&key, Some("api"), std::slice::from_ref(&daily), 1),
+    )
+    .await;
     assert_eq!(spent[0].remaining, 1_999);
     let value = server.cli(&["GET", &redis_key]);
     let tat = T0 + 8_001 * interval;

@@ -69,7 +69,7 @@ use std::time::Duration;
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
-use crate::domain::{Algorithm, Check, Clock, Limit, Outcome};
+use crate::domain::{Check, Clock, Limit, Outcome};
 
 /// The longest an entry answers for, whatever the denial's length.
 pub const MAX_AGE: Duration = Duration::from_secs(1);

@@ -1,7 +1,7 @@
 //! The deny cache on a manual clock.
 
 use super::*;
-use crate::domain::{ManualClock, Rule};
+use crate::domain::{Algorithm, ManualClock, Rule};
 
 fn rule(algorithm: Algorithm, limit: u64) -> Rule {
     Rule {
