@@ -1,19 +1,33 @@
 -- token_bucket: `burst` tokens, one more every window / limit microseconds
 -- (src/domain/algorithms/token_bucket.rs).
 -- key      hash {u = tokens used (missing from a full bucket), a = time up
---          to which tokens were credited}. Used, not left, so a changed
---          burst keeps the usage (see the Rust module doc).
+--          to which tokens were credited, i = the interval it was written
+--          with}. Used, not left, so a changed burst keeps the usage (see
+--          the Rust module doc); the interval, so that a rule refilling
+--          slower than the writer keeps the key alive while it needs it.
+--          The previous version kept t = tokens left instead of u: a bucket
+--          with t reads as used = burst - t, and the next spending write
+--          moves it to u. This version deletes t whenever it writes, so a t
+--          beside a u was written later, by an instance of the previous
+--          version during a rolling upgrade, and wins.
 -- Only a check that consumes writes: refilling is a pure function of time,
 -- so the stored state and the refilled one give the same future answers.
 
 local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
-  local state = redis.call('HMGET', key, 'u', 'a')
-  local used, credited = tonumber(state[1]), tonumber(state[2])
+  local state = redis.call('HMGET', key, 'u', 'a', 't', 'i')
+  local used, credited, left = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+  local was = tonumber(state[4]) or interval
+  if left ~= nil then
+    used = math.max(0, burst - left)
+  end
   if used == nil or credited == nil then
     used, credited = 0, now
   end
+  -- At most the burst plus the longest window (366 days) of refill owed, as
+  -- in gcra.lua, so a limit lowered far below its usage stays below 2^53.
+  used = math.min(used, burst + idiv(366 * 86400 * 1000000, interval))
   -- Negative after the burst was lowered below what was used: a debt.
   local tokens = burst - used
   if now > credited then
@@ -37,10 +51,19 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   if tokens < burst then
     reset = credited + (burst - tokens) * interval - now
   end
+  if was ~= interval and reset > 0 then
+    -- Written at another rate, the key's TTL is the writer's time to refill:
+    -- a slower rule needs it longer. Only ever lengthened, so even a dry
+    -- look may do it: no answer changes, the usage just does not expire.
+    redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms), 'GT')
+  end
   local commit = nil
   if allowed and cost > 0 then
     commit = function()
-      redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited))
+      redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited), 'i', int(interval))
+      if left ~= nil then
+        redis.call('HDEL', key, 't')
+      end
       redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
     end
     if not dry then

@@ -24,6 +24,9 @@ use support::{RedisServer, unique_key};
 mod case;
 use case::{Case, capacity, case, rule, runner, runtime, simulated_redis};
 
+#[path = "multi_parity/reload.rs"]
+mod reload;
+
 /// `check.lua` (one EVALSHA per check) against `apply_all`.
 #[test]
 fn multi_limit_lua_matches_rust() {

@@ -370,11 +370,11 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
             Ok(())
         })
         .unwrap();
-    if algorithm == Algorithm::TokenBucket {
+    if algorithm.has_burst() {
         assert_eq!(
             metrics.deny_cache_hits.get(),
             0,
-            "token_bucket is never cached"
+            "token_bucket and gcra are never cached"
         );
     } else {
         assert!(

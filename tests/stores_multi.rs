@@ -215,11 +215,10 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
 }
 
 /// A policy's limit whose `limit` changes (a reload) keeps its counters,
-/// so lowering it below what was spent denies with `remaining: 0`; a
-/// changed window is another counter and starts afresh. (gcra keeps its
-/// usage as time, the theoretical arrival time: 8 units of a 10/day limit
-/// are 0.8 day, which a 5/day limit reads as 4 units. Lowered to 3/day,
-/// every algorithm is over.)
+/// for every algorithm: 8 of 10/day spent, lowered to 5/day it owes 3
+/// (`remaining: 0`, denied), raised to 20/day it has 12 left. (gcra used to
+/// keep its usage as time and read it through the new rate: 4 of 5, 16 of
+/// 20.) A changed window is another counter and starts afresh.
 #[tokio::test]
 async fn a_changed_limit_keeps_its_counters_and_a_changed_window_starts_afresh() {
     let server = RedisServer::start();
@@ -231,14 +230,28 @@ async fn a_changed_limit_keeps_its_counters_and_a_changed_window_starts_afresh()
             let what = format!("{} {algorithm}", store.name());
             let spent = run(&*store, &check(&key, Some("api"), &daily(10, DAY), 8)).await;
             assert!(spent[0].allowed, "{what}");
-            let lowered = run(&*store, &check(&key, Some("api"), &daily(3, DAY), 1)).await;
+            let lowered = run(&*store, &check(&key, Some("api"), &daily(5, DAY), 1)).await;
             assert_eq!(
                 (lowered[0].allowed, lowered[0].remaining),
                 (false, 0),
                 "{what}"
             );
+            let raised = run(&*store, &check(&key, Some("api"), &daily(20, DAY), 0)).await;
+            assert_eq!(
+                (raised[0].allowed, raised[0].remaining),
+                (true, 12),
+                "{what}"
+            );
+            // Spending under the raised limit, then back: 9 of 10 used.
+            let more = run(&*store, &check(&key, Some("api"), &daily(20, DAY), 1)).await;
+            assert_eq!(more[0].remaining, 11, "{what}");
+            let back = run(&*store, &check(&key, Some("api"), &daily(10, DAY), 0)).await;
+            assert_eq!(back[0].remaining, 1, "{what}");
             let other_window = run(&*store, &check(&key, Some("api"), &daily(5, HOUR), 0)).await;
             assert_eq!(other_window[0].remaining, 5, "{what}: a fresh counter");
         }
     }
 }
+
+#[path = "stores_multi/buckets.rs"]
+mod buckets;

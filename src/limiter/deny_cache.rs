@@ -46,14 +46,16 @@
 //!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
 //!   for that long after the store would have allowed it, and a flooding key
 //!   still costs one store call per second per instance.
-//! - A `token_bucket` denial is never cached. Its state (tokens used, credit time) is
-//!   shared by every rule on the same key and window, and a rule with a
-//!   faster refill credits tokens that a slower rule can then spend, so its
-//!   denials are not monotone across rules. The other four only get harder
-//!   to pass when other traffic arrives, whatever its rule. (`gcra` gives the
-//!   same answers as `token_bucket` for one rule and is cached.) A check
-//!   denied by other limits while a `token_bucket` limit allowed is cached:
-//!   whatever that bucket does meanwhile, the check stays denied.
+//! - A bucket's denial (`token_bucket`, `gcra`) is never cached. Its state
+//!   (units used, the instant they were counted) is shared by every rule on
+//!   the same key and window, and a rule with a faster refill credits units
+//!   that a slower rule can then spend, so its denials are not monotone
+//!   across rules. (Both keep the units used when a rule's `limit`
+//!   changes, which is what makes them so; gcra used to keep time, which
+//!   is monotone but rescaled the usage.) The other three only get harder
+//!   to pass when other traffic arrives, whatever its rule. A check denied
+//!   by other limits while a bucket limit allowed is cached: whatever that
+//!   bucket does meanwhile, the check stays denied.
 //! - With several rules on one key, another rule can be allowed during a
 //!   cached denial and push the key's `reset_after` later than the cached
 //!   one; the decision and `retry_after` stay safe.
@@ -67,7 +69,7 @@ use std::time::Duration;
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
-use crate::domain::{Algorithm, Check, Clock, Limit, Outcome};
+use crate::domain::{Check, Clock, Limit, Outcome};
 
 /// The longest an entry answers for, whatever the denial's length.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
@@ -175,7 +177,7 @@ impl DenyCache {
 
     /// Remembers the store's `outcomes` for `check`, asked at
     /// `asked_at_us`, if they deny a one-unit check and no denying limit
-    /// is a token bucket.
+    /// is a bucket (token_bucket or gcra).
     pub fn record(&self, check: &Check, asked_at_us: u64, outcomes: &[Outcome]) {
         if check.cost > 1 || outcomes.iter().all(|o| o.allowed) {
             return;
@@ -183,7 +185,7 @@ impl DenyCache {
         let mut valid_until_us = asked_at_us + MAX_AGE.as_micros() as u64;
         for (limit, outcome) in check.limits.iter().zip(outcomes) {
             if !outcome.allowed {
-                if limit.rule.algorithm == Algorithm::TokenBucket {
+                if limit.rule.algorithm.has_burst() {
                     return;
                 }
                 valid_until_us = valid_until_us.min(asked_at_us + outcome.retry_after_us);

@@ -31,6 +31,8 @@ pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) 
     let (used, mut credited_at_us) = state
         .bucket
         .map_or((0, now_us), |b| (b.used, b.credited_at_us));
+    // A limit lowered far below its usage owes at most 366 days of refill.
+    let used = used.min(super::gcra::max_used(rule.burst, interval));
     // Negative after the burst was lowered below what was used: a debt.
     let mut tokens = burst - used as i64;
     if now_us > credited_at_us {

@@ -1,7 +1,7 @@
 //! The deny cache on a manual clock.
 
 use super::*;
-use crate::domain::{ManualClock, Rule};
+use crate::domain::{Algorithm, ManualClock, Rule};
 
 fn rule(algorithm: Algorithm, limit: u64) -> Rule {
     Rule {
@@ -13,7 +13,7 @@ fn rule(algorithm: Algorithm, limit: u64) -> Rule {
 }
 
 fn check(cost: u64, limit: u64) -> Check {
-    Check::single("k", rule(Algorithm::Gcra, limit), cost)
+    Check::single("k", rule(Algorithm::SlidingWindow, limit), cost)
 }
 
 fn two(first: Algorithm, cost: u64) -> Check {
@@ -99,11 +99,13 @@ fn entries_answer_for_at_most_max_age() {
 }
 
 #[test]
-fn token_bucket_is_never_cached() {
+fn buckets_are_never_cached() {
     let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
-    let c = Check::single("k", rule(Algorithm::TokenBucket, 5), 1);
-    cache.record(&c, 0, &[denied(500)]);
-    assert!(cache.is_empty());
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let c = Check::single("k", rule(algorithm, 5), 1);
+        cache.record(&c, 0, &[denied(500)]);
+        assert!(cache.is_empty(), "{algorithm}");
+    }
     // Denied by another limit while the bucket allowed: cached.
     let allowed = Outcome {
         allowed: true,
@@ -141,9 +143,13 @@ fn an_allowing_limit_reports_its_state_as_recorded_for_either_cost() {
         retry_after_us: 0,
         reset_after_us: 100,
     };
-    cache.record(&two(Algorithm::Gcra, 0), 0, &[denied(500), allowing(7)]);
+    cache.record(
+        &two(Algorithm::SlidingWindow, 0),
+        0,
+        &[denied(500), allowing(7)],
+    );
     for cost in [0, 1] {
-        let hit = cache.lookup(&two(Algorithm::Gcra, cost)).unwrap();
+        let hit = cache.lookup(&two(Algorithm::SlidingWindow, cost)).unwrap();
         assert_eq!((hit[1].allowed, hit[1].remaining), (true, 7), "cost {cost}");
         assert_eq!(
             (hit[0].allowed, hit[0].remaining),
@@ -157,7 +163,7 @@ fn an_allowing_limit_reports_its_state_as_recorded_for_either_cost() {
 fn a_multi_limit_denial_answers_until_its_first_denying_limit_could_pass() {
     let clock = ManualClock::new(0);
     let cache = DenyCache::new(10, Arc::new(clock.clone()));
-    let c = two(Algorithm::Gcra, 1);
+    let c = two(Algorithm::SlidingWindow, 1);
     cache.record(&c, 0, &[denied(300), denied(700)]);
     clock.advance_us(100);
     let hit = cache.lookup(&c).unwrap();

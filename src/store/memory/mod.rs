@@ -229,8 +229,14 @@ impl MemoryStore {
             let lookup = StateKeyRef::of(check, limit);
             if let Some(entry) = map.get_mut(&lookup) {
                 entry.state = state;
+                let until = now.saturating_add(outcome.reset_after_us);
                 if writes {
-                    entry.expires_at_us = now.saturating_add(outcome.reset_after_us);
+                    entry.expires_at_us = until;
+                } else if entry.expires_at_us > now {
+                    // A rule that refills slower than the one that wrote the
+                    // state (a lowered limit) needs it longer: lengthen, as
+                    // the scripts do (PEXPIRE GT), never shorten.
+                    entry.expires_at_us = entry.expires_at_us.max(until);
                 }
             } else if writes {
                 map.insert(
