@@ -46,16 +46,23 @@
 //!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
 //!   for that long after the store would have allowed it, and a flooding key
 //!   still costs one store call per second per instance.
-//! - A bucket's denial (`token_bucket`, `gcra`) is never cached. Its state
-//!   (units used, the instant they were counted) is shared by every rule on
-//!   the same key and window, and a rule with a faster refill credits units
-//!   that a slower rule can then spend, so its denials are not monotone
-//!   across rules. (Both keep the units used when a rule's `limit`
+//! - An inline check's bucket denial (`token_bucket`, `gcra`) is never
+//!   cached. Inline state is shared by every rule on the same key,
+//!   algorithm and window, and a bucket's state (units used, the instant
+//!   they were counted) read by a rule with a faster refill is credited
+//!   units that a slower rule can then spend, so its denials are not
+//!   monotone across rules. (Both keep the units used when a rule's `limit`
 //!   changes, which is what makes them so; gcra used to keep time, which
 //!   is monotone but rescaled the usage.) The other three only get harder
-//!   to pass when other traffic arrives, whatever its rule. A check denied
-//!   by other limits while a bucket limit allowed is cached: whatever that
-//!   bucket does meanwhile, the check stays denied.
+//!   to pass when other traffic arrives, whatever its rule. A policy's
+//!   limit has state of its own (policy and limit name in the key), read
+//!   by that one rule, so its bucket denials are cached: only a reload
+//!   that changes the limit brings another rule to that state, and the
+//!   new rule is another cache key (during a rolling reload, instances on
+//!   the old rule can deny for at most [`MAX_AGE`] after the new rule's
+//!   traffic freed units). A check denied by other limits while a bucket
+//!   limit allowed is cached: whatever that bucket does meanwhile, the
+//!   check stays denied.
 //! - With several rules on one key, another rule can be allowed during a
 //!   cached denial and push the key's `reset_after` later than the cached
 //!   one; the decision and `retry_after` stay safe.
@@ -176,8 +183,8 @@ impl DenyCache {
     }
 
     /// Remembers the store's `outcomes` for `check`, asked at
-    /// `asked_at_us`, if they deny a one-unit check and no denying limit
-    /// is a bucket (token_bucket or gcra).
+    /// `asked_at_us`, if they deny a one-unit check and, for an inline
+    /// check, no denying limit is a bucket (token_bucket or gcra).
     pub fn record(&self, check: &Check, asked_at_us: u64, outcomes: &[Outcome]) {
         if check.cost > 1 || outcomes.iter().all(|o| o.allowed) {
             return;
@@ -185,7 +192,7 @@ impl DenyCache {
         let mut valid_until_us = asked_at_us + MAX_AGE.as_micros() as u64;
         for (limit, outcome) in check.limits.iter().zip(outcomes) {
             if !outcome.allowed {
-                if limit.rule.algorithm.has_burst() {
+                if check.policy.is_none() && limit.rule.algorithm.has_burst() {
                     return;
                 }
                 valid_until_us = valid_until_us.min(asked_at_us + outcome.retry_after_us);

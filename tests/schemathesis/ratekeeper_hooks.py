@@ -105,7 +105,10 @@ def _inline_limits(body):
     body["limits"] = [item for item, _ in kept]
     names = set()
     for i, item in enumerate(body["limits"]):
-        name = item.get("name", str(i))
+        # An absent or null name is the limit's position, as on the server.
+        name = item.get("name")
+        if name is None:
+            name = str(i)
         if name in names:
             n = i
             while f"n{n}" in names:

@@ -99,7 +99,7 @@ fn entries_answer_for_at_most_max_age() {
 }
 
 #[test]
-fn buckets_are_never_cached() {
+fn inline_buckets_are_never_cached() {
     let cache = DenyCache::new(10, Arc::new(ManualClock::new(0)));
     for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
         let c = Check::single("k", rule(algorithm, 5), 1);
@@ -117,6 +117,23 @@ fn buckets_are_never_cached() {
     assert_eq!(cache.len(), 1);
     cache.record(&two(Algorithm::TokenBucket, 0), 0, &[denied(500), allowed]);
     assert_eq!(cache.len(), 1, "a denying bucket is not");
+}
+
+/// A policy's limit has state of its own, read by that one rule: its bucket
+/// denials are final and cached like the others.
+#[test]
+fn a_policy_bucket_denial_is_cached() {
+    let clock = ManualClock::new(0);
+    let cache = DenyCache::new(10, Arc::new(clock.clone()));
+    for algorithm in [Algorithm::TokenBucket, Algorithm::Gcra] {
+        let mut c = Check::single(format!("k-{algorithm}"), rule(algorithm, 5), 1);
+        c.policy = Some("api".into());
+        cache.record(&c, 0, &[denied(500)]);
+        clock.advance_us(100);
+        let hit = cache.lookup(&c).expect("cached");
+        assert_eq!(hit[0].retry_after_us, 400, "{algorithm}");
+        clock.set_us(0);
+    }
 }
 
 #[test]
