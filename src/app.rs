@@ -155,6 +155,7 @@ impl Application {
             bounds: settings.limits,
             policies: policies.clone(),
             policies_json: Default::default(),
+            trusted_proxies: settings.server.trusted_proxies.clone().into(),
         });
         Ok(Application {
             listener,

@@ -20,6 +20,7 @@ use redis::read_redis;
 pub use redis::{RedisSettings, redact_url};
 
 use crate::domain::Bounds;
+use crate::domain::forward::IpNet;
 use crate::domain::{FailureMode, FailurePolicy};
 use crate::limiter::breaker::BreakerConfig;
 
@@ -67,6 +68,9 @@ pub struct ServerSettings {
     pub write_timeout: Duration,
     /// Connections beyond this are refused at once.
     pub max_connections: usize,
+    /// Peers whose `X-Forwarded-For`/`X-Real-IP` are believed by
+    /// `/v1/auth` (empty: nobody's).
+    pub trusted_proxies: Vec<IpNet>,
 }
 
 #[derive(Debug, Clone)]
@@ -130,6 +134,7 @@ const KNOWN_KEYS: &[&str] = &[
     "server.keepalive_timeout",
     "server.write_timeout",
     "server.max_connections",
+    "server.trusted_proxies",
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
     "limits.max_limits_per_check",
@@ -203,6 +208,7 @@ impl Settings {
             r.duration("server.keepalive_timeout"),
             r.duration("server.write_timeout"),
             r.parse("server.max_connections", |s| int_in(s, 1, 10_000_000)),
+            r.list("server.trusted_proxies", |s| s.parse::<IpNet>()),
         );
         let limits = (
             r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
@@ -257,6 +263,7 @@ impl Settings {
                     keepalive_timeout: server.4?,
                     write_timeout: server.5?,
                     max_connections: server.6? as usize,
+                    trusted_proxies: server.7?,
                 },
                 limits: Bounds {
                     max_key_bytes: limits.0? as usize,

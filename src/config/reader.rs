@@ -48,6 +48,40 @@ impl Reader<'_> {
             .ok()
     }
 
+    /// A list: a TOML array of strings, or (from the environment) one
+    /// string of comma-separated items; each item through `parse`.
+    pub(super) fn list<T>(
+        &mut self,
+        key: &str,
+        parse: impl Fn(&str) -> Result<T, String>,
+    ) -> Option<Vec<T>> {
+        let items: Result<Vec<String>, String> = match self.config.get_array(key) {
+            Ok(values) => values
+                .into_iter()
+                .map(|v| v.into_string().map_err(|e| format!("cannot be read: {e}")))
+                .collect(),
+            Err(_) => self
+                .config
+                .get_string(key)
+                .map(|s| {
+                    s.split(',')
+                        .map(|i| i.trim().to_string())
+                        .filter(|i| !i.is_empty())
+                        .collect()
+                })
+                .map_err(|e| format!("cannot be read: {e}")),
+        };
+        let parsed = items.and_then(|items| {
+            items
+                .iter()
+                .map(|i| parse(i.trim()))
+                .collect::<Result<Vec<T>, String>>()
+        });
+        parsed
+            .map_err(|m| self.problems.push(format!("{key}: {m}")))
+            .ok()
+    }
+
     pub(super) fn duration(&mut self, key: &str) -> Option<Duration> {
         self.parse(key, |s| match parse_duration_us(s) {
             Ok(0) => Err("must be longer than zero".into()),

@@ -205,3 +205,24 @@ fn known_keys_match_the_reference_file() {
     known.sort();
     assert_eq!(found, known);
 }
+
+#[test]
+fn trusted_proxies_default_empty_and_read_from_the_environment() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert!(s.server.trusted_proxies.is_empty());
+    let vars = [(
+        "RATEKEEPER_SERVER__TRUSTED_PROXIES",
+        "10.0.0.0/8, ::1 ,127.0.0.1",
+    )];
+    let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+    let shown: Vec<String> = s
+        .server
+        .trusted_proxies
+        .iter()
+        .map(|n| n.to_string())
+        .collect();
+    assert_eq!(shown, ["10.0.0.0/8", "::1/128", "127.0.0.1/32"]);
+    let vars = [("RATEKEEPER_SERVER__TRUSTED_PROXIES", "10.0.0.0/33")];
+    let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
+    assert!(err.to_string().contains("server.trusted_proxies"), "{err}");
+}

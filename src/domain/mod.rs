@@ -18,6 +18,7 @@ mod clock;
 mod decision;
 mod duration;
 pub mod failure;
+pub mod forward;
 pub mod policy;
 mod rule;
 

@@ -1,6 +1,7 @@
 //! The HTTP transport: routes, request/response types, and the mapping of
 //! every error to a JSON body. Nothing below this module knows about HTTP.
 
+mod auth;
 mod check;
 mod error;
 pub mod openapi;
@@ -15,13 +16,14 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use utoipa_swagger_ui::SwaggerUi;
 
 pub use error::{ApiError, ErrorBody};
 
 use arc_swap::ArcSwap;
 
+use crate::domain::forward::IpNet;
 use crate::domain::{Bounds, PolicySet};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -39,6 +41,8 @@ pub struct AppState {
     pub policies: Arc<ArcSwap<PolicySet>>,
     /// `GET /v1/policies`'s body, rendered once per set in force.
     pub(crate) policies_json: Arc<policies::PoliciesJson>,
+    /// `server.trusted_proxies`: whose forwarding headers `/v1/auth` believes.
+    pub trusted_proxies: Arc<[IpNet]>,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -51,6 +55,8 @@ pub fn router(state: AppState) -> Router {
     let docs = docs.layer(map_response(json_error_bodies));
     Router::new()
         .route("/v1/check", post(check::check))
+        .route("/v1/auth/{policy}", any(auth::auth))
+        .route("/v1/auth/{policy}/{*rest}", any(auth::auth))
         .route("/v1/policies", get(policies::policies))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

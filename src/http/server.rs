@@ -14,12 +14,13 @@ mod timed_io;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::Request;
+use axum::extract::{ConnectInfo, Request};
 use axum::response::Response;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
@@ -97,9 +98,9 @@ pub async fn serve(
     let mut shutdown = std::pin::pin!(shutdown);
     let mut last_accept_warning: Option<Instant> = None;
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => stream,
+                Ok(accepted) => accepted,
                 Err(error) => {
                     accept_failed(error, &mut last_accept_warning).await;
                     continue;
@@ -115,7 +116,7 @@ pub async fn serve(
         let connection = connection.clone();
         let stage = stage_rx.clone();
         tokio::spawn(async move {
-            connection.run(stream, stage).await;
+            connection.run(stream, peer, stage).await;
             drop(guard);
         });
     }
@@ -148,7 +149,7 @@ struct ConnectionConfig {
 }
 
 impl ConnectionConfig {
-    async fn run(self, stream: TcpStream, mut stage: watch::Receiver<Stage>) {
+    async fn run(self, stream: TcpStream, peer: SocketAddr, mut stage: watch::Receiver<Stage>) {
         // Responses are written whole; don't let Nagle hold the last segment.
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::default());
@@ -157,6 +158,7 @@ impl ConnectionConfig {
             inner: self.service,
             activity: activity.clone(),
             body_timeout: self.body_timeout,
+            peer,
         };
         // hyper's own header timer is left off: it restarts whenever the
         // connection goes idle, which would make the keep-alive timeout the
@@ -203,6 +205,8 @@ struct ConnectionService {
     inner: TowerToHyperService<Router>,
     activity: Arc<Activity>,
     body_timeout: Duration,
+    /// The socket peer, as axum's `ConnectInfo` (forward-auth keys by it).
+    peer: SocketAddr,
 }
 
 type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
@@ -218,6 +222,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
             at: Instant::now() + self.body_timeout,
             timeout: self.body_timeout,
         });
+        request.extensions_mut().insert(ConnectInfo(self.peer));
         let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await;

@@ -33,6 +33,7 @@ pub fn policy(name: &str, limits: Vec<Limit>) -> Policy {
         shadow: false,
         limits: limits.into(),
         overrides: HashMap::new(),
+        forward: Default::default(),
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use sha2::{Digest, Sha256};
 use toml::Spanned;
 
+use super::forward::build_forward;
 use super::problem::{PolicyFileError, Report};
 use super::raw::{RawFile, RawLimit, RawOverride, RawPolicy};
 use super::{Policy, PolicySet};
@@ -130,6 +131,7 @@ fn build_policy(
             overrides.insert(key.get_ref().clone(), merged);
         }
     }
+    let forward = build_forward(&path, policy, report);
     (report.count() == before).then(|| Policy {
         name: Arc::from(name.get_ref().as_str()),
         description: policy.description.clone(),
@@ -137,6 +139,7 @@ fn build_policy(
         shadow: policy.shadow.unwrap_or(false),
         limits: limits.into(),
         overrides,
+        forward,
     })
 }
 

@@ -4,6 +4,7 @@
 //! in lives at the edge.
 
 mod file;
+mod forward;
 mod problem;
 mod raw;
 #[cfg(test)]
@@ -16,6 +17,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use super::forward::ForwardAuth;
 use super::{Bounds, Check, FailureMode, Limit, ValidationError};
 
 /// One named policy, validated.
@@ -33,6 +35,8 @@ pub struct Policy {
     /// replacing those of the same name (same order), merged at load time
     /// so a check does one map lookup.
     pub overrides: HashMap<String, Arc<[Limit]>>,
+    /// How `/v1/auth/{policy}` keys a request and what it answers.
+    pub forward: ForwardAuth,
 }
 
 impl Policy {

@@ -27,6 +27,10 @@ pub(super) struct RawPolicy {
     pub(super) limits: Option<Spanned<Vec<Spanned<RawLimit>>>>,
     #[serde(default)]
     pub(super) overrides: BTreeMap<Spanned<String>, Spanned<RawOverride>>,
+    /// Forward-auth: where the key comes from, and the statuses answered.
+    pub(super) key_from: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) deny_status: Option<Spanned<i64>>,
+    pub(super) missing_key_status: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

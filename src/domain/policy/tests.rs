@@ -294,3 +294,54 @@ fn the_inline_label_is_reserved() {
     assert_eq!((found[0].0.as_str(), found[0].1), ("policies.inline", 1));
     assert!(found[0].3.contains("reserved"), "{found:?}");
 }
+
+#[test]
+fn forward_auth_settings_default_and_parse() {
+    let set = parse(API).unwrap();
+    let api = set.get("api").unwrap();
+    assert_eq!(api.forward, crate::domain::forward::ForwardAuth::default());
+    let text = r#"
+[policies.edge]
+key_from = ["header:x-api-key", "{header:x-tenant}:{ip_prefix:24,64}", "const:anon"]
+deny_status = 403
+missing_key_status = 403
+limits = [ { name = "m", limit = 5, window = "1m" } ]
+"#;
+    let set = parse(text).unwrap();
+    let edge = &set.get("edge").unwrap().forward;
+    assert_eq!(edge.key_from.len(), 3);
+    assert_eq!(
+        &*edge.key_from_text[1],
+        "{header:x-tenant}:{ip_prefix:24,64}"
+    );
+    assert_eq!((edge.deny_status, edge.missing_key_status), (403, 403));
+}
+
+#[test]
+fn bad_forward_auth_settings_are_placed() {
+    let text = r#"[policies.edge]
+key_from = ["ip", "header:", "ip_prefix:200"]
+deny_status = 302
+missing_key_status = 500
+limits = [ { name = "m", limit = 5, window = "1m" } ]
+"#;
+    let found = problems(text);
+    let at = |path: &str| {
+        found
+            .iter()
+            .find(|p| p.0 == path)
+            .unwrap_or_else(|| panic!("no problem at {path}: {found:?}"))
+    };
+    let p = at("policies.edge.key_from[1]");
+    assert_eq!((p.1, p.2), (2, 19), "{p:?}");
+    assert!(p.3.contains("not a header name"), "{p:?}");
+    assert!(at("policies.edge.key_from[2]").3.contains("ip_prefix"));
+    let p = at("policies.edge.deny_status");
+    assert_eq!((p.1, p.3.contains("4xx")), (3, true), "{p:?}");
+    assert_eq!(at("policies.edge.missing_key_status").1, 4);
+    assert_eq!(found.len(), 4, "{found:?}");
+    let empty = problems(
+        "[policies.e]\nkey_from = []\nlimits = [ { name = \"m\", limit = 5, window = \"1m\" } ]\n",
+    );
+    assert!(empty[0].3.contains("1 to 16"), "{empty:?}");
+}

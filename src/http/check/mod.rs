@@ -114,7 +114,7 @@ const NAMES_BUDGET: usize = 1024;
 
 /// `unknown policy "x"; loaded: "a", "b" (and 3 more)`, the list cut to
 /// about 1 KiB so a file of thousands of policies doesn't make a huge body.
-fn unknown_policy(set: &PolicySet, name: &str) -> String {
+pub(super) fn unknown_policy(set: &PolicySet, name: &str) -> String {
     // The name is the client's: quote it, and only its first 64 characters.
     let shown: String = name.chars().take(64).collect();
     let cut = if shown.len() < name.len() { "..." } else { "" };
@@ -171,6 +171,7 @@ mod tests {
                 rule,
             }]),
             overrides: Default::default(),
+            forward: Default::default(),
         });
         PolicySet::from_policies(policies, String::new(), None)
     }

@@ -1,0 +1,211 @@
+//! Forward-auth: how a policy names the client of a proxied request. The
+//! key comes from `key_from`, a list of sources tried in order (the first
+//! present wins); the client address from [`client_ip`]. Pure: the edge
+//! hands in headers and addresses, this module picks the key.
+
+mod net;
+
+pub use net::{IpNet, canonical, client_ip, network_of};
+
+use std::fmt;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// One source of a key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A request header's value (name lowercased); absent when missing,
+    /// empty or not UTF-8.
+    Header(String),
+    /// The client address.
+    Ip,
+    /// The client's network: `v4` bits for IPv4 clients, `v6` for IPv6.
+    IpPrefix { v4: u8, v6: u8 },
+    /// Fixed text: one bucket for everyone.
+    Const(String),
+    /// The path after `/v1/auth/{policy}` (with its leading `/`); absent
+    /// when there is none.
+    Path,
+}
+
+/// One entry of `key_from`: a source, or a template of sources and text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeySpec {
+    Source(Source),
+    /// Present only when every source in it is.
+    Template(Vec<Part>),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Part {
+    Text(String),
+    Source(Source),
+}
+
+/// What a request offers for keying.
+pub struct RequestView<'a> {
+    pub header: &'a dyn Fn(&str) -> Option<&'a str>,
+    pub ip: IpAddr,
+    pub path: Option<&'a str>,
+}
+
+/// A policy's forward-auth settings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardAuth {
+    /// As written, for messages.
+    pub key_from_text: Arc<[String]>,
+    pub key_from: Arc<[KeySpec]>,
+    pub deny_status: u16,
+    pub missing_key_status: u16,
+}
+
+/// Seed 001's rule: the API key, else the client address.
+pub const DEFAULT_KEY_FROM: [&str; 2] = ["header:x-api-key", "ip"];
+
+impl Default for ForwardAuth {
+    fn default() -> Self {
+        let text: Vec<String> = DEFAULT_KEY_FROM.iter().map(|s| s.to_string()).collect();
+        let specs = text
+            .iter()
+            .map(|s| KeySpec::parse(s).expect("valid default"))
+            .collect();
+        ForwardAuth {
+            key_from_text: text.into(),
+            key_from: specs,
+            deny_status: 429,
+            missing_key_status: 401,
+        }
+    }
+}
+
+impl ForwardAuth {
+    /// The key of the first present source, or `None` when none is.
+    pub fn key(&self, request: &RequestView) -> Option<String> {
+        self.key_from.iter().find_map(|spec| spec.resolve(request))
+    }
+}
+
+impl Source {
+    fn parse(s: &str) -> Result<Source, String> {
+        let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
+        match (kind, s.contains(':')) {
+            ("ip", false) => Ok(Source::Ip),
+            ("path", false) => Ok(Source::Path),
+            ("header", true) if valid_header_name(arg) => {
+                Ok(Source::Header(arg.to_ascii_lowercase()))
+            }
+            ("header", true) => Err(format!("{s:?}: {arg:?} is not a header name")),
+            ("const", true) if !arg.is_empty() => Ok(Source::Const(arg.to_string())),
+            ("ip_prefix", true) => parse_prefix(arg).ok_or_else(|| {
+                format!("{s:?}: expected ip_prefix:<bits> (0-128) or ip_prefix:<v4 bits>,<v6 bits>")
+            }),
+            _ => Err(format!(
+                "{s:?} is not a key source: expected \"header:<name>\", \"ip\", \"ip_prefix:<bits>\", \"const:<text>\", \"path\", or a template such as \"{{header:x-tenant}}:{{ip}}\""
+            )),
+        }
+    }
+
+    fn resolve(&self, request: &RequestView) -> Option<String> {
+        match self {
+            Source::Header(name) => (request.header)(name)
+                .filter(|v| !v.is_empty())
+                .map(str::to_string),
+            Source::Ip => Some(request.ip.to_string()),
+            Source::IpPrefix { v4, v6 } => {
+                let ip = canonical(request.ip);
+                Some(network_of(ip, if ip.is_ipv4() { *v4 } else { *v6 }))
+            }
+            Source::Const(text) => Some(text.clone()),
+            Source::Path => request.path.filter(|p| !p.is_empty()).map(str::to_string),
+        }
+    }
+}
+
+/// `24` (both families, clamped to 32 for IPv4) or `24,64`.
+fn parse_prefix(arg: &str) -> Option<Source> {
+    let bits = |s: &str, max: u8| s.trim().parse::<u8>().ok().filter(|b| *b <= max);
+    match arg.split_once(',') {
+        Some((v4, v6)) => Some(Source::IpPrefix {
+            v4: bits(v4, 32)?,
+            v6: bits(v6, 128)?,
+        }),
+        None => {
+            let b = bits(arg, 128)?;
+            Some(Source::IpPrefix {
+                v4: b.min(32),
+                v6: b,
+            })
+        }
+    }
+}
+
+fn valid_header_name(name: &str) -> bool {
+    !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+impl KeySpec {
+    /// One entry of `key_from`; a `{` makes it a template.
+    pub fn parse(s: &str) -> Result<KeySpec, String> {
+        if !s.contains(['{', '}']) {
+            return Source::parse(s).map(KeySpec::Source);
+        }
+        let mut parts = Vec::new();
+        let mut rest = s;
+        while !rest.is_empty() {
+            match rest.find(['{', '}']) {
+                Some(0) if rest.starts_with('{') => {
+                    let end = rest
+                        .find('}')
+                        .ok_or_else(|| format!("{s:?}: a \"{{\" is not closed"))?;
+                    let inner = &rest[1..end];
+                    if inner.contains('{') {
+                        return Err(format!("{s:?}: templates do not nest"));
+                    }
+                    parts.push(Part::Source(Source::parse(inner)?));
+                    rest = &rest[end + 1..];
+                }
+                Some(0) => return Err(format!("{s:?}: a \"}}\" without its \"{{\"")),
+                Some(i) => {
+                    parts.push(Part::Text(rest[..i].to_string()));
+                    rest = &rest[i..];
+                }
+                None => {
+                    parts.push(Part::Text(rest.to_string()));
+                    rest = "";
+                }
+            }
+        }
+        if !parts.iter().any(|p| matches!(p, Part::Source(_))) {
+            return Err(format!("{s:?}: a template needs at least one {{source}}"));
+        }
+        Ok(KeySpec::Template(parts))
+    }
+
+    fn resolve(&self, request: &RequestView) -> Option<String> {
+        match self {
+            KeySpec::Source(source) => source.resolve(request),
+            KeySpec::Template(parts) => {
+                let mut key = String::new();
+                for part in parts {
+                    match part {
+                        Part::Text(text) => key.push_str(text),
+                        Part::Source(source) => key.push_str(&source.resolve(request)?),
+                    }
+                }
+                Some(key)
+            }
+        }
+    }
+}
+
+impl fmt::Display for ForwardAuth {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "{:?}", self.key_from_text)
+    }
+}
+
+#[cfg(test)]
+mod tests;

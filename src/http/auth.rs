@@ -1,0 +1,279 @@
+//! `/v1/auth/{policy}` (and `/v1/auth/{policy}/{*rest}`, as Envoy's
+//! ext_authz appends the original path): forward-auth for a proxy in front
+//! of a service. Any method, body ignored. The key comes from the policy's
+//! `key_from`, the client address from the socket peer or, behind
+//! `server.trusted_proxies`, from `X-Forwarded-For`/`X-Real-IP`; the cost
+//! from `X-RateLimit-Cost`. The check is the policy form of `/v1/check`.
+//!
+//! Answers: 200 with an empty body when allowed; the policy's
+//! `deny_status` (429) with an `application/problem+json` body when denied;
+//! JSON errors otherwise (see [`AuthError`]). Every decision carries the
+//! rate-limit headers, plus `RateLimit-Degraded: ?1` when the failure
+//! policy answered.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+
+use axum::Json;
+use axum::extract::{ConnectInfo, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+
+use super::AppState;
+use super::check::unknown_policy;
+use super::error::{ErrorBody, ErrorDetail};
+use crate::domain::forward::{RequestView, client_ip};
+use crate::domain::{Check, Decision, ValidationError};
+use crate::limiter::LimiterError;
+
+/// The request header that sets the cost (default 1).
+pub const COST_HEADER: &str = "x-ratelimit-cost";
+
+/// The problem type of a denial (draft-ietf-httpapi-ratelimit-headers-11).
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+/// What `/v1/auth` answers besides a decision. JSON `{"error": {...}}`.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// 404: a proxy shows the client this status, and "no such policy"
+    /// is a missing resource, not a bad request.
+    #[error("{0}")]
+    UnknownPolicy(String),
+    /// The policy's `missing_key_status` (401): no `key_from` source was present.
+    #[error(
+        "no key: none of the policy's key_from sources is present in the request (tried {tried})"
+    )]
+    MissingKey { status: StatusCode, tried: String },
+    /// 400: a key longer than `limits.max_key_bytes`, or a bad
+    /// `X-RateLimit-Cost`.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// 500; the detail goes to the log.
+    #[error("internal error")]
+    Internal(#[source] LimiterError),
+}
+
+impl IntoResponse for AuthError {
+    fn into_response(self) -> Response {
+        let (status, code) = match &self {
+            AuthError::UnknownPolicy(_) => (StatusCode::NOT_FOUND, "unknown_policy"),
+            AuthError::MissingKey { status, .. } => (*status, "missing_key"),
+            AuthError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            AuthError::Internal(e) => {
+                tracing::error!(error = %e, "forward-auth check failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
+            }
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code,
+                message: self.to_string(),
+            },
+        };
+        (status, Json(body)).into_response()
+    }
+}
+
+#[derive(Deserialize)]
+pub struct AuthPath {
+    policy: String,
+    rest: Option<String>,
+}
+
+pub async fn auth(
+    State(state): State<AppState>,
+    Path(path): Path<AuthPath>,
+    request: Request,
+) -> Response {
+    // Only the head is kept: the body is ignored, and must not be held
+    // across the store call (it is not Sync).
+    let (parts, _) = request.into_parts();
+    match decide(&state, &path, &parts).await {
+        Ok(response) => response,
+        Err(error) => error.into_response(),
+    }
+}
+
+async fn decide(state: &AppState, path: &AuthPath, request: &Parts) -> Result<Response, AuthError> {
+    let (check, deny_status) = prepare(state, path, request)?;
+    let decision = state
+        .limiter
+        .check(&check)
+        .await
+        .map_err(AuthError::Internal)?;
+    Ok(answer(&decision, deny_status))
+}
+
+/// The check and the denial status, under the policy set in force now.
+/// The set is loaded once and released before the store call: the check
+/// holds its own references to the limits.
+fn prepare(
+    state: &AppState,
+    path: &AuthPath,
+    request: &Parts,
+) -> Result<(Check, StatusCode), AuthError> {
+    let set = state.policies.load();
+    let Some(policy) = set.get(&path.policy) else {
+        return Err(AuthError::UnknownPolicy(unknown_policy(&set, &path.policy)));
+    };
+    let headers = &request.headers;
+    let ip = client_of(state, request);
+    let forward = &policy.forward;
+    let key = {
+        let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let rest = path.rest.as_ref().map(|r| format!("/{r}"));
+        let view = RequestView {
+            header: &lookup,
+            ip,
+            path: rest.as_deref(),
+        };
+        forward.key(&view)
+    };
+    let Some(key) = key else {
+        return Err(AuthError::MissingKey {
+            status: status(forward.missing_key_status),
+            tried: format!("{:?}", forward.key_from_text),
+        });
+    };
+    let cost = cost(headers)?;
+    let check = policy
+        .check(key, cost, &state.bounds)
+        .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
+    Ok((check, status(forward.deny_status)))
+}
+
+/// The client's address; see [`client_ip`] for whom we believe.
+fn client_of(state: &AppState, request: &Parts) -> IpAddr {
+    // Always there under our server; a router driven in-process has no peer.
+    let peer = request
+        .extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
+    if state.trusted_proxies.is_empty() {
+        return peer;
+    }
+    let headers = &request.headers;
+    // An unreadable value is kept as a hop that won't parse: it must stop
+    // the walk, not vanish.
+    let forwarded: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .map(|v| v.to_str().unwrap_or("?"))
+        .collect();
+    let real_ip = headers.get("x-real-ip").and_then(|v| v.to_str().ok());
+    client_ip(peer, &state.trusted_proxies, &forwarded, real_ip)
+}
+
+/// `X-RateLimit-Cost`: absent is 1 (decided by the check); otherwise one
+/// whole number, like the JSON `cost` (its upper bound is the check's).
+fn cost(headers: &HeaderMap) -> Result<Option<u64>, AuthError> {
+    let mut values = headers.get_all(COST_HEADER).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    let bad = |shown: &str| {
+        AuthError::InvalidRequest(format!(
+            "X-RateLimit-Cost: must be one whole number from 0 to the policy's smallest limit, got {shown:?}"
+        ))
+    };
+    if values.next().is_some() {
+        return Err(bad("several headers"));
+    }
+    let text = value.to_str().map_err(|_| bad("non-ASCII bytes"))?.trim();
+    let shown: String = text.chars().take(32).collect();
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(&shown));
+    }
+    text.parse::<u64>().map(Some).map_err(|_| bad(&shown))
+}
+
+/// A check's validation error, naming where the value came from.
+fn explain(e: ValidationError) -> String {
+    match e.field.as_str() {
+        "key" => format!("the key from key_from: {}", e.message),
+        "cost" => format!("X-RateLimit-Cost: {}", e.message),
+        _ => e.to_string(),
+    }
+}
+
+fn status(code: u16) -> StatusCode {
+    // Validated as 4xx at load; a fallback only for policies built in code.
+    StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS)
+}
+
+/// 200 and no body, or the denial with its problem body; the decision's
+/// headers either way.
+fn answer(decision: &Decision, deny_status: StatusCode) -> Response {
+    let mut response = if decision.allowed {
+        StatusCode::OK.into_response()
+    } else {
+        let violated: Vec<&str> = decision
+            .limits
+            .iter()
+            .filter(|l| !l.allowed)
+            .map(|l| &*l.name)
+            .collect();
+        let body = serde_json::json!({
+            "type": QUOTA_EXCEEDED,
+            "title": "Request cannot be satisfied as assigned quota has been exceeded",
+            "status": deny_status.as_u16(),
+            "violated-policies": violated,
+        });
+        let mut denied = (deny_status, Json(body)).into_response();
+        denied.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        denied
+    };
+    let headers = response.headers_mut();
+    for (name, value) in decision.headers() {
+        if let Ok(value) = HeaderValue::try_from(value) {
+            headers.insert(HeaderName::from_static(name), value);
+        }
+    }
+    if decision.degraded {
+        // A structured-field boolean (RFC 9651), like the draft's headers.
+        headers.insert(
+            HeaderName::from_static("ratelimit-degraded"),
+            HeaderValue::from_static("?1"),
+        );
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cost_of(values: &[&str]) -> Result<Option<u64>, String> {
+        let mut headers = HeaderMap::new();
+        for v in values {
+            headers.append(COST_HEADER, HeaderValue::from_str(v).unwrap());
+        }
+        cost(&headers).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_cost_header_is_one_whole_number() {
+        assert_eq!(cost_of(&[]), Ok(None));
+        assert_eq!(cost_of(&["3"]), Ok(Some(3)));
+        assert_eq!(cost_of(&[" 0 "]), Ok(Some(0)));
+        for bad in [
+            &["-1"][..],
+            &["1.5"],
+            &[""],
+            &["+2"],
+            &["1e3"],
+            &["99999999999999999999999"],
+            &["1", "2"],
+        ] {
+            let err = cost_of(bad).unwrap_err();
+            assert!(
+                err.starts_with("X-RateLimit-Cost: must be"),
+                "{bad:?}: {err}"
+            );
+        }
+    }
+}
