@@ -122,7 +122,12 @@ fn prepare(
     let forward = &policy.forward;
     let key = {
         let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
-        let rest = path.rest.as_ref().map(|r| format!("/{r}"));
+        // `/v1/auth/p/` is the original path `/` (Envoy appends it).
+        let rest = match &path.rest {
+            Some(r) => Some(format!("/{r}")),
+            None if request.uri.path().ends_with('/') => Some("/".to_string()),
+            None => None,
+        };
         let view = RequestView {
             header: &lookup,
             ip,

@@ -56,6 +56,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/v1/check", post(check::check))
         .route("/v1/auth/{policy}", any(auth::auth))
+        .route("/v1/auth/{policy}/", any(auth::auth))
         .route("/v1/auth/{policy}/{*rest}", any(auth::auth))
         .route("/v1/policies", get(policies::policies))
         .route("/healthz", get(ops::healthz))
