@@ -2,6 +2,7 @@
 # Runs the whole test suite, the tests against real Redis included.
 # The Redis tests start their own redis-server processes on free loopback
 # ports, so redis-server must be installed; on Debian/Ubuntu this installs it.
+# nginx too, for tests/nginx_auth.rs.
 # tests/schemathesis.rs installs schemathesis from PyPI into a virtualenv
 # under target/, so it needs python3 with venv and pip.
 set -euo pipefail
@@ -30,6 +31,18 @@ if ! command -v redis-server >/dev/null 2>&1; then
     apt_install redis-server
   else
     echo "redis-server is missing: install Redis (e.g. 'brew install redis') and run again" >&2
+    exit 1
+  fi
+fi
+
+# tests/nginx_auth.rs runs a real nginx (with the auth_request module, as
+# Debian's nginx package has) in front of a test upstream.
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "nginx is missing: installing it with apt-get" >&2
+    apt_install nginx
+  else
+    echo "nginx is missing: install nginx (e.g. 'brew install nginx') and run again" >&2
     exit 1
   fi
 fi

@@ -1,0 +1,122 @@
+//! nginx `auth_request` in front of an upstream, with ratekeeper deciding:
+//! the shipped `examples/nginx/ratekeeper.conf`, run by a real nginx. N
+//! requests pass, then 429 with Retry-After and RateLimit; the upstream
+//! never sees a denied request; keyed by X-API-Key, and by client address
+//! through nginx as a trusted proxy (clients bind distinct loopback
+//! addresses, nginx connects to ratekeeper from 127.0.0.1).
+
+mod policy_checks;
+mod proxies;
+mod support;
+
+use std::net::{IpAddr, SocketAddr};
+
+use policy_checks::{install, limit, policy};
+use proxies::nginx::{Nginx, Upstream};
+use ratekeeper::domain::Algorithm;
+use support::{RedisServer, TestApp, settings, unique_key};
+
+const N: usize = 3;
+
+async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Nginx) {
+    let mut config = settings(redis);
+    config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let app = TestApp::spawn(config).await;
+    let mut api = policy(
+        "api",
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
+    );
+    api.forward.deny_status = 403;
+    install(&app, vec![api]);
+    let upstream = Upstream::start().await;
+    let ratekeeper: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let nginx = Nginx::start(ratekeeper, upstream.addr);
+    (app, upstream, nginx)
+}
+
+fn client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// N allowed, then denied, for one client; returns what it saw.
+async fn spend(nginx: &Nginx, client: &reqwest::Client, headers: &[(&str, &str)]) {
+    let url = format!("http://127.0.0.1:{}/some/page?q=1", nginx.port);
+    for i in 0..N {
+        let mut request = client.get(&url);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "request {i} {headers:?}");
+        let ratelimit = response.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            ratelimit.starts_with(&format!("\"l\";r={};t=", N - 1 - i)),
+            "{ratelimit}"
+        );
+        assert_eq!(response.text().await.unwrap(), "hello");
+    }
+    let mut request = client.post(&url).body("a body nginx must not forward");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 429, "{headers:?}");
+    let h = response.headers();
+    let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+    assert!(h["ratelimit"].to_str().unwrap().starts_with("\"l\";r=0;t="));
+    assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=3600");
+    assert_eq!(h["content-type"], "application/problem+json");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["status"], 429);
+}
+
+async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
+    let (_app, upstream, nginx) = setup(redis).await;
+    let local = client_from("127.0.0.1");
+    let key = unique_key("nginx");
+    spend(&nginx, &local, &[("x-api-key", &key)]).await;
+    assert_eq!(
+        upstream.seen(),
+        N,
+        "the upstream never sees a denied request"
+    );
+    // Another key has its own budget.
+    let other = unique_key("nginx");
+    spend(&nginx, &local, &[("x-api-key", &other)]).await;
+    assert_eq!(upstream.seen(), 2 * N);
+
+    // No key: by the client's address, which nginx forwards and
+    // ratekeeper believes because nginx (127.0.0.1) is trusted.
+    let a = client_from("127.0.0.21");
+    spend(&nginx, &a, &[]).await;
+    // A forged X-Forwarded-For is replaced by nginx: still 127.0.0.21.
+    let response = a
+        .get(format!("http://127.0.0.1:{}/", nginx.port))
+        .header("x-forwarded-for", "203.0.113.99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    // Another address has its own budget.
+    let b = client_from("127.0.0.22");
+    spend(&nginx, &b, &[("x-forwarded-for", "127.0.0.21")]).await;
+    assert_eq!(upstream.seen(), 4 * N);
+}
+
+#[tokio::test]
+async fn nginx_auth_request_on_the_embedded_store() {
+    keyed_by_api_key_and_by_client_address(None).await;
+}
+
+#[tokio::test]
+async fn nginx_auth_request_on_redis() {
+    let redis = RedisServer::start();
+    keyed_by_api_key_and_by_client_address(Some(&redis.url())).await;
+}
