@@ -1,0 +1,170 @@
+//! `/v1/auth/{policy}`: where the key comes from, through real requests
+//! (the peer is 127.0.0.1, a trusted proxy in some tests and not in
+//! others): key_from sources and templates, forwarding headers from an
+//! untrusted peer, the walk of X-Forwarded-For behind a trusted one, and
+//! a store outage.
+
+mod forward_auth_support;
+mod policy_checks;
+mod support;
+
+use std::time::Duration;
+
+use forward_auth_support::{get, keyed, unique_ip};
+use policy_checks::install;
+use ratekeeper::domain::FailureMode;
+use support::{TestApp, settings, unique_key};
+
+on_both_stores!(false =>
+    key_sources_in_order_and_templates,
+    forwarding_headers_from_an_untrusted_peer_are_ignored,
+);
+
+on_both_stores!(true =>
+    behind_a_trusted_proxy_the_rightmost_untrusted_hop_is_the_client,
+);
+
+async fn key_sources_in_order_and_templates(app: &TestApp) {
+    let key = unique_key("k");
+    let tenant = unique_key("t");
+    let templated = format!("{tenant}:127.0.0.1");
+    install(
+        app,
+        vec![
+            // The default: X-API-Key, else the peer's address.
+            keyed("dflt", 5, &[], &[&key, "127.0.0.1"]),
+            keyed(
+                "tmpl",
+                5,
+                &["{header:x-tenant}:{ip}", "const:everyone"],
+                &[&templated],
+            ),
+            keyed("net", 5, &["ip_prefix:24,64"], &["127.0.0.0/24"]),
+        ],
+    );
+    assert_eq!(
+        get(app, "/v1/auth/dflt", &[("x-api-key", &key)])
+            .await
+            .limit(),
+        1000
+    );
+    assert_eq!(
+        get(app, "/v1/auth/dflt", &[("x-api-key", "other")])
+            .await
+            .limit(),
+        5
+    );
+    assert_eq!(get(app, "/v1/auth/dflt", &[]).await.limit(), 1000);
+    assert_eq!(
+        get(app, "/v1/auth/dflt", &[("x-api-key", "")])
+            .await
+            .limit(),
+        1000
+    );
+    assert_eq!(
+        get(app, "/v1/auth/tmpl", &[("x-tenant", &tenant)])
+            .await
+            .limit(),
+        1000
+    );
+    // No tenant: the template is absent, the constant answers; one bucket.
+    let first = get(app, "/v1/auth/tmpl", &[]).await;
+    let second = get(app, "/v1/auth/tmpl", &[("x-other", "1")]).await;
+    assert_eq!(
+        (first.limit(), second.remaining()),
+        (5, first.remaining() - 1)
+    );
+    assert_eq!(get(app, "/v1/auth/net", &[]).await.limit(), 1000);
+}
+
+async fn forwarding_headers_from_an_untrusted_peer_are_ignored(app: &TestApp) {
+    install(
+        app,
+        vec![keyed("ip", 5, &["ip"], &["127.0.0.1", "203.0.113.5"])],
+    );
+    for forged in [
+        &[("x-forwarded-for", "203.0.113.5")][..],
+        &[("x-real-ip", "203.0.113.5")],
+        &[
+            ("x-forwarded-for", "10.9.9.9, 203.0.113.5"),
+            ("x-forwarded-for", "203.0.113.6"),
+        ],
+    ] {
+        let a = get(app, "/v1/auth/ip", forged).await;
+        assert_eq!(a.limit(), 1000, "keyed by the peer: {forged:?}");
+    }
+    install(app, vec![keyed("ip", 5, &["ip"], &["203.0.113.5"])]);
+    let a = get(app, "/v1/auth/ip", &[("x-forwarded-for", "203.0.113.5")]).await;
+    assert_eq!(a.limit(), 5, "a forged header must not reach the override");
+}
+
+async fn behind_a_trusted_proxy_the_rightmost_untrusted_hop_is_the_client(app: &TestApp) {
+    let a5 = unique_ip();
+    let a6 = unique_ip();
+    install(
+        app,
+        vec![keyed("ip", 5, &["ip"], &[&a5, "127.0.0.1", "2001:db8::7"])],
+    );
+    let cases: Vec<(Vec<(&str, String)>, u64)> = vec![
+        (vec![("x-forwarded-for", a5.clone())], 1000),
+        // The client forged the left part; our proxy appended the right.
+        (vec![("x-forwarded-for", format!("{a6}, {a5}"))], 1000),
+        (vec![("x-forwarded-for", format!("{a5}, {a6}"))], 5),
+        // Several headers are one list, in order; trusted hops are skipped.
+        (
+            vec![
+                ("x-forwarded-for", a6.clone()),
+                ("x-forwarded-for", format!("{a5}, 127.0.0.1")),
+            ],
+            1000,
+        ),
+        // Garbage: nothing left of it is believed; the peer is the client.
+        (vec![("x-forwarded-for", format!("{a5}, not-an-ip"))], 1000),
+        (vec![("x-forwarded-for", format!("{a6}, not-an-ip"))], 1000),
+        (vec![("x-forwarded-for", "::ffff:127.0.0.1".into())], 1000),
+        (vec![("x-forwarded-for", "[2001:db8::7]:443".into())], 1000),
+        (vec![("x-forwarded-for", format!("::ffff:{a5}"))], 1000),
+        (vec![("x-real-ip", a5.clone())], 1000),
+        (vec![("x-real-ip", a6.clone())], 5),
+    ];
+    for (headers, want) in cases {
+        let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let a = get(app, "/v1/auth/ip", &headers).await;
+        assert_eq!((a.status, a.limit()), (200, want), "{headers:?}");
+    }
+}
+
+/// Redis unreachable: each policy's failure mode, marked degraded.
+#[tokio::test]
+async fn an_outage_answers_by_the_failure_mode_marked_degraded() {
+    let nowhere = format!("redis://127.0.0.1:{}", support::free_port());
+    let mut config = settings(Some(&nowhere));
+    let redis = config.redis.as_mut().unwrap();
+    redis.timeout = Duration::from_millis(100);
+    redis.probe_interval = Duration::from_millis(50);
+    config.failure.mode = FailureMode::Open;
+    let app = TestApp::spawn(config).await;
+    let mut strict = keyed("strict", 100, &["const:all"], &[]);
+    strict.failure_mode = Some(FailureMode::Closed);
+    let lax = keyed("lax", 100, &["const:all"], &[]);
+    install(&app, vec![strict, lax]);
+    let a = get(&app, "/v1/auth/lax", &[]).await;
+    assert_eq!(
+        (a.status, a.header("ratelimit-degraded")),
+        (200, Some("?1")),
+        "{}",
+        a.body
+    );
+    let a = get(&app, "/v1/auth/strict", &[]).await;
+    assert_eq!(
+        (a.status, a.header("ratelimit-degraded")),
+        (429, Some("?1")),
+        "{}",
+        a.body
+    );
+    assert!(a.header("retry-after").is_some());
+    assert_eq!(
+        a.json()["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+}
