@@ -19,14 +19,14 @@ macro_rules! on_both_stores {
         mod $name {
             #[tokio::test]
             async fn memory() {
-                let app = crate::forward_auth_support::spawn(None, $trusted).await;
+                let app = $crate::forward_auth_support::spawn(None, $trusted).await;
                 super::$name(&app).await;
             }
 
             #[tokio::test]
             async fn redis() {
-                let redis = crate::support::RedisServer::start();
-                let app = crate::forward_auth_support::spawn(Some(&redis.url()), $trusted).await;
+                let redis = $crate::support::RedisServer::start();
+                let app = $crate::forward_auth_support::spawn(Some(&redis.url()), $trusted).await;
                 super::$name(&app).await;
             }
         }
