@@ -197,6 +197,22 @@ async fn deny_status_403_and_unknown_policy(app: &TestApp) {
     assert_eq!(a.status, 403);
     assert_eq!(a.json()["status"], 403);
     assert!(a.header("retry-after").is_some());
+    // GET /v1/policies shows the forward-auth settings.
+    let listed: serde_json::Value = app.get("/v1/policies").await.json().await.unwrap();
+    let shown = &listed["policies"][0];
+    assert_eq!(
+        (
+            &shown["key_from"],
+            &shown["deny_status"],
+            &shown["missing_key_status"]
+        ),
+        (
+            &serde_json::json!(["header:x-api-key"]),
+            &serde_json::json!(403),
+            &serde_json::json!(401)
+        ),
+        "{listed}"
+    );
     let a = get(app, "/v1/auth/nope/x", &[("x-api-key", &key)]).await;
     assert_eq!(a.status, 404);
     let body = a.json();

@@ -42,6 +42,12 @@ pub struct PolicyView {
     /// Per client key with an override: the limits that apply to it (the
     /// policy's, with the override's replacing those of the same name).
     pub overrides: BTreeMap<String, Vec<PolicyLimitView>>,
+    /// Forward-auth (`/v1/auth/{policy}`): the key sources tried in order.
+    pub key_from: Vec<String>,
+    /// Forward-auth: the status of a denial (429 unless set).
+    pub deny_status: u16,
+    /// Forward-auth: the status when no key source is present (401 unless set).
+    pub missing_key_status: u16,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -117,6 +123,9 @@ impl From<&Policy> for PolicyView {
                 .iter()
                 .map(|(key, limits)| (key.clone(), view(limits)))
                 .collect(),
+            key_from: policy.forward.key_from_text.to_vec(),
+            deny_status: policy.forward.deny_status,
+            missing_key_status: policy.forward.missing_key_status,
         }
     }
 }
