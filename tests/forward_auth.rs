@@ -213,6 +213,11 @@ async fn deny_status_403_and_unknown_policy(app: &TestApp) {
         ),
         "{listed}"
     );
+    let a = get(app, "/v1/auth/%FF", &[]).await;
+    assert_eq!(
+        (a.status, &a.json()["error"]["code"]),
+        (400, &serde_json::json!("invalid_request"))
+    );
     let a = get(app, "/v1/auth/nope/x", &[("x-api-key", &key)]).await;
     assert_eq!(a.status, 404);
     let body = a.json();

@@ -14,6 +14,7 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use axum::Json;
+use axum::extract::rejection::PathRejection;
 use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
@@ -83,9 +84,14 @@ pub struct AuthPath {
 
 pub async fn auth(
     State(state): State<AppState>,
-    Path(path): Path<AuthPath>,
+    path: Result<Path<AuthPath>, PathRejection>,
     request: Request,
 ) -> Response {
+    // A path that is not UTF-8 once decoded: our JSON error, not axum's text.
+    let path = match path {
+        Ok(Path(path)) => path,
+        Err(rejection) => return AuthError::InvalidRequest(rejection.body_text()).into_response(),
+    };
     // Only the head is kept: the body is ignored, and must not be held
     // across the store call (it is not Sync).
     let (parts, _) = request.into_parts();
