@@ -313,4 +313,30 @@ mod tests {
         assert_eq!(client_ip(peer, &trusted, &[], Some("bogus")), peer);
         assert_eq!(client_ip(peer, &trusted, &[], None), peer);
     }
+
+    proptest::proptest! {
+        /// Whatever the headers hold: an untrusted peer is the client, and
+        /// behind a trusted one the answer is the peer, a hop of the headers
+        /// or X-Real-IP; never a panic.
+        #[test]
+        fn headers_cannot_move_the_answer_off_the_chain(
+            peer_octet in 0u8..=255,
+            hops in proptest::collection::vec("[0-9a-f:.\\[\\] ,x]{0,24}", 0..5),
+            real in proptest::option::of("[0-9.:]{0,16}"),
+        ) {
+            let trusted = nets(&["10.0.0.0/8"]);
+            let headers: Vec<&str> = hops.iter().map(String::as_str).collect();
+            let untrusted = IpAddr::from([192, 0, 2, peer_octet]);
+            let got = client_ip(untrusted, &trusted, &headers, real.as_deref());
+            proptest::prop_assert_eq!(got, untrusted);
+            let peer = IpAddr::from([10, 0, 0, peer_octet]);
+            let got = client_ip(peer, &trusted, &headers, real.as_deref());
+            let written = headers.iter().flat_map(|h| h.split(',')).filter_map(|h| parse_hop(h.trim()));
+            let from_real = real.as_deref().and_then(|r| parse_hop(r.trim()));
+            proptest::prop_assert!(
+                got == peer || written.clone().any(|w| w == got) || from_real == Some(got),
+                "{got} from {headers:?} {real:?}"
+            );
+        }
+    }
 }
