@@ -19,6 +19,7 @@ mod decision;
 mod duration;
 pub mod failure;
 pub mod policy;
+pub mod rls;
 mod rule;
 
 pub use check::{Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count};
