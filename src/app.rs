@@ -144,9 +144,18 @@ impl Application {
         let grpc_addr = grpc.as_ref().map(|(_, addr, _)| *addr);
         if let Some((listener, grpc_addr, config)) = grpc {
             info!(%grpc_addr, domains = config.domains.len(), "Envoy RLS gRPC listening on {grpc_addr}");
+            let config = Arc::new(ArcSwap::from_pointee(config));
+            if let Some(path) = &settings.rls_config {
+                background.push(crate::rls::reload::spawn(
+                    path.clone(),
+                    settings.limits,
+                    config.clone(),
+                    settings.policies_poll_interval,
+                ));
+            }
             let service = crate::rls::server::RlsService {
                 limiter: limiter.clone(),
-                config: Arc::new(config),
+                config,
                 bounds: settings.limits,
             };
             background.push(crate::rls::server::spawn(listener, service));

@@ -257,6 +257,8 @@ async fn bad_input_gets_invalid_argument_and_the_server_goes_on() {
         request("edge", vec![desc(&[])]),
         request("edge", (0..65).map(|_| desc(&[("client", "a")])).collect()),
         request("", vec![desc(&[("client", "a")])]),
+        // More limited descriptors than limits.max_limits_per_check (8).
+        request("edge", (0..9).map(|_| desc(&[("client", "a")])).collect()),
         request("edge", vec![negative]),
         request("edge", vec![zero]),
     ];
@@ -348,5 +350,37 @@ async fn store_outage_follows_the_failure_mode() {
             started.elapsed() < std::time::Duration::from_secs(2),
             "{mode}"
         );
+    }
+}
+
+/// `rls.config` is reloaded on change; a broken edit keeps the config in force.
+#[tokio::test]
+async fn the_config_is_hot_reloaded() {
+    let path = config_file(CONFIG);
+    let mut settings = rls_settings(None, path.clone());
+    settings.policies_poll_interval = std::time::Duration::from_millis(50);
+    let rls = start(settings).await;
+    let ask = || request("edge", vec![desc(&[("global", "reload")])]);
+    assert_eq!(rls.codes(ask()).await.2, [4]);
+    std::fs::write(&path, "domain: edge\ndescriptors: [{ key: unknown_key: x\n").unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert_eq!(
+        rls.codes(ask()).await.2,
+        [3],
+        "a broken file keeps the old config"
+    );
+    let changed = CONFIG.replace(
+        "requests_per_unit: 5, name: global",
+        "requests_per_unit: 50, name: global",
+    );
+    std::fs::write(&path, changed).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let remaining = rls.codes(ask()).await.2[0];
+        if remaining > 40 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not reloaded");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
 }

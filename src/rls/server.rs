@@ -47,7 +47,8 @@ impl From<RlsError> for Status {
 
 pub struct RlsService {
     pub limiter: Arc<Limiter>,
-    pub config: Arc<RlsConfig>,
+    /// Swapped whole by the reloader.
+    pub config: Arc<arc_swap::ArcSwap<RlsConfig>>,
     pub bounds: Bounds,
 }
 
@@ -83,7 +84,8 @@ impl RlsService {
             .map(|(i, d)| input_of(i, d))
             .collect::<Result<Vec<_>, _>>()?;
         let hits = u64::from(req.hits_addend);
-        let (domain, planned) = self.config.plan(&req.domain, &inputs, hits, &self.bounds)?;
+        let config = self.config.load_full();
+        let (domain, planned) = config.plan(&req.domain, &inputs, hits, &self.bounds)?;
         let mut statuses: Vec<DescriptorStatus> =
             planned.iter().map(status_without_limit).collect();
         let mut overall = Code::Ok;

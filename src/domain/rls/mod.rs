@@ -212,13 +212,24 @@ impl RlsConfig {
             };
             planned.push((p, cl.name.as_ref()));
         }
-        let out = planned
+        let out: Vec<Planned> = planned
             .into_iter()
             .map(|(p, name)| match name {
                 Some(n) if replaced.contains(&n) => Planned::NoLimit,
                 _ => p,
             })
             .collect();
+        // One store call applies them all: the same bound as any check.
+        let limited = out
+            .iter()
+            .filter(|p| matches!(p, Planned::Limited { .. }))
+            .count();
+        if limited > bounds.max_limits_per_check {
+            return Err(InvalidRequest(format!(
+                "{limited} descriptors have a limit; at most {} (limits.max_limits_per_check)",
+                bounds.max_limits_per_check
+            )));
+        }
         Ok((Some(dom), out))
     }
 }

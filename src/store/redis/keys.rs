@@ -199,6 +199,21 @@ mod tests {
             "plain keys are unchanged"
         );
         assert_eq!(keys[0], "rk:{a%7Db}:gcra:1000");
+        let mut scoped = Check::multi(
+            "edge",
+            vec![limit("login", Algorithm::FixedWindow, 1_000_000)],
+            1,
+        );
+        scoped.policy = Some("rls.edge".into());
+        let unscoped = store.limit_key(&scoped, &scoped.limits[0]);
+        let mut with_scope = scoped.limits[0].clone();
+        with_scope.scope = Some("client=a".into());
+        assert_eq!(unscoped, "rk:{edge}:p:rls.edge:login:fw:1000");
+        assert_eq!(
+            store.limit_key(&scoped, &with_scope),
+            "rk:{edge}:p:rls.edge:login:s:client=a:fw:1000",
+            "a scope never changes the hash tag"
+        );
         store.quit().await;
     }
 }
