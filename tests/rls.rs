@@ -124,7 +124,7 @@ impl Rls {
 }
 
 #[tokio::test]
-async fn statuses_hits_override_replaces_shadow_and_unknown_domain() {
+async fn statuses_nesting_hits_addend_and_override() {
     let rls = start(rls_settings(None, config_file(CONFIG))).await;
     use Code::{Ok, OverLimit as Over};
 
@@ -192,6 +192,12 @@ async fn statuses_hits_override_replaces_shadow_and_unknown_domain() {
     });
     assert_eq!(rls.codes(request("edge", vec![o.clone()])).await.0, Ok);
     assert_eq!(rls.codes(request("edge", vec![o])).await.0, Over);
+}
+
+#[tokio::test]
+async fn replaces_shadow_duplicates_and_unknown_domain() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    use Code::Ok;
 
     // `vip` (unlimited) replaces `global`; alone, `global` counts.
     let both = || {
@@ -224,6 +230,13 @@ async fn statuses_hits_override_replaces_shadow_and_unknown_domain() {
         assert_eq!(r.0, Ok, "call {i}");
         assert_eq!(r.2[1], 2 - i as u32);
     }
+
+    // The same descriptor twice is one counter, spent once.
+    let twice = request(
+        "edge",
+        vec![desc(&[("client", "e")]), desc(&[("client", "e")])],
+    );
+    assert_eq!(rls.codes(twice).await, (Ok, vec![Ok, Ok], vec![2, 2]));
 
     // Unknown domain and empty descriptors: OK, no limits.
     assert_eq!(

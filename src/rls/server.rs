@@ -24,7 +24,7 @@ use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
 use crate::domain::rls::{DescriptorInput, InvalidRequest, Planned, RlsConfig, Unit};
-use crate::domain::{Bounds, Check, Decision, Limit};
+use crate::domain::{Bounds, Check, Decision, Limit, LimitDecision};
 use crate::limiter::{Limiter, LimiterError};
 
 /// Why a request got no answer; mapped to a gRPC status in one place.
@@ -89,12 +89,12 @@ impl RlsService {
         let mut statuses: Vec<DescriptorStatus> =
             planned.iter().map(status_without_limit).collect();
         let mut overall = Code::Ok;
-        let mut headers: Option<Decision> = None;
+        let mut headers: Option<(bool, Decision)> = None;
         let Some(domain) = domain else {
             return Ok(response(overall, statuses, None));
         };
         for ((shadow, cost), members) in groups(&planned) {
-            let limits: Vec<Limit> = members.iter().map(|&(_, l, _)| l.clone()).collect();
+            let (limits, at) = dedupe(&members);
             let check = Check {
                 key: domain.name.to_string(),
                 limits: limits.into(),
@@ -109,33 +109,65 @@ impl RlsService {
             } else {
                 self.limiter.check(&check).await?
             };
-            for (j, &(i, _, unit)) in members.iter().enumerate() {
+            for (&(i, _, unit), &j) in members.iter().zip(&at) {
                 let d = &decision.limits[j];
-                let denied = !decision.allowed && !d.allowed;
-                statuses[i] = DescriptorStatus {
-                    code: if denied { Code::OverLimit } else { Code::Ok } as i32,
-                    current_limit: Some(RateLimit {
-                        name: d.name.to_string(),
-                        requests_per_unit: clamp(d.limit),
-                        unit: proto_unit(unit),
-                    }),
-                    limit_remaining: clamp(d.remaining),
-                    duration_until_reset: Some(duration(d.reset_after_ms)),
-                    ..Default::default()
-                };
+                statuses[i] = status_of(d, decision.allowed, unit);
             }
             if !decision.allowed {
                 overall = Code::OverLimit;
             }
-            if headers.is_none() || (!shadow && headers.as_ref().is_some_and(|h| h.shadow)) {
-                headers = Some(decision);
+            // The headers tell the enforced limits when there are any.
+            if headers
+                .as_ref()
+                .is_none_or(|(was_shadow, _)| *was_shadow && !shadow)
+            {
+                headers = Some((shadow, decision));
             }
         }
-        Ok(response(overall, statuses, headers.as_ref()))
+        Ok(response(
+            overall,
+            statuses,
+            headers.as_ref().map(|(_, d)| d),
+        ))
     }
 }
 
 type Member<'a> = (usize, &'a Limit, Unit);
+
+/// The group's distinct limits, and each member's position among them. The
+/// same descriptor twice is one counter, applied once: two limits on one
+/// state key in one script would both read the same count and could admit
+/// past the limit.
+fn dedupe(members: &[Member<'_>]) -> (Vec<Limit>, Vec<usize>) {
+    let mut limits: Vec<Limit> = Vec::with_capacity(members.len());
+    let at = members
+        .iter()
+        .map(|&(_, l, _)| {
+            limits.iter().position(|x| x == l).unwrap_or_else(|| {
+                limits.push(l.clone());
+                limits.len() - 1
+            })
+        })
+        .collect();
+    (limits, at)
+}
+
+/// One limited descriptor's status: OVER_LIMIT when the check was denied
+/// and this limit is one that denied it.
+fn status_of(d: &LimitDecision, check_allowed: bool, unit: Unit) -> DescriptorStatus {
+    let denied = !check_allowed && !d.allowed;
+    DescriptorStatus {
+        code: if denied { Code::OverLimit } else { Code::Ok } as i32,
+        current_limit: Some(RateLimit {
+            name: d.name.to_string(),
+            requests_per_unit: clamp(d.limit),
+            unit: proto_unit(unit),
+        }),
+        limit_remaining: clamp(d.remaining),
+        duration_until_reset: Some(duration(d.reset_after_ms)),
+        ..Default::default()
+    }
+}
 
 /// The limited descriptors grouped by (shadow, cost), in first-seen order.
 fn groups(planned: &[Planned]) -> Vec<((bool, u64), Vec<Member<'_>>)> {
