@@ -3,8 +3,9 @@
 //!
 //! Unknown keys are errors, as they are there. Keys that project accepts
 //! and ratekeeper does not implement (`quota_mode`, `value_to_metric`,
-//! `share_threshold`, `metadata`) and wildcard values (`*`) are refused with
-//! a message saying so: silently ignoring them would change what is limited.
+//! `share_threshold`, `metadata`) are refused as unknown fields, and
+//! wildcard values (`*`) with a message saying so: silently ignoring them
+//! would change what is limited.
 
 use std::collections::HashMap;
 use std::sync::Arc;
