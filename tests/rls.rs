@@ -42,6 +42,7 @@ descriptors:
 
 struct Rls {
     client: RateLimitServiceClient<Channel>,
+    http: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
@@ -62,6 +63,7 @@ fn rls_settings(redis: Option<&str>, config: PathBuf) -> Settings {
 async fn start(settings: Settings) -> Rls {
     let app = Application::build(settings).await.expect("app builds");
     let addr: SocketAddr = app.grpc_addr().expect("grpc listens");
+    let http = format!("http://{}", app.local_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
@@ -71,6 +73,7 @@ async fn start(settings: Settings) -> Rls {
         .expect("grpc connects");
     Rls {
         client,
+        http,
         stop: Some(stop),
     }
 }
@@ -237,6 +240,17 @@ async fn replaces_shadow_duplicates_and_unknown_domain() {
         vec![desc(&[("client", "e")]), desc(&[("client", "e")])],
     );
     assert_eq!(rls.codes(twice).await, (Ok, vec![Ok, Ok], vec![2, 2]));
+
+    // Metrics name the domain and the config's limit, never a value.
+    let metrics = reqwest::get(format!("{}/metrics", rls.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(metrics.contains(r#"policy="rls.edge""#), "{metrics}");
+    assert!(metrics.contains(r#"limit="global""#));
+    assert!(!metrics.contains("client=e") && !metrics.contains("\"g\""));
 
     // Unknown domain and empty descriptors: OK, no limits.
     assert_eq!(

@@ -142,3 +142,11 @@ fn limit_names_are_bounded_and_distinct() {
     );
     assert_ne!(limit_name("a/b"), limit_name("a b"));
 }
+
+#[test]
+fn the_shipped_example_parses() {
+    let text = include_str!("../../../config/rls.example.yaml");
+    let dom = parse_domain(text, &Bounds::default()).unwrap();
+    assert_eq!(&*dom.name, "edge");
+    assert_eq!(&*dom.policy, "rls.edge");
+}
