@@ -37,6 +37,9 @@ pub enum StartError {
     /// The configuration is wrong (the CLI exits with EX_USAGE).
     #[error(transparent)]
     Policies(#[from] LoadError),
+    /// `rls.config` is wrong (the CLI exits with EX_USAGE).
+    #[error(transparent)]
+    Rls(#[from] crate::rls::RlsLoadError),
 }
 
 /// How long startup waits for Redis before serving degraded.
@@ -51,6 +54,7 @@ pub struct Application {
     background: Vec<JoinHandle<()>>,
     redis: Option<RedisStore>,
     policies: Arc<ArcSwap<PolicySet>>,
+    grpc_addr: Option<SocketAddr>,
 }
 
 impl Application {
@@ -88,6 +92,7 @@ impl Application {
         // Before anything is spawned: an invalid policies file stops startup.
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let reloader = load_policies(&settings, &policies, &metrics)?;
+        let grpc = bind_grpc(&settings).await?;
 
         let mut background = Vec::new();
         // SIGHUP is caught either way: its default action would end the process.
@@ -136,6 +141,25 @@ impl Application {
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;
         background.push(limiter.spawn_prober(probe_interval));
+        let grpc_addr = grpc.as_ref().map(|(_, addr, _)| *addr);
+        if let Some((listener, grpc_addr, config)) = grpc {
+            info!(%grpc_addr, domains = config.domains.len(), "Envoy RLS gRPC listening on {grpc_addr}");
+            let config = Arc::new(ArcSwap::from_pointee(config));
+            if let Some(path) = &settings.rls_config {
+                background.push(crate::rls::reload::spawn(
+                    path.clone(),
+                    settings.limits,
+                    config.clone(),
+                    settings.policies_poll_interval,
+                ));
+            }
+            let service = crate::rls::server::RlsService {
+                limiter: limiter.clone(),
+                config,
+                bounds: settings.limits,
+            };
+            background.push(crate::rls::server::spawn(listener, service));
+        }
         info!(
             %addr,
             store = limiter.store_name(),
@@ -166,7 +190,13 @@ impl Application {
             background,
             redis,
             policies,
+            grpc_addr,
         })
+    }
+
+    /// Where the Envoy RLS gRPC server listens (`grpc.listen`), if it does.
+    pub fn grpc_addr(&self) -> Option<SocketAddr> {
+        self.grpc_addr
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -223,6 +253,27 @@ impl Application {
         info!("stopped");
         result
     }
+}
+
+/// With `grpc.listen`: the RLS config (empty without `rls.config`: every
+/// domain is unknown, so every answer is OK) and the bound listener.
+async fn bind_grpc(
+    settings: &Settings,
+) -> Result<Option<(TcpListener, SocketAddr, crate::domain::rls::RlsConfig)>, StartError> {
+    let Some(addr) = settings.grpc_listen else {
+        return Ok(None);
+    };
+    let config = match &settings.rls_config {
+        Some(path) => crate::rls::load(path, &settings.limits)?,
+        None => Default::default(),
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok(Some((listener, addr, config)))
 }
 
 /// Without a policies file, nothing (the set stays empty). With one: its

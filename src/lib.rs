@@ -32,6 +32,7 @@ pub mod http;
 pub mod limiter;
 pub mod metrics;
 pub mod policies;
+pub mod rls;
 pub mod store;
 pub mod telemetry;
 

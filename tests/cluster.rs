@@ -138,6 +138,7 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
             window_us: 3_600_000_000,
             burst: limit,
         },
+        scope: None,
     };
     let pairs = [
         (Algorithm::FixedWindow, Algorithm::SlidingLog),

@@ -159,6 +159,7 @@ mod multi_limit {
                 window_us: HOUR_US,
                 burst: limit,
             },
+            scope: None,
         }
     }
 

@@ -53,6 +53,7 @@ fn limit(name: &str, algorithm: Algorithm, limit: u64, window_us: u64) -> Limit 
             window_us,
             burst: limit,
         },
+        scope: None,
     }
 }
 

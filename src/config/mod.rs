@@ -36,6 +36,10 @@ pub struct Settings {
     /// How often the policies file is re-hashed in case a change event was
     /// missed (a backstop: changes are normally seen at once).
     pub policies_poll_interval: Duration,
+    /// Where the Envoy RLS v3 gRPC server listens; `None`: off.
+    pub grpc_listen: Option<SocketAddr>,
+    /// envoyproxy/ratelimit YAML: a file or a directory of files.
+    pub rls_config: Option<PathBuf>,
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
@@ -140,6 +144,8 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_limits_per_check",
     "policies.file",
     "policies.poll_interval",
+    "grpc.listen",
+    "rls.config",
     "redis.url",
     "redis.password_file",
     "redis.key_prefix",
@@ -225,6 +231,17 @@ impl Settings {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
         });
         let policies_poll_interval = r.duration("policies.poll_interval");
+        let grpc_listen = r.parse("grpc.listen", |s| {
+            (!s.is_empty())
+                .then(|| {
+                    s.parse::<SocketAddr>()
+                        .map_err(|e| format!("is not host:port ({e})"))
+                })
+                .transpose()
+        });
+        let rls_config = r.parse("rls.config", |s| {
+            Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
+        });
         let redis = read_redis(&mut r);
         let failure = (
             r.parse("failure.mode", |s| match s {
@@ -272,6 +289,8 @@ impl Settings {
                 },
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,
+                grpc_listen: grpc_listen?,
+                rls_config: rls_config?,
                 redis: redis?,
                 failure: FailurePolicy {
                     mode: failure.0?,

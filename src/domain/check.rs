@@ -17,6 +17,11 @@ pub struct Limit {
     /// or `default` for the single-rule form. Matches `[a-z0-9_.-]{1,64}`.
     pub name: Arc<str>,
     pub rule: Rule,
+    /// Where this limit's state lives when it differs from limit to limit
+    /// within one check: an Envoy RLS descriptor's entries (its client key).
+    /// `None` for every other limit. Part of the state key after the
+    /// policy and limit names, so it never changes the cluster slot.
+    pub scope: Option<Arc<str>>,
 }
 
 /// The name of the single-rule form's one limit (and of its `RateLimit` item).
@@ -70,6 +75,7 @@ impl Check {
         let limit = Limit {
             name: DEFAULT_NAME.clone(),
             rule,
+            scope: None,
         };
         Check::build(input.key, Arc::new([limit]), input.cost, None)
     }
@@ -111,6 +117,7 @@ impl Check {
             built.push(Limit {
                 name: name.into(),
                 rule,
+                scope: None,
             });
         }
         Check::build(key, built.into(), cost, None)
@@ -136,6 +143,7 @@ impl Check {
             limits: Arc::new([Limit {
                 name: DEFAULT_NAME.clone(),
                 rule,
+                scope: None,
             }]),
             cost,
             policy: None,

@@ -20,6 +20,7 @@ mod duration;
 pub mod failure;
 pub mod forward;
 pub mod policy;
+pub mod rls;
 mod rule;
 
 pub use check::{Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count};

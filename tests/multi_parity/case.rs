@@ -99,6 +99,7 @@ pub fn case() -> impl Strategy<Value = Case> {
                         .map(|(i, rule)| Limit {
                             name: format!("l{i}").into(),
                             rule,
+                            scope: None,
                         })
                         .collect();
                     (limits, policy.then(|| Arc::from("api")))

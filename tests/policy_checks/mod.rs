@@ -22,6 +22,7 @@ pub fn limit(name: &str, algorithm: Algorithm, n: u64, window: &str, burst: Opti
     Limit {
         name: name.into(),
         rule: Rule::new(&input, &Bounds::default()).expect("a valid rule"),
+        scope: None,
     }
 }
 

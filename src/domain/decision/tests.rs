@@ -26,10 +26,12 @@ fn two_limits() -> Check {
             Limit {
                 name: "burst".into(),
                 rule: rule(Algorithm::Gcra, 10, 1_000_000),
+                scope: None,
             },
             Limit {
                 name: "daily".into(),
                 rule: rule(Algorithm::FixedWindow, 10_000, 86_400_000_000),
+                scope: None,
             },
         ],
         1,

@@ -215,6 +215,7 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
         Ok(rule) if ok => Some(Limit {
             name: Arc::from(raw.name.get_ref().as_str()),
             rule,
+            scope: None,
         }),
         Ok(_) => None,
         Err(ValidationError { field, message }) => {

@@ -169,6 +169,7 @@ mod tests {
             limits: Arc::new([Limit {
                 name: Arc::from("l"),
                 rule,
+                scope: None,
             }]),
             overrides: Default::default(),
             forward: Default::default(),

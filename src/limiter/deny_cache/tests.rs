@@ -23,6 +23,7 @@ fn two(first: Algorithm, cost: u64) -> Check {
             Limit {
                 name: "a".into(),
                 rule: rule(first, 5),
+                scope: None,
             },
             Limit {
                 name: "b".into(),
@@ -30,6 +31,7 @@ fn two(first: Algorithm, cost: u64) -> Check {
                     window_us: 60_000_000,
                     ..rule(Algorithm::FixedWindow, 100)
                 },
+                scope: None,
             },
         ],
         cost,

@@ -38,6 +38,7 @@ const SHARDS: usize = 64;
 struct StateKey {
     key: Box<str>,
     scope: Option<(Arc<str>, Arc<str>)>,
+    limit_scope: Option<Arc<str>>,
     algorithm: Algorithm,
     window_us: u64,
 }
@@ -49,6 +50,7 @@ struct StateKey {
 struct StateKeyRef<'a> {
     key: &'a str,
     scope: Option<(&'a str, &'a str)>,
+    limit_scope: Option<&'a str>,
     algorithm: Algorithm,
     window_us: u64,
 }
@@ -58,6 +60,7 @@ impl<'a> StateKeyRef<'a> {
         StateKeyRef {
             key: &check.key,
             scope: check.policy.as_deref().map(|p| (p, &*limit.name)),
+            limit_scope: limit.scope.as_deref(),
             algorithm: limit.rule.algorithm,
             window_us: limit.rule.window_us,
         }
@@ -70,6 +73,7 @@ impl<'a> StateKeyRef<'a> {
                 .policy
                 .as_ref()
                 .map(|p| (p.clone(), limit.name.clone())),
+            limit_scope: limit.scope.clone(),
             algorithm: self.algorithm,
             window_us: self.window_us,
         }
@@ -81,6 +85,7 @@ impl Equivalent<StateKey> for StateKeyRef<'_> {
         self.algorithm == k.algorithm
             && self.window_us == k.window_us
             && self.key == &*k.key
+            && self.limit_scope == k.limit_scope.as_deref()
             && match (&self.scope, &k.scope) {
                 (None, None) => true,
                 (Some((p, l)), Some((kp, kl))) => *p == &**kp && *l == &**kl,

@@ -125,6 +125,7 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
                 window_us: 1,
                 key: format!("k{i}").into(),
                 scope: None,
+                limit_scope: None,
             };
             let state = State::fresh(Algorithm::FixedWindow);
             map.insert(

@@ -1,6 +1,9 @@
 //! Key layout:
 //! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window ms>`;
-//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window ms>`.
+//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window ms>`;
+//! - a limit with a scope of its own (Envoy RLS descriptors):
+//!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window ms>`
+//!   (`s` is no algorithm tag, so the forms stay apart).
 //!
 //! The client key sits inside a hash tag so every limit of a check lives in
 //! one cluster slot (one script call can apply them all). Algorithm and
@@ -33,7 +36,8 @@ impl Inner {
         let scope_len = check
             .policy
             .as_ref()
-            .map_or(0, |p| p.len() + limit.name.len() + 4);
+            .map_or(0, |p| p.len() + limit.name.len() + 4)
+            + limit.scope.as_ref().map_or(0, |s| s.len() + 3);
         let mut key = String::with_capacity(prefix.len() + check.key.len() + scope_len + 24);
         key.push_str(prefix);
         key.push('{');
@@ -44,6 +48,11 @@ impl Inner {
             key.push_str(policy);
             key.push(':');
             key.push_str(&limit.name);
+            key.push(':');
+        }
+        if let Some(scope) = &limit.scope {
+            key.push_str("s:");
+            key.push_str(scope);
             key.push(':');
         }
         key.push_str(tag);
@@ -122,6 +131,7 @@ mod tests {
                 window_us,
                 burst: 1,
             },
+            scope: None,
         }
     }
 
@@ -189,6 +199,21 @@ mod tests {
             "plain keys are unchanged"
         );
         assert_eq!(keys[0], "rk:{a%7Db}:gcra:1000");
+        let mut scoped = Check::multi(
+            "edge",
+            vec![limit("login", Algorithm::FixedWindow, 1_000_000)],
+            1,
+        );
+        scoped.policy = Some("rls.edge".into());
+        let unscoped = store.limit_key(&scoped, &scoped.limits[0]);
+        let mut with_scope = scoped.limits[0].clone();
+        with_scope.scope = Some("client=a".into());
+        assert_eq!(unscoped, "rk:{edge}:p:rls.edge:login:fw:1000");
+        assert_eq!(
+            store.limit_key(&scoped, &with_scope),
+            "rk:{edge}:p:rls.edge:login:s:client=a:fw:1000",
+            "a scope never changes the hash tag"
+        );
         store.quit().await;
     }
 }

@@ -1,0 +1,338 @@
+//! Envoy's rate limit service (RLS v3), as a pure function from a request's
+//! descriptors to limits: envoyproxy/ratelimit's config format and its
+//! matching rules. The transport (tonic) lives in `crate::rls`.
+//!
+//! Matching, as envoyproxy/ratelimit's `GetLimit` does it: walk the request
+//! descriptor's entries from the domain's top level; at each entry take the
+//! child with the exact `key` and `value`, else the child with that `key`
+//! and no value; no child ends the walk with no limit. The limit is the
+//! `rate_limit` of the node reached by the LAST entry: a request with more
+//! entries than the tree is deep, or whose last node has no `rate_limit`,
+//! has none (a shallower node's limit does not apply).
+
+mod config;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub use config::parse_domain;
+
+use super::{Algorithm, Bounds, Limit, Rule, RuleInput, WindowInput};
+
+/// Bounds on one request, whatever the config: a request beyond them is
+/// refused as invalid rather than walked.
+pub const MAX_DESCRIPTORS: usize = 64;
+pub const MAX_ENTRIES: usize = 32;
+
+/// envoyproxy/ratelimit's units (its proto enum); MONTH is 30 days and
+/// YEAR 365, as there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl Unit {
+    fn parse(s: &str) -> Result<Unit, String> {
+        Ok(match s.to_ascii_uppercase().as_str() {
+            "SECOND" => Unit::Second,
+            "MINUTE" => Unit::Minute,
+            "HOUR" => Unit::Hour,
+            "DAY" => Unit::Day,
+            "WEEK" => Unit::Week,
+            "MONTH" => Unit::Month,
+            "YEAR" => Unit::Year,
+            _ => return Err(format!("invalid rate limit unit '{s}'")),
+        })
+    }
+
+    pub fn seconds(self) -> u64 {
+        const DAY: u64 = 86_400;
+        match self {
+            Unit::Second => 1,
+            Unit::Minute => 60,
+            Unit::Hour => 3_600,
+            Unit::Day => DAY,
+            Unit::Week => 7 * DAY,
+            Unit::Month => 30 * DAY,
+            Unit::Year => 365 * DAY,
+        }
+    }
+}
+
+/// One domain's descriptor tree (one config file).
+#[derive(Debug)]
+pub struct RlsDomain {
+    pub name: Arc<str>,
+    /// The checks' policy name: `rls.` and the sanitized domain. A metrics
+    /// label, so it comes from the config, never from a request.
+    pub policy: Arc<str>,
+    root: Node,
+}
+
+#[derive(Debug, Default)]
+struct Node {
+    children: HashMap<Box<str>, KeyNodes>,
+    limit: Option<ConfigLimit>,
+    shadow: bool,
+}
+
+/// The children of one key: by exact value, and the key-only default.
+#[derive(Debug, Default)]
+struct KeyNodes {
+    values: HashMap<Box<str>, Node>,
+    any: Option<Box<Node>>,
+}
+
+#[derive(Debug)]
+struct ConfigLimit {
+    /// `None`: `unlimited`.
+    kind: Option<RlsLimit>,
+    /// The config's `name`, which `replaces` refers to.
+    name: Option<Arc<str>>,
+    replaces: Vec<Arc<str>>,
+}
+
+#[derive(Debug, Clone)]
+struct RlsLimit {
+    unit: Unit,
+    rule: Rule,
+    limit_name: Arc<str>,
+}
+
+/// All domains in force.
+#[derive(Debug, Default)]
+pub struct RlsConfig {
+    pub domains: HashMap<Arc<str>, RlsDomain>,
+}
+
+/// One request descriptor, as the transport hands it over.
+#[derive(Debug, Clone)]
+pub struct DescriptorInput {
+    pub entries: Vec<(String, String)>,
+    /// `RateLimitOverride`: requests per unit, and the unit.
+    pub override_limit: Option<(u64, Unit)>,
+    pub hits_addend: Option<u64>,
+}
+
+/// What applies to one descriptor.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Planned {
+    /// No match (or an unknown domain, or replaced): OK, no limit.
+    NoLimit,
+    /// `unlimited: true`: OK, no limit, remaining reported as u32::MAX.
+    Unlimited,
+    Limited {
+        limit: Limit,
+        unit: Unit,
+        shadow: bool,
+        cost: u64,
+    },
+}
+
+/// A request refused as a whole (INVALID_ARGUMENT).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct InvalidRequest(pub String);
+
+impl RlsConfig {
+    /// The limit of every descriptor, in order; `replaces` applied.
+    /// `hits` is the request's `hits_addend` (0 means 1, as in Envoy).
+    pub fn plan(
+        &self,
+        domain: &str,
+        descriptors: &[DescriptorInput],
+        hits: u64,
+        bounds: &Bounds,
+    ) -> Result<(Option<&RlsDomain>, Vec<Planned>), InvalidRequest> {
+        validate(domain, descriptors, bounds)?;
+        let Some(dom) = self.domains.get(domain) else {
+            // envoyproxy/ratelimit: an unknown domain has no limits (OK).
+            return Ok((None, vec![Planned::NoLimit; descriptors.len()]));
+        };
+        let request_hits = if hits == 0 { 1 } else { hits };
+        let mut replaced: Vec<&Arc<str>> = Vec::new();
+        let mut planned: Vec<(Planned, Option<&Arc<str>>)> = Vec::new();
+        for d in descriptors {
+            let cost = d.hits_addend.unwrap_or(request_hits);
+            let scope = scope_of(&d.entries);
+            if let Some((rpu, unit)) = d.override_limit {
+                // The override bypasses the config (and its shadow mode).
+                let rule = Rule::new(
+                    &RuleInput {
+                        limit: rpu,
+                        window: WindowInput::Seconds(unit.seconds()),
+                        algorithm: Some(Algorithm::FixedWindow),
+                        burst: None,
+                    },
+                    bounds,
+                )
+                .map_err(|e| InvalidRequest(format!("limit override: {}", e.message)))?;
+                let limit = Limit {
+                    name: "override".into(),
+                    rule,
+                    scope: Some(scope.into()),
+                };
+                let shadow = false;
+                planned.push((
+                    Planned::Limited {
+                        limit,
+                        unit,
+                        shadow,
+                        cost,
+                    },
+                    None,
+                ));
+                continue;
+            }
+            let Some((node, cl)) = dom.find(&d.entries) else {
+                planned.push((Planned::NoLimit, None));
+                continue;
+            };
+            replaced.extend(cl.replaces.iter());
+            let p = match &cl.kind {
+                None => Planned::Unlimited,
+                Some(l) => Planned::Limited {
+                    limit: Limit {
+                        name: l.limit_name.clone(),
+                        rule: l.rule,
+                        scope: Some(scope.into()),
+                    },
+                    unit: l.unit,
+                    shadow: node.shadow,
+                    cost,
+                },
+            };
+            planned.push((p, cl.name.as_ref()));
+        }
+        let out: Vec<Planned> = planned
+            .into_iter()
+            .map(|(p, name)| match name {
+                Some(n) if replaced.contains(&n) => Planned::NoLimit,
+                _ => p,
+            })
+            .collect();
+        // One store call applies them all: the same bound as any check.
+        let limited = out
+            .iter()
+            .filter(|p| matches!(p, Planned::Limited { .. }))
+            .count();
+        if limited > bounds.max_limits_per_check {
+            return Err(InvalidRequest(format!(
+                "{limited} descriptors have a limit; at most {} (limits.max_limits_per_check)",
+                bounds.max_limits_per_check
+            )));
+        }
+        Ok((Some(dom), out))
+    }
+}
+
+impl RlsDomain {
+    /// The node reached by the descriptor's last entry and its limit (see
+    /// the module doc).
+    fn find(&self, entries: &[(String, String)]) -> Option<(&Node, &ConfigLimit)> {
+        let mut level = &self.root;
+        for (i, (key, value)) in entries.iter().enumerate() {
+            let nodes = level.children.get(key.as_str())?;
+            let next = nodes.values.get(value.as_str()).or(nodes.any.as_deref())?;
+            if i == entries.len() - 1 {
+                return next.limit.as_ref().map(|l| (next, l));
+            }
+            level = next;
+        }
+        None
+    }
+}
+
+fn validate(
+    domain: &str,
+    descriptors: &[DescriptorInput],
+    bounds: &Bounds,
+) -> Result<(), InvalidRequest> {
+    let bad = |m: String| Err(InvalidRequest(m));
+    if domain.is_empty() {
+        return bad("rate limit domain must not be empty".into());
+    }
+    if descriptors.len() > MAX_DESCRIPTORS {
+        return bad(format!(
+            "at most {MAX_DESCRIPTORS} descriptors, got {}",
+            descriptors.len()
+        ));
+    }
+    for (i, d) in descriptors.iter().enumerate() {
+        let n = d.entries.len();
+        if n == 0 || n > MAX_ENTRIES {
+            return bad(format!(
+                "descriptors[{i}] must hold 1 to {MAX_ENTRIES} entries, got {n}"
+            ));
+        }
+        if d.entries.iter().any(|(k, _)| k.is_empty()) {
+            return bad(format!("descriptors[{i}] has an entry with an empty key"));
+        }
+        let bytes: usize = d.entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
+        if bytes > bounds.max_key_bytes {
+            return bad(format!(
+                "descriptors[{i}]: entries of {bytes} bytes exceed limits.max_key_bytes ({})",
+                bounds.max_key_bytes
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The descriptor's client key: its entries as `key=value` joined by `,`,
+/// with `%`, `=`, `,`, `:`, `{` and `}` percent-escaped so two different
+/// descriptors never share a scope and the store key stays parseable.
+pub fn scope_of(entries: &[(String, String)]) -> String {
+    let mut out = String::new();
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        escape_into(&mut out, k);
+        out.push('=');
+        escape_into(&mut out, v);
+    }
+    out
+}
+
+fn escape_into(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match c {
+            '%' | '=' | ',' | ':' | '{' | '}' => {
+                out.push_str(&format!("%{:02X}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+}
+
+/// A limit name from any text: lowercased, characters outside
+/// `[a-z0-9_.-]` become `_`; longer than 64 bytes, or changed, it keeps a
+/// prefix and gains 8 hex digits of its SHA-256 so distinct names stay
+/// distinct.
+pub fn limit_name(text: &str) -> String {
+    let clean: String = text
+        .chars()
+        .map(|c| match c {
+            'a'..='z' | '0'..='9' | '_' | '.' | '-' => c,
+            'A'..='Z' => c.to_ascii_lowercase(),
+            _ => '_',
+        })
+        .collect();
+    if clean == text && (1..=64).contains(&clean.len()) {
+        return clean;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    let hex: String = digest[..4].iter().map(|b| format!("{b:02x}")).collect();
+    let prefix: String = clean.chars().take(55).collect();
+    format!("{prefix}.{hex}")
+}

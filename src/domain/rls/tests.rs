@@ -1,0 +1,152 @@
+use super::*;
+
+const YAML: &str = r#"
+domain: edge
+descriptors:
+  - key: client
+    rate_limit: { unit: minute, requests_per_unit: 10 }
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit: { unit: second, requests_per_unit: 2, name: login }
+  - key: client
+    value: vip
+    rate_limit: { unlimited: true, name: vip, replaces: [{ name: global }] }
+  - key: global
+    rate_limit: { unit: hour, requests_per_unit: 1000, name: global }
+  - key: remote
+    shadow_mode: true
+    rate_limit: { unit: second, requests_per_unit: 5, algorithm: gcra, burst: 7 }
+"#;
+
+fn d(entries: &[(&str, &str)]) -> DescriptorInput {
+    DescriptorInput {
+        entries: entries
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        override_limit: None,
+        hits_addend: None,
+    }
+}
+
+fn config() -> RlsConfig {
+    let dom = parse_domain(YAML, &Bounds::default()).unwrap();
+    RlsConfig {
+        domains: [(dom.name.clone(), dom)].into_iter().collect(),
+    }
+}
+
+fn plan(ds: &[DescriptorInput]) -> Vec<Planned> {
+    config().plan("edge", ds, 1, &Bounds::default()).unwrap().1
+}
+
+fn name_of(p: &Planned) -> &str {
+    match p {
+        Planned::Limited { limit, .. } => &limit.name,
+        Planned::Unlimited => "unlimited",
+        Planned::NoLimit => "none",
+    }
+}
+
+#[test]
+fn exact_value_first_then_key_only_and_only_the_last_entry_counts() {
+    let got = plan(&[
+        d(&[("client", "a")]),
+        d(&[("client", "a"), ("path", "/login")]),
+        d(&[("client", "a"), ("path", "/other")]),
+        d(&[("client", "vip")]),
+        d(&[("nope", "x")]),
+        d(&[("global", "x"), ("deeper", "y")]),
+    ]);
+    let names: Vec<&str> = got.iter().map(name_of).collect();
+    assert_eq!(
+        names,
+        ["client", "login", "none", "unlimited", "none", "none"]
+    );
+}
+
+#[test]
+fn replaces_drops_the_named_limit_and_shadow_is_kept() {
+    let got = plan(&[
+        d(&[("global", "g")]),
+        d(&[("client", "vip")]),
+        d(&[("remote", "r")]),
+    ]);
+    assert_eq!(got[0], Planned::NoLimit);
+    let Planned::Limited { limit, shadow, .. } = &got[2] else {
+        panic!()
+    };
+    assert!(*shadow);
+    assert_eq!(
+        (limit.rule.algorithm, limit.rule.burst),
+        (Algorithm::Gcra, 7)
+    );
+}
+
+#[test]
+fn scopes_carry_the_values_escaped() {
+    let got = plan(&[d(&[("client", "a,b=c")]), d(&[("client", "a%2Cb")])]);
+    let scopes: Vec<_> = got
+        .iter()
+        .map(|p| match p {
+            Planned::Limited { limit, .. } => limit.scope.clone().unwrap(),
+            _ => panic!(),
+        })
+        .collect();
+    assert_eq!(&*scopes[0], "client=a%2Cb%3Dc");
+    assert_ne!(scopes[0], scopes[1]);
+}
+
+#[test]
+fn bad_requests_and_bad_configs() {
+    let c = config();
+    let b = Bounds::default();
+    assert!(c.plan("", &[], 1, &b).is_err());
+    assert!(c.plan("edge", &[d(&[("", "x")])], 1, &b).is_err());
+    let many: Vec<(String, String)> = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+    let big = DescriptorInput {
+        entries: many,
+        override_limit: None,
+        hits_addend: None,
+    };
+    assert!(c.plan("edge", &[big], 1, &b).is_err());
+    assert!(
+        c.plan("edge", &[d(&[("client", &"x".repeat(10_000))])], 1, &b)
+            .is_err()
+    );
+    assert_eq!(
+        c.plan("other", &[d(&[("client", "a")])], 1, &b).unwrap().1,
+        [Planned::NoLimit]
+    );
+    for bad in [
+        "domain: x\nunknown: 1\n",
+        "domain: x\ndescriptors: [{key: a, rate_limit: {unit: fortnight, requests_per_unit: 1}}]\n",
+        "domain: x\ndescriptors: [{key: a}, {key: a}]\n",
+        "domain: x\ndescriptors: [{key: a, value: 'b*'}]\n",
+        "domain: x\ndescriptors: [{key: a, rate_limit: {unlimited: true, unit: second}}]\n",
+        "domain: ''\n",
+    ] {
+        assert!(parse_domain(bad, &b).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn limit_names_are_bounded_and_distinct() {
+    assert_eq!(limit_name("client.path_x"), "client.path_x");
+    let a = limit_name(&"A".repeat(100));
+    assert!(
+        a.len() <= 64
+            && a.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.')
+    );
+    assert_ne!(limit_name("a/b"), limit_name("a b"));
+}
+
+#[test]
+fn the_shipped_example_parses() {
+    let text = include_str!("../../../config/rls.example.yaml");
+    let dom = parse_domain(text, &Bounds::default()).unwrap();
+    assert_eq!(&*dom.name, "edge");
+    assert_eq!(&*dom.policy, "rls.edge");
+}

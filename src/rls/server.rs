@@ -1,0 +1,306 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit` with tonic.
+//!
+//! The descriptors' limits are planned by the domain (`domain::rls`), then
+//! checked all-or-nothing: every enforced limit of one request (same cost)
+//! is one [`Check`], so one store call. Shadow-mode limits form a check of
+//! their own (marked shadow), so they never deny and never stop the others
+//! from spending. Descriptors with different `hits_addend` are different
+//! costs, hence different checks: all-or-nothing holds within each.
+
+use std::sync::Arc;
+
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use envoy_types::pb::google::protobuf::Duration as PbDuration;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::{Request, Response, Status};
+
+use crate::domain::rls::{DescriptorInput, InvalidRequest, Planned, RlsConfig, Unit};
+use crate::domain::{Bounds, Check, Decision, Limit, LimitDecision};
+use crate::limiter::{Limiter, LimiterError};
+
+/// Why a request got no answer; mapped to a gRPC status in one place.
+#[derive(Debug, thiserror::Error)]
+pub enum RlsError {
+    #[error(transparent)]
+    Invalid(#[from] InvalidRequest),
+    #[error("store error: {0}")]
+    Store(#[from] LimiterError),
+}
+
+impl From<RlsError> for Status {
+    fn from(e: RlsError) -> Status {
+        match e {
+            RlsError::Invalid(e) => Status::invalid_argument(e.0),
+            RlsError::Store(e) => Status::unavailable(e.to_string()),
+        }
+    }
+}
+
+pub struct RlsService {
+    pub limiter: Arc<Limiter>,
+    /// Swapped whole by the reloader.
+    pub config: Arc<arc_swap::ArcSwap<RlsConfig>>,
+    pub bounds: Bounds,
+}
+
+/// Serves `service` on `listener` until the task is aborted.
+pub fn spawn(listener: TcpListener, service: RlsService) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let result = tonic::transport::Server::builder()
+            .add_service(RateLimitServiceServer::new(service))
+            .serve_with_incoming(TcpIncoming::from(listener))
+            .await;
+        if let Err(error) = result {
+            tracing::error!(%error, "the RLS gRPC server stopped");
+        }
+    })
+}
+
+#[tonic::async_trait]
+impl RateLimitService for RlsService {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        Ok(Response::new(self.answer(request.into_inner()).await?))
+    }
+}
+
+impl RlsService {
+    async fn answer(&self, req: RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+        let inputs = req
+            .descriptors
+            .iter()
+            .enumerate()
+            .map(|(i, d)| input_of(i, d))
+            .collect::<Result<Vec<_>, _>>()?;
+        let hits = u64::from(req.hits_addend);
+        let config = self.config.load_full();
+        let (domain, planned) = config.plan(&req.domain, &inputs, hits, &self.bounds)?;
+        let mut statuses: Vec<DescriptorStatus> =
+            planned.iter().map(status_without_limit).collect();
+        let mut overall = Code::Ok;
+        let mut headers: Option<(bool, Decision)> = None;
+        let Some(domain) = domain else {
+            return Ok(response(overall, statuses, None));
+        };
+        for ((shadow, cost), members) in groups(&planned) {
+            let (limits, at) = dedupe(&members);
+            let check = Check {
+                key: domain.name.to_string(),
+                limits: limits.into(),
+                cost,
+                policy: Some(domain.policy.clone()),
+                shadow,
+                failure_mode: None,
+            };
+            let decision = if check.limits.iter().any(|l| cost > l.rule.capacity()) {
+                // Never allowed, whatever the state: nothing to ask the store.
+                over_capacity(&check)
+            } else {
+                self.limiter.check(&check).await?
+            };
+            for (&(i, _, unit), &j) in members.iter().zip(&at) {
+                let d = &decision.limits[j];
+                statuses[i] = status_of(d, decision.allowed, unit);
+            }
+            if !decision.allowed {
+                overall = Code::OverLimit;
+            }
+            // The headers tell the enforced limits when there are any.
+            if headers
+                .as_ref()
+                .is_none_or(|(was_shadow, _)| *was_shadow && !shadow)
+            {
+                headers = Some((shadow, decision));
+            }
+        }
+        Ok(response(
+            overall,
+            statuses,
+            headers.as_ref().map(|(_, d)| d),
+        ))
+    }
+}
+
+type Member<'a> = (usize, &'a Limit, Unit);
+
+/// The group's distinct limits, and each member's position among them. The
+/// same descriptor twice is one counter, applied once: two limits on one
+/// state key in one script would both read the same count and could admit
+/// past the limit.
+fn dedupe(members: &[Member<'_>]) -> (Vec<Limit>, Vec<usize>) {
+    let mut limits: Vec<Limit> = Vec::with_capacity(members.len());
+    let at = members
+        .iter()
+        .map(|&(_, l, _)| {
+            limits.iter().position(|x| x == l).unwrap_or_else(|| {
+                limits.push(l.clone());
+                limits.len() - 1
+            })
+        })
+        .collect();
+    (limits, at)
+}
+
+/// One limited descriptor's status: OVER_LIMIT when the check was denied
+/// and this limit is one that denied it.
+fn status_of(d: &LimitDecision, check_allowed: bool, unit: Unit) -> DescriptorStatus {
+    let denied = !check_allowed && !d.allowed;
+    DescriptorStatus {
+        code: if denied { Code::OverLimit } else { Code::Ok } as i32,
+        current_limit: Some(RateLimit {
+            name: d.name.to_string(),
+            requests_per_unit: clamp(d.limit),
+            unit: proto_unit(unit),
+        }),
+        limit_remaining: clamp(d.remaining),
+        duration_until_reset: Some(duration(d.reset_after_ms)),
+        ..Default::default()
+    }
+}
+
+/// The limited descriptors grouped by (shadow, cost), in first-seen order.
+fn groups(planned: &[Planned]) -> Vec<((bool, u64), Vec<Member<'_>>)> {
+    let mut out: Vec<((bool, u64), Vec<Member<'_>>)> = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        if let Planned::Limited {
+            limit,
+            unit,
+            shadow,
+            cost,
+        } = p
+        {
+            let k = (*shadow, *cost);
+            match out.iter_mut().find(|(g, _)| *g == k) {
+                Some((_, m)) => m.push((i, limit, *unit)),
+                None => out.push((k, vec![(i, limit, *unit)])),
+            }
+        }
+    }
+    out
+}
+
+/// A cost above a limit's capacity can never pass (envoyproxy/ratelimit
+/// answers OVER_LIMIT too): every such limit denies, nothing is spent.
+fn over_capacity(check: &Check) -> Decision {
+    let outcomes: Vec<_> = check
+        .limits
+        .iter()
+        .map(|l| crate::domain::Outcome {
+            allowed: check.cost <= l.rule.capacity(),
+            remaining: l.rule.capacity(),
+            retry_after_us: 0,
+            reset_after_us: 0,
+        })
+        .collect();
+    Decision::from_outcomes(check, &outcomes)
+}
+
+fn input_of(i: usize, d: &RateLimitDescriptor) -> Result<DescriptorInput, InvalidRequest> {
+    if d.is_negative_hits {
+        return Err(InvalidRequest(format!(
+            "descriptors[{i}]: is_negative_hits is not supported"
+        )));
+    }
+    let override_limit = match &d.limit {
+        None => None,
+        Some(o) => Some((
+            u64::from(o.requests_per_unit),
+            unit_of(o.unit).ok_or_else(|| {
+                InvalidRequest(format!("descriptors[{i}].limit: unknown unit {}", o.unit))
+            })?,
+        )),
+    };
+    Ok(DescriptorInput {
+        entries: d
+            .entries
+            .iter()
+            .map(|e| (e.key.clone(), e.value.clone()))
+            .collect(),
+        override_limit,
+        hits_addend: d.hits_addend.as_ref().map(|h| h.value),
+    })
+}
+
+fn status_without_limit(p: &Planned) -> DescriptorStatus {
+    DescriptorStatus {
+        code: Code::Ok as i32,
+        limit_remaining: if matches!(p, Planned::Unlimited) {
+            u32::MAX
+        } else {
+            0
+        },
+        ..Default::default()
+    }
+}
+
+fn response(
+    code: Code,
+    statuses: Vec<DescriptorStatus>,
+    d: Option<&Decision>,
+) -> RateLimitResponse {
+    let headers = d
+        .map(|d| {
+            d.headers()
+                .map(|(k, v)| HeaderValue {
+                    key: k.to_string(),
+                    value: v,
+                    ..Default::default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    RateLimitResponse {
+        overall_code: code as i32,
+        statuses,
+        response_headers_to_add: headers,
+        ..Default::default()
+    }
+}
+
+fn clamp(v: u64) -> u32 {
+    u32::try_from(v).unwrap_or(u32::MAX)
+}
+
+fn duration(ms: u64) -> PbDuration {
+    PbDuration {
+        seconds: i64::try_from(ms / 1_000).unwrap_or(i64::MAX),
+        nanos: ((ms % 1_000) * 1_000_000) as i32,
+    }
+}
+
+/// The proto's unit numbers (WEEK was added after YEAR, hence 7).
+fn unit_of(n: i32) -> Option<Unit> {
+    Some(match n {
+        1 => Unit::Second,
+        2 => Unit::Minute,
+        3 => Unit::Hour,
+        4 => Unit::Day,
+        5 => Unit::Month,
+        6 => Unit::Year,
+        7 => Unit::Week,
+        _ => return None,
+    })
+}
+
+fn proto_unit(u: Unit) -> i32 {
+    match u {
+        Unit::Second => 1,
+        Unit::Minute => 2,
+        Unit::Hour => 3,
+        Unit::Day => 4,
+        Unit::Month => 5,
+        Unit::Year => 6,
+        Unit::Week => 7,
+    }
+}
