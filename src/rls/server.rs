@@ -8,6 +8,7 @@
 //! costs, hence different checks: all-or-nothing holds within each.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -52,11 +53,30 @@ pub struct RlsService {
     pub bounds: Bounds,
 }
 
+/// The largest request decoded: Envoy's are a few KiB; this bounds the
+/// memory one client can make the server hold (RESOURCE_EXHAUSTED beyond).
+pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// Streams (calls) at once, per HTTP/2 connection.
+const MAX_STREAMS: u32 = 256;
+/// A call's deadline: a store call is bounded by `redis.timeout` anyway,
+/// this ends what a stalled client or store would otherwise hold.
+const CALL_TIMEOUT: Duration = Duration::from_secs(2);
+/// HTTP/2 pings find dead peers (a half-open connection holds its streams).
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Serves `service` on `listener` until the task is aborted.
 pub fn spawn(listener: TcpListener, service: RlsService) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
-            .add_service(RateLimitServiceServer::new(service))
+            .max_concurrent_streams(Some(MAX_STREAMS))
+            .concurrency_limit_per_connection(MAX_STREAMS as usize)
+            .timeout(CALL_TIMEOUT)
+            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+            .add_service(
+                RateLimitServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES),
+            )
             .serve_with_incoming(TcpIncoming::from(listener))
             .await;
         if let Err(error) = result {
@@ -93,6 +113,14 @@ impl RlsService {
         let Some(domain) = domain else {
             return Ok(response(overall, statuses, None));
         };
+        if let Some(Planned::Refused(why)) =
+            planned.iter().find(|p| matches!(p, Planned::Refused(_)))
+        {
+            // The request is denied whatever the other descriptors say, so
+            // none of them spends (all or nothing, as for one check).
+            tracing::debug!(domain = %domain.name, reason = %why, "RLS descriptor refused");
+            return Ok(response(Code::OverLimit, statuses, None));
+        }
         for ((shadow, cost), members) in groups(&planned) {
             let (limits, at) = dedupe(&members);
             let check = Check {
@@ -212,15 +240,11 @@ fn input_of(i: usize, d: &RateLimitDescriptor) -> Result<DescriptorInput, Invali
             "descriptors[{i}]: is_negative_hits is not supported"
         )));
     }
-    let override_limit = match &d.limit {
-        None => None,
-        Some(o) => Some((
-            u64::from(o.requests_per_unit),
-            unit_of(o.unit).ok_or_else(|| {
-                InvalidRequest(format!("descriptors[{i}].limit: unknown unit {}", o.unit))
-            })?,
-        )),
-    };
+    // An unknown unit is the domain's to refuse, for this descriptor only.
+    let override_limit = d
+        .limit
+        .as_ref()
+        .map(|o| (u64::from(o.requests_per_unit), unit_of(o.unit)));
     Ok(DescriptorInput {
         entries: d
             .entries
@@ -233,8 +257,9 @@ fn input_of(i: usize, d: &RateLimitDescriptor) -> Result<DescriptorInput, Invali
 }
 
 fn status_without_limit(p: &Planned) -> DescriptorStatus {
+    let refused = matches!(p, Planned::Refused(_));
     DescriptorStatus {
-        code: Code::Ok as i32,
+        code: if refused { Code::OverLimit } else { Code::Ok } as i32,
         limit_remaining: if matches!(p, Planned::Unlimited) {
             u32::MAX
         } else {

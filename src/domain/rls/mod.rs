@@ -22,7 +22,10 @@ pub use config::parse_domain;
 use super::{Algorithm, Bounds, Limit, Rule, RuleInput, WindowInput};
 
 /// Bounds on one request, whatever the config: a request beyond them is
-/// refused as invalid rather than walked.
+/// refused as invalid rather than walked. Only what Envoy's own config
+/// decides (the number of actions and of entries per action, the domain,
+/// the entry keys) can reach these: a client's HTTP request only chooses
+/// entry values, and no value is ever refused (see [`bounded_scope`]).
 pub const MAX_DESCRIPTORS: usize = 64;
 pub const MAX_ENTRIES: usize = 32;
 
@@ -117,8 +120,9 @@ pub struct RlsConfig {
 #[derive(Debug, Clone)]
 pub struct DescriptorInput {
     pub entries: Vec<(String, String)>,
-    /// `RateLimitOverride`: requests per unit, and the unit.
-    pub override_limit: Option<(u64, Unit)>,
+    /// `RateLimitOverride`: requests per unit, and the unit (`None`: a
+    /// unit number this server does not know).
+    pub override_limit: Option<(u64, Option<Unit>)>,
     pub hits_addend: Option<u64>,
 }
 
@@ -135,6 +139,12 @@ pub enum Planned {
         shadow: bool,
         cost: u64,
     },
+    /// A descriptor that cannot be evaluated (a bad `limit` override, or a
+    /// limited descriptor past `limits.max_limits_per_check`): it answers
+    /// OVER_LIMIT, so the request does. Refusing the whole request instead
+    /// would make Envoy (`failure_mode_deny: false` by default) let it
+    /// through with no limit at all. The text is for logs only.
+    Refused(String),
 }
 
 /// A request refused as a whole (INVALID_ARGUMENT).
@@ -152,7 +162,7 @@ impl RlsConfig {
         hits: u64,
         bounds: &Bounds,
     ) -> Result<(Option<&RlsDomain>, Vec<Planned>), InvalidRequest> {
-        validate(domain, descriptors, bounds)?;
+        validate(domain, descriptors)?;
         let Some(dom) = self.domains.get(domain) else {
             // envoyproxy/ratelimit: an unknown domain has no limits (OK).
             return Ok((None, vec![Planned::NoLimit; descriptors.len()]));
@@ -162,34 +172,10 @@ impl RlsConfig {
         let mut planned: Vec<(Planned, Option<&Arc<str>>)> = Vec::new();
         for d in descriptors {
             let cost = d.hits_addend.unwrap_or(request_hits);
-            let scope = scope_of(&d.entries);
+            let scope = bounded_scope(&d.entries, bounds.max_key_bytes);
             if let Some((rpu, unit)) = d.override_limit {
                 // The override bypasses the config (and its shadow mode).
-                let rule = Rule::new(
-                    &RuleInput {
-                        limit: rpu,
-                        window: WindowInput::Seconds(unit.seconds()),
-                        algorithm: Some(Algorithm::FixedWindow),
-                        burst: None,
-                    },
-                    bounds,
-                )
-                .map_err(|e| InvalidRequest(format!("limit override: {}", e.message)))?;
-                let limit = Limit {
-                    name: "override".into(),
-                    rule,
-                    scope: Some(scope.into()),
-                };
-                let shadow = false;
-                planned.push((
-                    Planned::Limited {
-                        limit,
-                        unit,
-                        shadow,
-                        cost,
-                    },
-                    None,
-                ));
+                planned.push((overridden(rpu, unit, scope, cost, bounds), None));
                 continue;
             }
             let Some((node, cl)) = dom.find(&d.entries) else {
@@ -212,24 +198,28 @@ impl RlsConfig {
             };
             planned.push((p, cl.name.as_ref()));
         }
+        // One store call applies them all: the same bound as any check. The
+        // limited descriptors past it are refused (OVER_LIMIT), never
+        // dropped: dropping would let a request through unlimited.
+        let mut limited = 0;
         let out: Vec<Planned> = planned
             .into_iter()
-            .map(|(p, name)| match name {
-                Some(n) if replaced.contains(&n) => Planned::NoLimit,
-                _ => p,
+            .map(|(p, name)| match (p, name) {
+                (_, Some(n)) if replaced.contains(&n) => Planned::NoLimit,
+                (p @ Planned::Limited { .. }, _) => {
+                    limited += 1;
+                    if limited > bounds.max_limits_per_check {
+                        Planned::Refused(format!(
+                            "more than {} limited descriptors (limits.max_limits_per_check)",
+                            bounds.max_limits_per_check
+                        ))
+                    } else {
+                        p
+                    }
+                }
+                (p, _) => p,
             })
             .collect();
-        // One store call applies them all: the same bound as any check.
-        let limited = out
-            .iter()
-            .filter(|p| matches!(p, Planned::Limited { .. }))
-            .count();
-        if limited > bounds.max_limits_per_check {
-            return Err(InvalidRequest(format!(
-                "{limited} descriptors have a limit; at most {} (limits.max_limits_per_check)",
-                bounds.max_limits_per_check
-            )));
-        }
         Ok((Some(dom), out))
     }
 }
@@ -251,11 +241,7 @@ impl RlsDomain {
     }
 }
 
-fn validate(
-    domain: &str,
-    descriptors: &[DescriptorInput],
-    bounds: &Bounds,
-) -> Result<(), InvalidRequest> {
+fn validate(domain: &str, descriptors: &[DescriptorInput]) -> Result<(), InvalidRequest> {
     let bad = |m: String| Err(InvalidRequest(m));
     if domain.is_empty() {
         return bad("rate limit domain must not be empty".into());
@@ -276,15 +262,50 @@ fn validate(
         if d.entries.iter().any(|(k, _)| k.is_empty()) {
             return bad(format!("descriptors[{i}] has an entry with an empty key"));
         }
-        let bytes: usize = d.entries.iter().map(|(k, v)| k.len() + v.len() + 2).sum();
-        if bytes > bounds.max_key_bytes {
-            return bad(format!(
-                "descriptors[{i}]: entries of {bytes} bytes exceed limits.max_key_bytes ({})",
-                bounds.max_key_bytes
-            ));
-        }
     }
     Ok(())
+}
+
+/// A `limit` override's plan: refused (OVER_LIMIT) when its unit is
+/// unknown or its rule invalid (`requests_per_unit: 0`, too large).
+fn overridden(rpu: u64, unit: Option<Unit>, scope: String, cost: u64, bounds: &Bounds) -> Planned {
+    let Some(unit) = unit else {
+        return Planned::Refused("limit override: unknown unit".into());
+    };
+    let input = RuleInput {
+        limit: rpu,
+        window: WindowInput::Seconds(unit.seconds()),
+        algorithm: Some(Algorithm::FixedWindow),
+        burst: None,
+    };
+    match Rule::new(&input, bounds) {
+        Ok(rule) => Planned::Limited {
+            limit: Limit {
+                name: "override".into(),
+                rule,
+                scope: Some(scope.into()),
+            },
+            unit,
+            shadow: false,
+            cost,
+        },
+        Err(e) => Planned::Refused(format!("limit override: {}", e.message)),
+    }
+}
+
+/// [`scope_of`], or when longer than `max_key_bytes` its SHA-256 (hex)
+/// after `%sha256-`: a long header value is limited like any other, with a
+/// bounded store key (at most max(max_key_bytes, 72) bytes). `%` followed
+/// by `s` never occurs in an escaped scope, so the two forms never meet.
+pub fn bounded_scope(entries: &[(String, String)], max_key_bytes: usize) -> String {
+    let scope = scope_of(entries);
+    if scope.len() <= max_key_bytes {
+        return scope;
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(scope.as_bytes());
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    format!("%sha256-{hex}")
 }
 
 /// The descriptor's client key: its entries as `key=value` joined by `,`,
