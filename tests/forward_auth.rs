@@ -15,11 +15,14 @@ use support::{TestApp, unique_key};
 on_both_stores!(false =>
     allowed_then_denied_with_headers_and_problem_body,
     any_method_and_any_rest_path,
-    the_cost_header,
+    the_cost_header_of_an_untrusted_peer_is_ignored,
     a_missing_key_and_a_key_too_long,
     deny_status_403_and_unknown_policy,
     shadow_policies_answer_200_with_the_real_headers,
 );
+
+// The peer (127.0.0.1) is a trusted proxy: its X-RateLimit-Cost counts.
+on_both_stores!(true => the_cost_header);
 
 async fn allowed_then_denied_with_headers_and_problem_body(app: &TestApp) {
     let mut p = policy(
@@ -105,6 +108,23 @@ async fn any_method_and_any_rest_path(app: &TestApp) {
     assert_eq!(get(app, "/v1/auth/p", &[]).await.status, 401);
 }
 
+/// A client talking to us directly (or through a proxy we do not trust)
+/// cannot set its own cost: 0 would never spend, a huge one would empty
+/// a shared bucket.
+async fn the_cost_header_of_an_untrusted_peer_is_ignored(app: &TestApp) {
+    install(app, vec![keyed("c", 10, &["header:x-api-key"], &[])]);
+    let key = unique_key("c");
+    for (cost, remaining) in [("0", 9), ("5", 8), ("junk", 7), ("1000", 6)] {
+        let a = get(
+            app,
+            "/v1/auth/c",
+            &[("x-api-key", &key), ("x-ratelimit-cost", cost)],
+        )
+        .await;
+        assert_eq!((a.status, a.remaining()), (200, remaining), "{cost}");
+    }
+}
+
 async fn the_cost_header(app: &TestApp) {
     install(app, vec![keyed("c", 10, &["header:x-api-key"], &[])]);
     let key = unique_key("c");
@@ -118,18 +138,12 @@ async fn the_cost_header(app: &TestApp) {
     let a = get(
         app,
         "/v1/auth/c",
-        &[("x-api-key", &key), ("x-ratelimit-cost", "0")],
-    )
-    .await;
-    assert_eq!((a.status, a.remaining()), (200, 6));
-    let a = get(
-        app,
-        "/v1/auth/c",
         &[("x-api-key", &key), ("x-ratelimit-cost", "7")],
     )
     .await;
     assert_eq!((a.status, a.remaining()), (429, 6));
-    for bad in ["-1", "two", "1.0", "11"] {
+    // 0 would let a request through without spending: refused.
+    for bad in ["0", "-1", "two", "1.0", "11"] {
         let a = get(
             app,
             "/v1/auth/c",

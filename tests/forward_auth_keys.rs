@@ -27,19 +27,21 @@ on_both_stores!(true =>
 async fn key_sources_in_order_and_templates(app: &TestApp) {
     let key = unique_key("k");
     let tenant = unique_key("t");
-    let templated = format!("{tenant}:127.0.0.1");
+    // Overrides match the final key: each value tagged with its source.
+    let templated = format!("{{h:x-tenant={tenant}}}:{{ip:127.0.0.1}}");
+    let by_key = format!("h:x-api-key={key}");
     install(
         app,
         vec![
             // The default: X-API-Key, else the peer's address.
-            keyed("dflt", 5, &[], &[&key, "127.0.0.1"]),
+            keyed("dflt", 5, &[], &[&by_key, "ip:127.0.0.1"]),
             keyed(
                 "tmpl",
                 5,
                 &["{header:x-tenant}:{ip}", "const:everyone"],
                 &[&templated],
             ),
-            keyed("net", 5, &["ip_prefix:24,64"], &["127.0.0.0/24"]),
+            keyed("net", 5, &["ip_prefix:24,64"], &["net:127.0.0.0/24"]),
         ],
     );
     assert_eq!(
@@ -50,6 +52,13 @@ async fn key_sources_in_order_and_templates(app: &TestApp) {
     );
     assert_eq!(
         get(app, "/v1/auth/dflt", &[("x-api-key", "other")])
+            .await
+            .limit(),
+        5
+    );
+    // An API key that spells the peer's address is not the peer.
+    assert_eq!(
+        get(app, "/v1/auth/dflt", &[("x-api-key", "127.0.0.1")])
             .await
             .limit(),
         5
@@ -80,7 +89,7 @@ async fn key_sources_in_order_and_templates(app: &TestApp) {
 async fn forwarding_headers_from_an_untrusted_peer_are_ignored(app: &TestApp) {
     install(
         app,
-        vec![keyed("ip", 5, &["ip"], &["127.0.0.1", "203.0.113.5"])],
+        vec![keyed("ip", 5, &["ip"], &["ip:127.0.0.1", "ip:203.0.113.5"])],
     );
     for forged in [
         &[("x-forwarded-for", "203.0.113.5")][..],
@@ -93,7 +102,7 @@ async fn forwarding_headers_from_an_untrusted_peer_are_ignored(app: &TestApp) {
         let a = get(app, "/v1/auth/ip", forged).await;
         assert_eq!(a.limit(), 1000, "keyed by the peer: {forged:?}");
     }
-    install(app, vec![keyed("ip", 5, &["ip"], &["203.0.113.5"])]);
+    install(app, vec![keyed("ip", 5, &["ip"], &["ip:203.0.113.5"])]);
     let a = get(app, "/v1/auth/ip", &[("x-forwarded-for", "203.0.113.5")]).await;
     assert_eq!(a.limit(), 5, "a forged header must not reach the override");
 }
@@ -103,7 +112,12 @@ async fn behind_a_trusted_proxy_the_rightmost_untrusted_hop_is_the_client(app: &
     let a6 = unique_ip();
     install(
         app,
-        vec![keyed("ip", 5, &["ip"], &[&a5, "127.0.0.1", "2001:db8::7"])],
+        vec![keyed(
+            "ip",
+            5,
+            &["ip"],
+            &[&format!("ip:{a5}"), "ip:127.0.0.1", "ip:2001:db8::7"],
+        )],
     );
     let cases: Vec<(Vec<(&str, String)>, u64)> = vec![
         (vec![("x-forwarded-for", a5.clone())], 1000),

@@ -108,6 +108,13 @@ async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
     let b = client_from("127.0.0.22");
     spend(&nginx, &b, &[("x-forwarded-for", "127.0.0.21")]).await;
     assert_eq!(upstream.seen(), 4 * N);
+    // A client's own cost never reaches ratekeeper: 0 does not bypass the
+    // limit (each request spends 1), nor does a huge cost empty a bucket.
+    let c = client_from("127.0.0.23");
+    spend(&nginx, &c, &[("x-ratelimit-cost", "0")]).await;
+    let d = client_from("127.0.0.24");
+    spend(&nginx, &d, &[("x-ratelimit-cost", "1000000")]).await;
+    assert_eq!(upstream.seen(), 6 * N);
 }
 
 #[tokio::test]

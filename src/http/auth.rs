@@ -3,7 +3,9 @@
 //! of a service. Any method, body ignored. The key comes from the policy's
 //! `key_from`, the client address from the socket peer or, behind
 //! `server.trusted_proxies`, from `X-Forwarded-For`/`X-Real-IP`; the cost
-//! from `X-RateLimit-Cost`. The check is the policy form of `/v1/check`.
+//! from `X-RateLimit-Cost`, believed only from a trusted proxy (a proxy
+//! forwards every client header, so from anyone else it is the client's
+//! own word). The check is the policy form of `/v1/check`.
 //!
 //! Answers: 200 with an empty body when allowed; the policy's
 //! `deny_status` (429) with an `application/problem+json` body when denied;
@@ -24,7 +26,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::check::unknown_policy;
 use super::error::{ErrorBody, ErrorDetail};
-use crate::domain::forward::{RequestView, client_ip};
+use crate::domain::forward::{IpNet, RequestView, canonical, client_ip};
 use crate::domain::{Check, Decision, ValidationError};
 use crate::limiter::LimiterError;
 
@@ -124,7 +126,7 @@ fn prepare(
         return Err(AuthError::UnknownPolicy(unknown_policy(&set, &path.policy)));
     };
     let headers = &request.headers;
-    let ip = client_of(state, request);
+    let (ip, from_proxy) = client_of(state, request);
     let forward = &policy.forward;
     let key = {
         let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
@@ -147,37 +149,53 @@ fn prepare(
             tried: format!("{:?}", forward.key_from_text),
         });
     };
-    let cost = cost(headers)?;
+    // From anyone but a trusted proxy the header is the client's: ignored.
+    let cost = if from_proxy { cost(headers)? } else { None };
     let check = policy
         .check(key, cost, &state.bounds)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
     Ok((check, status(forward.deny_status)))
 }
 
-/// The client's address; see [`client_ip`] for whom we believe.
-fn client_of(state: &AppState, request: &Parts) -> IpAddr {
+/// The client's address (see [`client_ip`] for whom we believe), and
+/// whether the peer is a trusted proxy.
+fn client_of(state: &AppState, request: &Parts) -> (IpAddr, bool) {
     // Always there under our server; a router driven in-process has no peer.
     let peer = request
         .extensions
         .get::<ConnectInfo<SocketAddr>>()
         .map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |c| c.0.ip());
-    if state.trusted_proxies.is_empty() {
-        return peer;
+    client_behind(peer, &state.trusted_proxies, &request.headers)
+}
+
+/// [`client_of`] once the peer is known.
+fn client_behind(peer: IpAddr, trusted: &[IpNet], headers: &HeaderMap) -> (IpAddr, bool) {
+    if !trusted.iter().any(|net| net.contains(peer)) {
+        return (canonical(peer), false);
     }
-    let headers = &request.headers;
-    // An unreadable value is kept as a hop that won't parse: it must stop
-    // the walk, not vanish.
-    let forwarded: Vec<&str> = headers
+    let forwarded = forwarded_hops(headers);
+    let forwarded: Vec<&str> = forwarded.iter().map(String::as_str).collect();
+    let real_ip = headers.get("x-real-ip").and_then(|v| v.to_str().ok());
+    (client_ip(peer, trusted, &forwarded, real_ip), true)
+}
+
+/// The hops of every `X-Forwarded-For` header, in order. The raw bytes are
+/// split on `,` first, so a hop that is not UTF-8 becomes one hop that
+/// won't parse (it must stop the walk, not vanish) without hiding the
+/// readable hops of its header.
+fn forwarded_hops(headers: &HeaderMap) -> Vec<String> {
+    headers
         .get_all("x-forwarded-for")
         .iter()
-        .map(|v| v.to_str().unwrap_or("?"))
-        .collect();
-    let real_ip = headers.get("x-real-ip").and_then(|v| v.to_str().ok());
-    client_ip(peer, &state.trusted_proxies, &forwarded, real_ip)
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|hop| std::str::from_utf8(hop).unwrap_or("?").to_string())
+        .collect()
 }
 
 /// `X-RateLimit-Cost`: absent is 1 (decided by the check); otherwise one
-/// whole number, like the JSON `cost` (its upper bound is the check's).
+/// whole number from 1, like the JSON `cost` (its upper bound is the
+/// check's). Unlike `/v1/check`, 0 is refused: a forward-auth call lets a
+/// request through, so it always spends.
 fn cost(headers: &HeaderMap) -> Result<Option<u64>, AuthError> {
     let mut values = headers.get_all(COST_HEADER).iter();
     let Some(value) = values.next() else {
@@ -185,7 +203,7 @@ fn cost(headers: &HeaderMap) -> Result<Option<u64>, AuthError> {
     };
     let bad = |shown: &str| {
         AuthError::InvalidRequest(format!(
-            "X-RateLimit-Cost: must be one whole number from 0 to the policy's smallest limit, got {shown:?}"
+            "X-RateLimit-Cost: must be one whole number from 1 to the policy's smallest limit, got {shown:?}"
         ))
     };
     if values.next().is_some() {
@@ -196,7 +214,10 @@ fn cost(headers: &HeaderMap) -> Result<Option<u64>, AuthError> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad(&shown));
     }
-    text.parse::<u64>().map(Some).map_err(|_| bad(&shown))
+    match text.parse::<u64>() {
+        Ok(0) | Err(_) => Err(bad(&shown)),
+        Ok(n) => Ok(Some(n)),
+    }
 }
 
 /// A check's validation error, naming where the value came from.
@@ -266,13 +287,62 @@ mod tests {
         cost(&headers).map_err(|e| e.to_string())
     }
 
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_mapped_peer_is_its_ipv4_address_with_or_without_trusted_proxies() {
+        let headers = HeaderMap::new();
+        let peer = ip("::ffff:203.0.113.7");
+        assert_eq!(
+            client_behind(peer, &[], &headers),
+            (ip("203.0.113.7"), false)
+        );
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        assert_eq!(
+            client_behind(peer, &trusted, &headers),
+            (ip("203.0.113.7"), false)
+        );
+        let proxy = ip("::ffff:10.0.0.1");
+        assert_eq!(
+            client_behind(proxy, &trusted, &headers),
+            (ip("10.0.0.1"), true)
+        );
+    }
+
+    #[test]
+    fn an_unreadable_forwarded_hop_hides_only_itself() {
+        let trusted: Vec<IpNet> = vec!["10.0.0.0/8".parse().unwrap()];
+        let mut headers = HeaderMap::new();
+        let raw =
+            HeaderValue::from_bytes(b"198.51.100.1, \xff\xfe, 203.0.113.9, 10.0.0.2").unwrap();
+        headers.append("x-forwarded-for", raw);
+        assert_eq!(forwarded_hops(&headers).len(), 4);
+        // The readable hop right of the bad one is still the client.
+        assert_eq!(
+            client_behind(ip("10.0.0.1"), &trusted, &headers),
+            (ip("203.0.113.9"), true)
+        );
+        // Left of a trusted hop only, the bad hop stops the walk there.
+        let mut headers = HeaderMap::new();
+        let raw = HeaderValue::from_bytes(b"198.51.100.1, \xff, 10.0.0.2").unwrap();
+        headers.append("x-forwarded-for", raw);
+        assert_eq!(
+            client_behind(ip("10.0.0.1"), &trusted, &headers),
+            (ip("10.0.0.2"), true)
+        );
+    }
+
     #[test]
     fn the_cost_header_is_one_whole_number() {
         assert_eq!(cost_of(&[]), Ok(None));
         assert_eq!(cost_of(&["3"]), Ok(Some(3)));
-        assert_eq!(cost_of(&[" 0 "]), Ok(Some(0)));
+        assert_eq!(cost_of(&[" 2 "]), Ok(Some(2)));
         for bad in [
-            &["-1"][..],
+            &["0"][..],
+            &["00"],
+            &["-1"],
             &["1.5"],
             &[""],
             &["+2"],

@@ -105,12 +105,13 @@ impl Source {
         }
     }
 
-    fn resolve(&self, request: &RequestView) -> Option<String> {
+    /// The source's value, not yet tagged.
+    fn value(&self, request: &RequestView) -> Option<String> {
         match self {
             Source::Header(name) => (request.header)(name)
                 .filter(|v| !v.is_empty())
                 .map(str::to_string),
-            Source::Ip => Some(request.ip.to_string()),
+            Source::Ip => Some(canonical(request.ip).to_string()),
             Source::IpPrefix { v4, v6 } => {
                 let ip = canonical(request.ip);
                 Some(network_of(ip, if ip.is_ipv4() { *v4 } else { *v6 }))
@@ -118,6 +119,29 @@ impl Source {
             Source::Const(text) => Some(text.clone()),
             Source::Path => request.path.filter(|p| !p.is_empty()).map(str::to_string),
         }
+    }
+
+    /// The value tagged with its source, so that keys from different
+    /// sources never meet: `h:<name>=<v>`, `ip:<v>`, `net:<v>`, `c:<v>`,
+    /// `path:<v>`. A header name has no `=`, so the tag ends unambiguously;
+    /// `{`, `}` and `\` in the value are escaped with `\`, so a tagged
+    /// value never holds an unescaped brace (see [`KeySpec::resolve`]).
+    fn tagged(&self, request: &RequestView) -> Option<String> {
+        let value = self.value(request)?;
+        let mut key = match self {
+            Source::Header(name) => format!("h:{name}="),
+            Source::Ip => "ip:".to_string(),
+            Source::IpPrefix { .. } => "net:".to_string(),
+            Source::Const(_) => "c:".to_string(),
+            Source::Path => "path:".to_string(),
+        };
+        for c in value.chars() {
+            if matches!(c, '{' | '}' | '\\') {
+                key.push('\\');
+            }
+            key.push(c);
+        }
+        Some(key)
     }
 }
 
@@ -184,15 +208,25 @@ impl KeySpec {
         Ok(KeySpec::Template(parts))
     }
 
+    /// The key: a bare source's tagged value; a template's literal text
+    /// with each source's tagged value in braces, `{header:x-tenant}:{ip}`
+    /// giving `{h:x-tenant=acme}:{ip:1.2.3.4}`. Injective: the literal text
+    /// has no braces and a tagged value no unescaped ones, so a key reads
+    /// back as one sequence of text and tagged values; a bare source's key
+    /// has no unescaped brace, a template's always has one.
     fn resolve(&self, request: &RequestView) -> Option<String> {
         match self {
-            KeySpec::Source(source) => source.resolve(request),
+            KeySpec::Source(source) => source.tagged(request),
             KeySpec::Template(parts) => {
                 let mut key = String::new();
                 for part in parts {
                     match part {
                         Part::Text(text) => key.push_str(text),
-                        Part::Source(source) => key.push_str(&source.resolve(request)?),
+                        Part::Source(source) => {
+                            key.push('{');
+                            key.push_str(&source.tagged(request)?);
+                            key.push('}');
+                        }
                     }
                 }
                 Some(key)

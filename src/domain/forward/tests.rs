@@ -37,13 +37,16 @@ fn the_default_is_the_api_key_else_the_ip() {
     assert_eq!(d.missing_key_status, 401);
     assert_eq!(
         key_of(&d, &[("x-api-key", "k1")], "1.2.3.4", None).as_deref(),
-        Some("k1")
+        Some("h:x-api-key=k1")
     );
-    assert_eq!(key_of(&d, &[], "1.2.3.4", None).as_deref(), Some("1.2.3.4"));
+    assert_eq!(
+        key_of(&d, &[], "1.2.3.4", None).as_deref(),
+        Some("ip:1.2.3.4")
+    );
     // An empty header is absent.
     assert_eq!(
         key_of(&d, &[("x-api-key", "")], "::ffff:1.2.3.4", None).as_deref(),
-        Some("::ffff:1.2.3.4")
+        Some("ip:1.2.3.4")
     );
 }
 
@@ -52,15 +55,15 @@ fn sources_in_order_first_present_wins() {
     let a = auth(&["header:X-Tenant", "header:x-user", "const:anonymous"]);
     assert_eq!(
         key_of(&a, &[("x-user", "u"), ("x-tenant", "t")], "1.2.3.4", None).as_deref(),
-        Some("t")
+        Some("h:x-tenant=t")
     );
     assert_eq!(
         key_of(&a, &[("x-user", "u")], "1.2.3.4", None).as_deref(),
-        Some("u")
+        Some("h:x-user=u")
     );
     assert_eq!(
         key_of(&a, &[], "1.2.3.4", None).as_deref(),
-        Some("anonymous")
+        Some("c:anonymous")
     );
     let only = auth(&["header:x-api-key"]);
     assert_eq!(key_of(&only, &[], "1.2.3.4", None), None);
@@ -71,24 +74,24 @@ fn ip_prefixes_group_networks() {
     let a = auth(&["ip_prefix:24,64"]);
     assert_eq!(
         key_of(&a, &[], "203.0.113.77", None).as_deref(),
-        Some("203.0.113.0/24")
+        Some("net:203.0.113.0/24")
     );
     assert_eq!(
         key_of(&a, &[], "::ffff:203.0.113.77", None).as_deref(),
-        Some("203.0.113.0/24")
+        Some("net:203.0.113.0/24")
     );
     assert_eq!(
         key_of(&a, &[], "2001:db8:1:2:3::9", None).as_deref(),
-        Some("2001:db8:1:2::/64")
+        Some("net:2001:db8:1:2::/64")
     );
     let one = auth(&["ip_prefix:48"]);
     assert_eq!(
         key_of(&one, &[], "203.0.113.77", None).as_deref(),
-        Some("203.0.113.77/32")
+        Some("net:203.0.113.77/32")
     );
     assert_eq!(
         key_of(&one, &[], "2001:db8:1:2::9", None).as_deref(),
-        Some("2001:db8:1::/48")
+        Some("net:2001:db8:1::/48")
     );
 }
 
@@ -97,18 +100,54 @@ fn templates_need_every_source() {
     let a = auth(&["{header:x-tenant}:{ip}", "anon:{ip_prefix:16}", "{path}"]);
     assert_eq!(
         key_of(&a, &[("x-tenant", "acme")], "1.2.3.4", None).as_deref(),
-        Some("acme:1.2.3.4")
+        Some("{h:x-tenant=acme}:{ip:1.2.3.4}")
     );
     assert_eq!(
         key_of(&a, &[], "1.2.3.4", None).as_deref(),
-        Some("anon:1.2.0.0/16")
+        Some("anon:{net:1.2.0.0/16}")
     );
     let p = auth(&["{const:svc}{path}"]);
     assert_eq!(
         key_of(&p, &[], "1.2.3.4", Some("/orders/1")).as_deref(),
-        Some("svc/orders/1")
+        Some("{c:svc}{path:/orders/1}")
     );
     assert_eq!(key_of(&p, &[], "1.2.3.4", None), None);
+}
+
+#[test]
+fn keys_from_different_sources_never_meet() {
+    let d = ForwardAuth::default();
+    // An API key that looks like an address is not that address's bucket.
+    let by_key = key_of(&d, &[("x-api-key", "198.51.100.7")], "10.0.0.1", None);
+    let by_ip = key_of(&d, &[], "198.51.100.7", None);
+    assert_ne!(by_key, by_ip);
+    let a = auth(&["header:x-api-key", "const:anonymous"]);
+    assert_ne!(
+        key_of(&a, &[("x-api-key", "anonymous")], "1.2.3.4", None),
+        key_of(&a, &[], "1.2.3.4", None)
+    );
+    // Two headers with the same value differ by name.
+    let two = auth(&["header:a", "header:b"]);
+    assert_ne!(
+        key_of(&two, &[("a", "v")], "1.2.3.4", None),
+        key_of(&two, &[("b", "v")], "1.2.3.4", None)
+    );
+}
+
+#[test]
+fn template_values_are_escaped_so_keys_are_injective() {
+    let t = auth(&["{header:a}:{header:b}"]);
+    // Without escaping, a="x}:{h:b=y" b="z" and a="x" b="y}:{h:b=z" ... meet.
+    let one = key_of(&t, &[("a", "x}:{h:b=y"), ("b", "z")], "1.2.3.4", None);
+    let two = key_of(&t, &[("a", "x"), ("b", "y}:{h:b=z")], "1.2.3.4", None);
+    assert_ne!(one, two);
+    assert_eq!(one.as_deref(), Some(r"{h:a=x\}:\{h:b=y}:{h:b=z}"));
+    // A bare key never has an unescaped brace, a template's always does.
+    let bare = auth(&["header:a"]);
+    assert_eq!(
+        key_of(&bare, &[("a", r"{ip:1.2.3.4}\")], "1.2.3.4", None).as_deref(),
+        Some(r"h:a=\{ip:1.2.3.4\}\\")
+    );
 }
 
 #[test]
