@@ -4,12 +4,14 @@
 //! a client key. Label handles are resolved once here, so the request path
 //! only increments atomics.
 
+use std::sync::OnceLock;
+
 use prometheus::{
     Encoder, Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec,
     Opts, Registry, TextEncoder,
 };
 
-use crate::domain::{Check, Decision, FailureMode};
+use crate::domain::{Algorithm, Check, Decision, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
 
 /// The `limit` label of an inline check's limit: its position (the
@@ -29,6 +31,12 @@ pub struct Metrics {
     registry: Registry,
     /// `ratekeeper_checks_total{policy, limit, algorithm, decision}`.
     checks: IntCounterVec,
+    /// Resolved handles of `checks` for inline checks, indexed [position]
+    /// [algorithm][outcome]: every label is static there, so the hot path
+    /// of the single-rule form skips the label hashing and map lock of
+    /// `with_label_values`. Filled on first use, so unused series are
+    /// never exported.
+    inline_checks: Box<[[[OnceLock<IntCounter>; 3]; Algorithm::ALL.len()]; POSITIONS.len()]>,
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
     degraded: [IntCounter; FailureMode::ALL.len()],
     backend_errors: IntCounterVec,
@@ -204,6 +212,9 @@ impl Metrics {
         Metrics {
             registry,
             checks,
+            inline_checks: Box::new(std::array::from_fn(|_| {
+                std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new()))
+            })),
             degraded,
             backend_errors,
             check_duration,
@@ -239,27 +250,37 @@ impl Metrics {
         } else {
             decision.most_restrictive
         };
+        const OUTCOMES: [&str; 3] = ["allowed", "denied", "shadow_denied"];
         let outcome = match (denied, decision.shadow) {
-            (false, _) => "allowed",
-            (true, false) => "denied",
-            (true, true) => "shadow_denied",
+            (false, _) => 0,
+            (true, false) => 1,
+            (true, true) => 2,
         };
         let limit = &check.limits[index];
-        let algorithm = limit.rule.algorithm.as_str();
+        let algorithm = limit.rule.algorithm;
         match &check.policy {
             Some(policy) => self
                 .checks
-                .with_label_values(&[policy.as_ref(), limit.name.as_ref(), algorithm, outcome])
-                .inc(),
-            None => self
-                .checks
                 .with_label_values(&[
-                    "inline",
-                    POSITIONS[index.min(POSITIONS.len() - 1)],
-                    algorithm,
-                    outcome,
+                    policy.as_ref(),
+                    limit.name.as_ref(),
+                    algorithm.as_str(),
+                    OUTCOMES[outcome],
                 ])
                 .inc(),
+            None => {
+                let position = index.min(POSITIONS.len() - 1);
+                self.inline_checks[position][algorithm.index()][outcome]
+                    .get_or_init(|| {
+                        self.checks.with_label_values(&[
+                            "inline",
+                            POSITIONS[position],
+                            algorithm.as_str(),
+                            OUTCOMES[outcome],
+                        ])
+                    })
+                    .inc()
+            }
         }
     }
 
