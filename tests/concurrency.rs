@@ -7,9 +7,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::*;
-use fred::types::InfoKind;
-
 use serde_json::json;
 use support::{RedisServer, TestApp, settings, unique_key};
 
@@ -72,28 +69,7 @@ async fn two_instances_allow_exactly_the_limit(batch_window: Duration) -> u64 {
             "{algorithm}: {REQUESTS} concurrent checks, limit {LIMIT}, batch window {batch_window:?}"
         );
     }
-    script_calls(&redis).await
-}
-
-/// EVALSHA and EVAL calls Redis has served (commandstats also counts the
-/// commands scripts run inside, so only the entry points are summed).
-async fn script_calls(redis: &RedisServer) -> u64 {
-    let client = Builder::from_config(Config::from_url(&redis.url()).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    let info: String = client.info(Some(InfoKind::CommandStats)).await.unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    support::script_calls(&redis).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -230,7 +206,7 @@ mod multi_limit {
         for pair in PAIRS {
             exactly_the_tighter_limit(&stores, pair).await;
         }
-        script_calls(&redis).await
+        support::script_calls(&redis).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

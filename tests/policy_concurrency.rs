@@ -9,8 +9,6 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fred::prelude::*;
-use fred::types::InfoKind;
 use serde_json::json;
 use support::{RedisServer, TestApp, fresh_dir, settings, unique_key};
 
@@ -90,27 +88,6 @@ async fn assert_exact(apps: &[Arc<TestApp>], label: &str) {
     }
 }
 
-/// EVALSHA and EVAL calls Redis has served (commandstats also counts the
-/// commands scripts run inside, so only the entry points are summed).
-async fn script_calls(redis: &RedisServer) -> u64 {
-    let client = Builder::from_config(Config::from_url(&redis.url()).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    let info: String = client.info(Some(InfoKind::CommandStats)).await.unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
-}
-
 /// Two instances on one Redis with `batch_window`, the deny cache off so
 /// every check reaches Redis. Returns the script calls they made.
 async fn two_instances(batch_window: Duration) -> u64 {
@@ -127,7 +104,7 @@ async fn two_instances(batch_window: Duration) -> u64 {
         Arc::new(TestApp::spawn(config).await),
     ];
     assert_exact(&apps, &format!("batch window {batch_window:?}")).await;
-    script_calls(&redis).await
+    support::script_calls(&redis).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -3,43 +3,15 @@
 
 mod support;
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome};
 use ratekeeper::store::Store;
-use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+
+use support::stores::stores;
 use support::{RedisServer, check, unique_key};
 
 const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
 const SEC: u64 = 1_000_000;
 const MS: u64 = 1_000;
-
-/// `ttl_pad_ms`: the manual clock stands still while real time (which Redis
-/// expires keys by) runs on, so scenario tests keep keys alive a minute longer.
-fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> RedisOptions {
-    RedisOptions {
-        url: server.url(),
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(2),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        batch_window: Duration::ZERO,
-        clock: Some(Arc::new(clock.clone())),
-        ttl_pad_ms,
-    }
-}
-
-/// Both stores on one manual clock.
-async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>> {
-    let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
-    redis.ping().await.unwrap();
-    vec![
-        Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
-        Arc::new(redis),
-    ]
-}
 
 async fn run(store: &dyn Store, c: &Check) -> Outcome {
     store.check(c).await.unwrap()[0]

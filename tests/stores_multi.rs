@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use ratekeeper::domain::{Algorithm, Check, Limit, ManualClock, Outcome, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::memory::MemoryStore;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use support::stores::{redis_options, stores};
 use support::{RedisServer, unique_key};
 
 const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
@@ -19,30 +19,6 @@ const SEC: u64 = 1_000_000;
 const MS: u64 = 1_000;
 const HOUR: u64 = 3_600 * SEC;
 const DAY: u64 = 24 * HOUR;
-
-fn redis_options(server: &RedisServer, clock: &ManualClock) -> RedisOptions {
-    RedisOptions {
-        url: server.url(),
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(2),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        batch_window: Duration::ZERO,
-        clock: Some(Arc::new(clock.clone())),
-        // The manual clock stands still while Redis expires keys in real time.
-        ttl_pad_ms: 60_000,
-    }
-}
-
-/// Both stores on one manual clock.
-async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>> {
-    let redis = RedisStore::connect(redis_options(server, clock)).unwrap();
-    redis.ping().await.unwrap();
-    vec![
-        Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
-        Arc::new(redis),
-    ]
-}
 
 fn limit(name: &str, algorithm: Algorithm, limit: u64, window_us: u64) -> Limit {
     Limit {

@@ -11,7 +11,7 @@ async fn redis_and_key(
     key: &str,
     limit: &Limit,
 ) -> (RedisStore, String) {
-    let store = RedisStore::connect(redis_options(server, clock)).unwrap();
+    let store = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
     store.ping().await.unwrap();
     let redis_key = store.limit_key(
         &check(key, Some("api"), std::slice::from_ref(limit), 0),
@@ -151,7 +151,7 @@ async fn a_lowered_bucket_keeps_its_usage_past_the_writers_expiry() {
             let lowered = run(&*store, &check(&key, Some("api"), &daily(3), 0)).await;
             assert_eq!(lowered[0].reset_after_us, 8 * (DAY / 3), "{what}");
             if store.name() == "redis" {
-                let redis = RedisStore::connect(redis_options(&server, &clock)).unwrap();
+                let redis = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
                 let c = check(&key, Some("api"), &daily(3), 0);
                 let redis_key = redis.limit_key(&c, &daily(3)[0]);
                 let pttl: u64 = server.cli(&["PTTL", &redis_key]).parse().unwrap();

@@ -14,6 +14,7 @@ pub mod binary;
 mod cluster;
 mod load;
 mod sentinel;
+pub mod stores;
 
 pub use cluster::RedisCluster;
 pub use load::{
@@ -406,4 +407,29 @@ pub fn check(
         &Default::default(),
     )
     .unwrap()
+}
+
+/// EVALSHA and EVAL calls Redis has served (commandstats also counts the
+/// commands scripts run inside, so only the entry points are summed).
+pub async fn script_calls(redis: &RedisServer) -> u64 {
+    use fred::prelude::*;
+    let client = Builder::from_config(Config::from_url(&redis.url()).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    let info: String = client
+        .info(Some(fred::types::InfoKind::CommandStats))
+        .await
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
 }

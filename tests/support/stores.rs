@@ -1,0 +1,36 @@
+//! Stores for scenario tests on a controlled clock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::domain::ManualClock;
+use ratekeeper::store::Store;
+use ratekeeper::store::memory::MemoryStore;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
+
+use super::RedisServer;
+
+/// `ttl_pad_ms`: the manual clock stands still while real time (which Redis
+/// expires keys by) runs on, so scenario tests keep keys alive a minute longer.
+pub fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> RedisOptions {
+    RedisOptions {
+        url: server.url(),
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(2),
+        pool_size: 1,
+        reconnect_max_delay: Duration::from_millis(100),
+        batch_window: Duration::ZERO,
+        clock: Some(Arc::new(clock.clone())),
+        ttl_pad_ms,
+    }
+}
+
+/// Both stores (embedded and Redis) on one manual clock.
+pub async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>> {
+    let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
+    redis.ping().await.unwrap();
+    vec![
+        Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
+        Arc::new(redis),
+    ]
+}
