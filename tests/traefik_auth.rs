@@ -12,14 +12,48 @@ mod proxies;
 mod support;
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
 
 use policy_checks::{install, limit, policy};
-use proxies::nginx::Upstream;
 use proxies::traefik::Traefik;
 use ratekeeper::domain::Algorithm;
 use support::{RedisServer, TestApp, settings, unique_key};
 
 const N: usize = 3;
+
+/// An upstream that answers 200 `hello`, counts what reaches it and keeps
+/// the RateLimit request header that forwardAuth's authResponseHeaders
+/// copied onto each request.
+struct Upstream {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<Option<String>>>>,
+}
+
+impl Upstream {
+    async fn start() -> Upstream {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let record = seen.clone();
+        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
+            let ratelimit = headers
+                .get("ratelimit")
+                .map(|v| v.to_str().unwrap().to_string());
+            record.lock().unwrap().push(ratelimit);
+            async { "hello" }
+        });
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        Upstream { addr, seen }
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.lock().unwrap().len()
+    }
+
+    fn last_ratelimit(&self) -> Option<String> {
+        self.seen.lock().unwrap().last().cloned().flatten()
+    }
+}
 
 async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Traefik) {
     let mut config = settings(redis);
@@ -57,7 +91,12 @@ fn request(
 }
 
 /// N allowed, then denied, for one client.
-async fn spend(traefik: &Traefik, client: &reqwest::Client, headers: &[(&str, &str)]) {
+async fn spend(
+    traefik: &Traefik,
+    upstream: &Upstream,
+    client: &reqwest::Client,
+    headers: &[(&str, &str)],
+) {
     for i in 0..N {
         let response = request(client, traefik, reqwest::Method::GET, headers)
             .send()
@@ -68,6 +107,11 @@ async fn spend(traefik: &Traefik, client: &reqwest::Client, headers: &[(&str, &s
         // client: Traefik adds no RateLimit to an allowed response.
         assert!(!response.headers().contains_key("ratelimit"));
         assert_eq!(response.text().await.unwrap(), "hello");
+        let ratelimit = upstream.last_ratelimit().expect("RateLimit upstream");
+        assert!(
+            ratelimit.starts_with(&format!("\"l\";r={};t=", N - 1 - i)),
+            "{ratelimit}"
+        );
     }
     let response = request(client, traefik, reqwest::Method::POST, headers)
         .body("a body Traefik must not forward")
@@ -96,7 +140,7 @@ async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
     let base = upstream.seen();
     let local = client_from("127.0.0.1");
     let key = unique_key("traefik");
-    spend(&traefik, &local, &[("x-api-key", &key)]).await;
+    spend(&traefik, &upstream, &local, &[("x-api-key", &key)]).await;
     assert_eq!(
         upstream.seen() - base,
         N,
@@ -104,19 +148,22 @@ async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
     );
     // Another key has its own budget.
     let other = unique_key("traefik");
-    spend(&traefik, &local, &[("x-api-key", &other)]).await;
+    spend(&traefik, &upstream, &local, &[("x-api-key", &other)]).await;
     assert_eq!(upstream.seen() - base, 2 * N);
 
     // No key: by the client's address, which forwardAuth sends as
     // X-Forwarded-For and ratekeeper believes because Traefik is trusted.
     let a = client_from("127.0.0.31");
-    spend(&traefik, &a, &[]).await;
+    spend(&traefik, &upstream, &a, &[]).await;
     // A forged X-Forwarded-For is replaced (trustForwardHeader: false).
     let forged = request(
         &a,
         &traefik,
         reqwest::Method::GET,
-        &[("x-forwarded-for", "203.0.113.99"), ("x-real-ip", "203.0.113.98")],
+        &[
+            ("x-forwarded-for", "203.0.113.99"),
+            ("x-real-ip", "203.0.113.98"),
+        ],
     )
     .send()
     .await
@@ -124,15 +171,21 @@ async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
     assert_eq!(forged.status(), 429);
     // Another address has its own budget, whatever address it claims.
     let b = client_from("127.0.0.32");
-    spend(&traefik, &b, &[("x-forwarded-for", "127.0.0.31")]).await;
+    spend(
+        &traefik,
+        &upstream,
+        &b,
+        &[("x-forwarded-for", "127.0.0.31")],
+    )
+    .await;
     assert_eq!(upstream.seen() - base, 4 * N);
     // A client's own cost never reaches ratekeeper (authRequestHeaders
     // lists only X-API-Key): 0 does not bypass the limit, nor does a huge
     // cost empty a bucket; each request spends 1.
     let c = client_from("127.0.0.33");
-    spend(&traefik, &c, &[("x-ratelimit-cost", "0")]).await;
+    spend(&traefik, &upstream, &c, &[("x-ratelimit-cost", "0")]).await;
     let d = client_from("127.0.0.34");
-    spend(&traefik, &d, &[("x-ratelimit-cost", "1000000")]).await;
+    spend(&traefik, &upstream, &d, &[("x-ratelimit-cost", "1000000")]).await;
     assert_eq!(upstream.seen() - base, 6 * N);
 }
 

@@ -65,6 +65,7 @@ fn traefik_binary() -> PathBuf {
     );
     if std::fs::rename(&building, &venv).is_err() {
         // Another process won; its venv is complete since it renamed it.
+        // (Moving a venv breaks its scripts, not the static traefik binary.)
         let _ = std::fs::remove_dir_all(&building);
     }
     assert!(binary.is_file(), "no Traefik at {binary:?}");
@@ -136,11 +137,7 @@ impl Traefik {
             if let Ok(Some(status)) = self.child.try_wait() {
                 panic!("traefik exited with {status}: {}", self.log());
             }
-            let response = client
-                .get(&url)
-                .header("x-api-key", &probe)
-                .send()
-                .await;
+            let response = client.get(&url).header("x-api-key", &probe).send().await;
             if response.is_ok_and(|r| r.status() == 200) {
                 return;
             }
