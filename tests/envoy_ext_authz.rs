@@ -110,7 +110,7 @@ async fn spend(envoy: &Envoy, client: &reqwest::Client, headers: &[(&str, &str)]
 
 #[tokio::test]
 async fn envoy_ext_authz_passes_the_429_and_keys_by_api_key_and_address() {
-    let (_app, upstream, envoy) = setup().await;
+    let (app, upstream, envoy) = setup().await;
     let local = client_from("127.0.0.1");
     let key = unique_key("envoy");
     spend(&envoy, &local, &[("x-api-key", &key)]).await;
@@ -139,5 +139,19 @@ async fn envoy_ext_authz_passes_the_429_and_keys_by_api_key_and_address() {
     spend(&envoy, &c, &[("x-ratelimit-cost", "0")]).await;
     let d = client_from("127.0.0.24");
     spend(&envoy, &d, &[("x-ratelimit-cost", "1000000")]).await;
+    assert_eq!(upstream.seen(), 6 * N);
+
+    // ratekeeper itself gone: `failure_mode_allow: false` denies with
+    // Envoy's own 403 (ratekeeper's store outages are answered by ratekeeper).
+    app.stop().await;
+    let response = request(
+        &local,
+        &envoy.url("/"),
+        &[("x-api-key", &unique_key("envoy"))],
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 403, "{}", envoy.log());
     assert_eq!(upstream.seen(), 6 * N);
 }
