@@ -22,10 +22,11 @@ use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
 use crate::metrics::Metrics;
-use crate::policies::{LoadError, Reloader, watch};
+use crate::policies::{LoadError, Reloader};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::{Store, StoreError};
+use crate::watch;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]

@@ -14,7 +14,12 @@ use super::{Events, Filter};
 fn filter() -> Filter {
     Filter {
         dirs: vec![PathBuf::from("/etc/rk"), PathBuf::from("/data/real")],
-        names: vec!["policies.toml".into(), "..data".into(), "real.toml".into()],
+        names: Some(vec![
+            "policies.toml".into(),
+            "..data".into(),
+            "real.toml".into(),
+        ]),
+        what: "policies file",
     }
 }
 
