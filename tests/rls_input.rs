@@ -1,0 +1,113 @@
+//! Bad and client-controlled input to the RLS server: each gets a clear
+//! gRPC status, or a decision, and the server goes on answering.
+
+mod rls_support;
+mod support;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use rls_support::{CONFIG, config_file, desc, request, rls_settings, start};
+
+#[tokio::test]
+async fn bad_input_gets_invalid_argument_and_the_server_goes_on() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let many: Vec<(String, String)> = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut negative = desc(&[("client", "a")]);
+    negative.is_negative_hits = true;
+    let cases = vec![
+        request("edge", vec![desc(&[("", "x")])]),
+        request("edge", vec![desc(&many)]),
+        request("edge", vec![desc(&[])]),
+        request("edge", (0..65).map(|_| desc(&[("client", "a")])).collect()),
+        request("", vec![desc(&[("client", "a")])]),
+        request("edge", vec![negative]),
+    ];
+    for (i, req) in cases.into_iter().enumerate() {
+        let status = rls.ask(req).await.expect_err("refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "case {i}: {status:?}"
+        );
+        assert!(!status.message().is_empty());
+    }
+    let ok = rls
+        .codes(request("edge", vec![desc(&[("client", "a")])]))
+        .await;
+    assert_eq!(ok.0, Code::Ok);
+}
+
+/// What a client's HTTP request can choose (values, hence how many
+/// descriptors match, and the size of the call) never switches limiting
+/// off: a descriptor that cannot be evaluated answers OVER_LIMIT, since
+/// Envoy fails open on an error by default.
+#[tokio::test]
+async fn client_controlled_input_is_limited_never_refused() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let long = "x".repeat(600);
+    let one = || request("edge", vec![desc(&[("client", long.as_str())])]);
+    for remaining in [2, 1, 0] {
+        assert_eq!(
+            rls.codes(one()).await,
+            (Code::Ok, vec![Code::Ok], vec![remaining])
+        );
+    }
+    assert_eq!(rls.codes(one()).await.0, Code::OverLimit);
+    let other = "y".repeat(600);
+    let r = rls
+        .codes(request("edge", vec![desc(&[("client", &other)])]))
+        .await;
+    assert_eq!(r.0, Code::Ok, "a different long value has its own counter");
+
+    // Nine limited descriptors, cap 8: the ninth is OVER_LIMIT, none spends.
+    let names: Vec<String> = (0..9).map(|i| format!("n{i}")).collect();
+    let nine = request(
+        "edge",
+        names.iter().map(|n| desc(&[("client", n)])).collect(),
+    );
+    let (overall, codes, _) = rls.codes(nine).await;
+    assert_eq!(overall, Code::OverLimit);
+    assert_eq!(codes[8], Code::OverLimit);
+    assert!(codes[..8].iter().all(|c| *c == Code::Ok));
+    let r = rls
+        .codes(request("edge", vec![desc(&[("client", "n0")])]))
+        .await;
+    assert_eq!(r.2, [2], "the refused request spent nothing");
+
+    for (rpu, unit) in [(0, 2), (5, 0), (5, 99)] {
+        let mut bad = desc(&[("client", "o")]);
+        bad.limit = Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit,
+        });
+        let req = request("edge", vec![desc(&[("client", "p")]), bad]);
+        let (overall, codes, _) = rls.codes(req).await;
+        assert_eq!(
+            (overall, codes[1]),
+            (Code::OverLimit, Code::OverLimit),
+            "{rpu} {unit}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_call_is_refused_and_the_server_goes_on() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let huge = "x".repeat(2 << 20);
+    let status = rls
+        .ask(request("edge", vec![desc(&[("client", &huge)])]))
+        .await
+        .expect_err("too large");
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
+        ),
+        "{status:?}"
+    );
+    let ok = rls
+        .codes(request("edge", vec![desc(&[("client", "a")])]))
+        .await;
+    assert_eq!(ok.0, Code::Ok);
+}
