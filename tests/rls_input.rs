@@ -8,6 +8,10 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descri
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use rls_support::{CONFIG, config_file, desc, request, rls_settings, start};
 
+/// Malformed requests get INVALID_ARGUMENT with a message naming the
+/// problem, whatever the domain (known or not), and the server goes on.
+/// envoyproxy/ratelimit refuses an empty domain the same way; it has no
+/// caps on entries or descriptors, and ignores an empty key.
 #[tokio::test]
 async fn bad_input_gets_invalid_argument_and_the_server_goes_on() {
     let rls = start(rls_settings(None, config_file(CONFIG))).await;
@@ -15,27 +19,71 @@ async fn bad_input_gets_invalid_argument_and_the_server_goes_on() {
     let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     let mut negative = desc(&[("client", "a")]);
     negative.is_negative_hits = true;
-    let cases = vec![
-        request("edge", vec![desc(&[("", "x")])]),
-        request("edge", vec![desc(&many)]),
-        request("edge", vec![desc(&[])]),
-        request("edge", (0..65).map(|_| desc(&[("client", "a")])).collect()),
-        request("", vec![desc(&[("client", "a")])]),
-        request("edge", vec![negative]),
-    ];
-    for (i, req) in cases.into_iter().enumerate() {
+    let mut cases = vec![(request("", vec![desc(&[("client", "a")])]), "domain")];
+    for domain in ["edge", "unknown"] {
+        let thousand = (0..1000).map(|_| desc(&[("client", "a")])).collect();
+        cases.extend([
+            (request(domain, vec![desc(&[("", "x")])]), "empty key"),
+            (
+                request(domain, vec![desc(&[("client", "a"), ("", "")])]),
+                "empty key",
+            ),
+            (request(domain, vec![desc(&many)]), "entries, got 1000"),
+            (request(domain, vec![desc(&[])]), "entries, got 0"),
+            (
+                request(domain, (0..65).map(|_| desc(&[("client", "a")])).collect()),
+                "descriptors, got 65",
+            ),
+            (request(domain, thousand), "descriptors, got 1000"),
+        ]);
+    }
+    cases.push((request("edge", vec![negative]), "negative"));
+    for (i, (req, names)) in cases.into_iter().enumerate() {
         let status = rls.ask(req).await.expect_err("refused");
         assert_eq!(
             status.code(),
             tonic::Code::InvalidArgument,
             "case {i}: {status:?}"
         );
-        assert!(!status.message().is_empty());
+        assert!(status.message().contains(names), "case {i}: {status:?}");
     }
     let ok = rls
         .codes(request("edge", vec![desc(&[("client", "a")])]))
         .await;
     assert_eq!(ok.0, Code::Ok);
+}
+
+/// Huge keys, values and domain names within the message cap are answered
+/// like short ones: a huge value of a limited key has its own (hashed)
+/// counter, a huge unknown key or domain has no limit, and none reaches
+/// the metrics.
+#[tokio::test]
+async fn huge_keys_values_and_domains_are_answered() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let huge = "v".repeat(512 * 1024);
+    let value = || request("edge", vec![desc(&[("client", &huge)])]);
+    for remaining in [2, 1, 0] {
+        assert_eq!(
+            rls.codes(value()).await,
+            (Code::Ok, vec![Code::Ok], vec![remaining])
+        );
+    }
+    assert_eq!(rls.codes(value()).await.0, Code::OverLimit);
+    let key = request("edge", vec![desc(&[(&huge, "x")])]);
+    assert_eq!(rls.codes(key).await, (Code::Ok, vec![Code::Ok], vec![0]));
+    let domain = request(&huge, vec![desc(&[("client", "a")])]);
+    assert_eq!(rls.codes(domain).await, (Code::Ok, vec![Code::Ok], vec![0]));
+    let metrics = reqwest::get(format!("{}/metrics", rls.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!metrics.contains("vvvvvvvv"), "a value in the metrics");
+    let ok = rls
+        .codes(request("edge", vec![desc(&[("client", "a")])]))
+        .await;
+    assert_eq!(ok, (Code::Ok, vec![Code::Ok], vec![2]));
 }
 
 /// What a client's HTTP request can choose (values, hence how many
