@@ -143,6 +143,10 @@ async fn a_directory_sees_files_added_edited_and_moved_over() {
     std::fs::rename(&new, dir.join("edge.yaml")).unwrap();
     wait_for(&rls, "edge", 7, "a file moved over").await;
     assert_eq!(limit(&rls, "api", "global").await, Some(8));
+    assert_eq!(metric(&rls, "ratekeeper_rls_domains_loaded").await, 2.0);
+    let ok = "ratekeeper_rls_config_reloads_total{result=\"ok\"}";
+    assert!(metric(&rls, ok).await >= 4.0, "startup and three changes");
+    assert!(metric(&rls, "ratekeeper_rls_config_last_reload_timestamp_seconds").await > 0.0);
 }
 
 /// What kubelet does on a ConfigMap update: the files are links through
