@@ -15,6 +15,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use crate::config::{RedisSettings, ServerSettings, Settings};
+use crate::domain::rls::RlsConfig;
 use crate::domain::{MonotonicClock, PolicySet, SystemClock};
 use crate::http::server::{self, ConnectionMetrics};
 use crate::http::{self, AppState};
@@ -22,10 +23,11 @@ use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
 use crate::metrics::Metrics;
-use crate::policies::{LoadError, Reloader, watch};
+use crate::policies::{LoadError, Reloader};
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
 use crate::store::{Store, StoreError};
+use crate::watch;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +94,7 @@ impl Application {
         // Before anything is spawned: an invalid policies file stops startup.
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let reloader = load_policies(&settings, &policies, &metrics)?;
-        let grpc = bind_grpc(&settings).await?;
+        let grpc = bind_grpc(&settings, &metrics).await?;
 
         let mut background = Vec::new();
         // SIGHUP is caught either way: its default action would end the process.
@@ -141,17 +143,18 @@ impl Application {
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;
         background.push(limiter.spawn_prober(probe_interval));
-        let grpc_addr = grpc.as_ref().map(|(_, addr, _)| *addr);
-        if let Some((listener, grpc_addr, config)) = grpc {
-            info!(%grpc_addr, domains = config.domains.len(), "Envoy RLS gRPC listening on {grpc_addr}");
-            let config = Arc::new(ArcSwap::from_pointee(config));
-            if let Some(path) = &settings.rls_config {
-                background.push(crate::rls::reload::spawn(
-                    path.clone(),
-                    settings.limits,
-                    config.clone(),
-                    settings.policies_poll_interval,
-                ));
+        let grpc_addr = grpc.as_ref().map(|g| g.addr);
+        if let Some(Grpc {
+            listener,
+            addr: grpc_addr,
+            config,
+            reloader,
+        }) = grpc
+        {
+            let domains = config.load().domains.len();
+            info!(%grpc_addr, domains, "Envoy RLS gRPC listening on {grpc_addr}");
+            if let Some(reloader) = reloader {
+                background.push(watch::spawn(reloader, settings.policies_poll_interval));
             }
             let service = crate::rls::server::RlsService {
                 limiter: limiter.clone(),
@@ -259,13 +262,24 @@ impl Application {
 /// domain is unknown, so every answer is OK) and the bound listener.
 async fn bind_grpc(
     settings: &Settings,
-) -> Result<Option<(TcpListener, SocketAddr, crate::domain::rls::RlsConfig)>, StartError> {
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Grpc>, StartError> {
     let Some(addr) = settings.grpc_listen else {
         return Ok(None);
     };
-    let config = match &settings.rls_config {
-        Some(path) => crate::rls::load(path, &settings.limits)?,
-        None => Default::default(),
+    let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
+    let reloader = match &settings.rls_config {
+        Some(path) => {
+            let reloader = crate::rls::reload::Reloader::new(
+                path.clone(),
+                settings.limits,
+                config.clone(),
+                metrics.clone(),
+            );
+            reloader.load_initial()?;
+            Some(Arc::new(reloader))
+        }
+        None => None,
     };
     let listener = TcpListener::bind(addr)
         .await
@@ -273,7 +287,20 @@ async fn bind_grpc(
     let addr = listener
         .local_addr()
         .map_err(|source| StartError::Bind { addr, source })?;
-    Ok(Some((listener, addr, config)))
+    Ok(Some(Grpc {
+        listener,
+        addr,
+        config,
+        reloader,
+    }))
+}
+
+/// The bound RLS listener, the config in force, and what reloads it.
+struct Grpc {
+    listener: TcpListener,
+    addr: SocketAddr,
+    config: Arc<ArcSwap<RlsConfig>>,
+    reloader: Option<Arc<crate::rls::reload::Reloader>>,
 }
 
 /// Without a policies file, nothing (the set stays empty). With one: its

@@ -12,7 +12,10 @@
 //! - [`telemetry`]: logging setup.
 //! - [`metrics`]: every Prometheus metric, in one place.
 //! - [`policies`]: the policies file: reading, validating, swapping it in
-//!   whole, and watching it (file events, SIGHUP, a slow poll).
+//!   whole.
+//! - [`watch`]: reloading a config path (the policies file, `rls.config`)
+//!   on file events, SIGHUP and a slow poll.
+//! - [`rls`]: the Envoy RLS v3 gRPC server and its `rls.config` files.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
 //! - [`limiter`]: runs a check on the store; the circuit breakers, the local
@@ -35,6 +38,7 @@ pub mod policies;
 pub mod rls;
 pub mod store;
 pub mod telemetry;
+pub mod watch;
 
 /// The deny cache lives in the limiter; this path is kept for callers.
 pub use limiter::deny_cache;

@@ -66,6 +66,12 @@ pub struct Metrics {
     /// Policies in force, and when they were last (re)loaded (Unix seconds).
     pub policies_loaded: IntGauge,
     pub policy_last_reload: Gauge,
+    /// `ratekeeper_rls_config_reloads_total{result="ok"|"error"}`, the RLS
+    /// domains in force, and when `rls.config` was last (re)loaded.
+    pub rls_reloads_ok: IntCounter,
+    pub rls_reloads_error: IntCounter,
+    pub rls_domains_loaded: IntGauge,
+    pub rls_last_reload: Gauge,
 }
 
 impl Metrics {
@@ -179,6 +185,26 @@ impl Metrics {
             "Unix time of the last good load of the policies file; 0 before any.",
         )
         .expect("valid metric");
+        let rls_reloads = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_rls_config_reloads_total",
+                "Loads of rls.config (the first at startup counts), by result: ok, or error (the new version was rejected whole and the one in force stayed).",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let rls_reloads_ok = rls_reloads.with_label_values(&["ok"]);
+        let rls_reloads_error = rls_reloads.with_label_values(&["error"]);
+        let rls_domains_loaded = IntGauge::new(
+            "ratekeeper_rls_domains_loaded",
+            "RLS domains in force, from the last good load of rls.config.",
+        )
+        .expect("valid metric");
+        let rls_last_reload = Gauge::new(
+            "ratekeeper_rls_config_last_reload_timestamp_seconds",
+            "Unix time of the last good load of rls.config; 0 before any.",
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
@@ -197,6 +223,9 @@ impl Metrics {
             Box::new(policy_reloads),
             Box::new(policies_loaded.clone()),
             Box::new(policy_last_reload.clone()),
+            Box::new(rls_reloads),
+            Box::new(rls_domains_loaded.clone()),
+            Box::new(rls_last_reload.clone()),
         ] {
             registry
                 .register(collector)
@@ -232,6 +261,10 @@ impl Metrics {
             policy_reloads_error,
             policies_loaded,
             policy_last_reload,
+            rls_reloads_ok,
+            rls_reloads_error,
+            rls_domains_loaded,
+            rls_last_reload,
         }
     }
 

@@ -1,14 +1,12 @@
 //! The policies file at the edge: reading it (bounded, following symlinks),
 //! judging it with [`PolicySet::parse`], swapping it in whole, and watching
-//! it for changes ([`watch`]).
+//! it for changes ([`crate::watch`]).
 //!
 //! A file that cannot be read or fails validation is rejected whole: the
 //! set in force stays, the error is logged with its line and column, and
 //! `ratekeeper_policy_reloads_total{result="error"}` counts it. So is a
 //! path that is not a regular file, and a file with no policies at all
 //! while some are in force, unless SIGHUP asked for it.
-
-pub mod watch;
 
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
@@ -270,5 +268,19 @@ impl Reloader {
             &sha[..12.min(sha.len())]
         );
         n
+    }
+}
+
+impl crate::watch::Reload for Reloader {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn what(&self) -> &'static str {
+        "policies file"
+    }
+
+    fn reread(&self, forced: bool) {
+        self.reload(forced);
     }
 }

@@ -1,24 +1,26 @@
-//! Hot reload of `rls.config`: the files are re-read every poll interval
-//! (and on SIGHUP), and swapped in when their names or contents changed.
-//! A config that fails to load is logged and the one in force stays, as for
-//! the policies file. Polling, not file-system events: one small read per
-//! interval covers a file, a directory and a ConfigMap's symlink swap alike.
+//! Hot reload of `rls.config`, by the same watch as the policies file
+//! ([`crate::watch`]: file events on the directory, SIGHUP, a slow poll).
+//! A new version is swapped in whole, and only when the files' names or
+//! contents changed; one that fails to load is logged, counted in
+//! `ratekeeper_rls_config_reloads_total{result="error"}`, and the config
+//! in force stays.
 
-use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::Duration;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info};
 
-use super::{Snapshot, parse_all, snapshot};
+use super::{RlsLoadError, Snapshot, parse_all, snapshot};
 use crate::domain::Bounds;
 use crate::domain::rls::RlsConfig;
+use crate::metrics::Metrics;
+use crate::policies::Reload;
 
-fn fingerprint(files: &Snapshot) -> [u8; 32] {
+/// The files' names and contents, hashed: what identifies a version.
+fn fingerprint(files: &Snapshot) -> String {
     let mut hash = Sha256::new();
     for (path, text) in files {
         let name = path.to_string_lossy();
@@ -27,48 +29,119 @@ fn fingerprint(files: &Snapshot) -> [u8; 32] {
         hash.update((text.len() as u64).to_le_bytes());
         hash.update(text.as_bytes());
     }
-    hash.finalize().into()
+    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// Watches `path`; `config` holds what is in force (already loaded from it).
-pub fn spawn(
+/// The versions already judged, so an unchanged one is neither re-parsed
+/// nor logged and counted again.
+#[derive(Default)]
+struct Seen {
+    in_force: Option<String>,
+    /// The last rejected version's fingerprint, or its read error.
+    rejected: Option<String>,
+}
+
+/// Loads `rls.config` into the shared config, keeping the metrics.
+pub struct Reloader {
     path: PathBuf,
     bounds: Bounds,
     config: Arc<ArcSwap<RlsConfig>>,
-    interval: Duration,
-) -> JoinHandle<()> {
-    tokio::spawn(async move {
-        // Unknown at first: a change between the startup load and the first
-        // read must not be missed (re-parsing an unchanged config is harmless).
-        let mut last: Option<[u8; 32]> = None;
-        let mut hup = signal(SignalKind::hangup()).ok();
-        loop {
-            tokio::select! {
-                _ = tokio::time::sleep(interval) => {}
-                Some(()) = async { match hup.as_mut() { Some(h) => h.recv().await, None => None } } => {}
+    metrics: Arc<Metrics>,
+    seen: Mutex<Seen>,
+}
+
+impl Reloader {
+    pub fn new(
+        path: PathBuf,
+        bounds: Bounds,
+        config: Arc<ArcSwap<RlsConfig>>,
+        metrics: Arc<Metrics>,
+    ) -> Reloader {
+        Reloader {
+            path,
+            bounds,
+            config,
+            metrics,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// The startup load: any problem is returned (startup fails); a good
+    /// config is swapped in and counted.
+    pub fn load_initial(&self) -> Result<usize, RlsLoadError> {
+        let loaded = snapshot(&self.path)
+            .and_then(|files| Ok((fingerprint(&files), parse_all(&files, &self.bounds)?)));
+        let (sha, config) = loaded.inspect_err(|_| self.metrics.rls_reloads_error.inc())?;
+        self.lock().in_force = Some(sha);
+        Ok(self.install(config))
+    }
+
+    /// Re-reads the files and swaps the new config in if they changed.
+    /// `forced` (SIGHUP) also re-judges a version already rejected.
+    pub fn reload(&self, forced: bool) -> Reload {
+        let mut seen = self.lock();
+        let (fingerprint, files) = match snapshot(&self.path) {
+            Err(e) => (format!("read: {e}"), Err(e)),
+            Ok(files) => (fingerprint(&files), Ok(files)),
+        };
+        if seen.in_force.as_deref() == Some(fingerprint.as_str()) {
+            // Back to the version in force (a bad edit undone, say).
+            seen.rejected = None;
+            return Reload::Unchanged;
+        }
+        if !forced && seen.rejected.as_deref() == Some(fingerprint.as_str()) {
+            return Reload::Unchanged;
+        }
+        match files.and_then(|files| parse_all(&files, &self.bounds)) {
+            Ok(config) => {
+                *seen = Seen {
+                    in_force: Some(fingerprint),
+                    rejected: None,
+                };
+                Reload::Loaded(self.install(config))
             }
-            let path = path.clone();
-            let read = tokio::task::spawn_blocking(move || snapshot(&path)).await;
-            let files = match read {
-                Ok(Ok(files)) => files,
-                Ok(Err(error)) => {
-                    warn!(%error, "rls.config unreadable; keeping the config in force");
-                    continue;
-                }
-                Err(_) => continue,
-            };
-            let now = fingerprint(&files);
-            if last == Some(now) {
-                continue;
-            }
-            last = Some(now);
-            match parse_all(&files, &bounds) {
-                Ok(new) => {
-                    info!(domains = new.domains.len(), "rls.config reloaded");
-                    config.store(Arc::new(new));
-                }
-                Err(error) => warn!(%error, "rls.config rejected; keeping the config in force"),
+            Err(e) => {
+                seen.rejected = Some(fingerprint);
+                self.metrics.rls_reloads_error.inc();
+                error!(
+                    path = %self.path.display(),
+                    "rls.config rejected; the config in force stays: {e}"
+                );
+                Reload::Rejected
             }
         }
-    })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Swaps `config` in whole and records it; returns its domain count.
+    fn install(&self, config: RlsConfig) -> usize {
+        let n = config.domains.len();
+        self.config.store(Arc::new(config));
+        self.metrics.rls_reloads_ok.inc();
+        self.metrics.rls_domains_loaded.set(n as i64);
+        self.metrics.rls_last_reload.set(
+            SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+        info!(path = %self.path.display(), domains = n, "rls.config loaded: {n} domains");
+        n
+    }
+}
+
+impl crate::watch::Reload for Reloader {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn what(&self) -> &'static str {
+        "rls.config"
+    }
+
+    fn reread(&self, forced: bool) {
+        self.reload(forced);
+    }
 }

@@ -14,7 +14,12 @@ use super::{Events, Filter};
 fn filter() -> Filter {
     Filter {
         dirs: vec![PathBuf::from("/etc/rk"), PathBuf::from("/data/real")],
-        names: vec!["policies.toml".into(), "..data".into(), "real.toml".into()],
+        names: Some(vec![
+            "policies.toml".into(),
+            "..data".into(),
+            "real.toml".into(),
+        ]),
+        what: "policies file",
     }
 }
 
@@ -93,4 +98,32 @@ async fn reads_and_other_files_are_ignored() {
     let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::To));
     f.on_event(&events, event(renamed, "/etc/rk/..data"));
     assert!(woken(&events).await);
+}
+
+#[tokio::test]
+async fn in_a_directory_of_files_every_entry_counts_but_reads() {
+    let f = Filter {
+        dirs: vec![PathBuf::from("/etc/rls")],
+        names: None,
+        what: "rls.config",
+    };
+    let events = Events::default();
+    let open = EventKind::Access(AccessKind::Open(AccessMode::Read));
+    f.on_event(&events, event(open, "/etc/rls/edge.yaml"));
+    assert!(!woken(&events).await, "reading the files is no change");
+    f.on_event(
+        &events,
+        event(EventKind::Create(CreateKind::File), "/etc/rls/new.yaml"),
+    );
+    assert!(woken(&events).await, "a file added");
+    assert!(events.writing.load(Ordering::Acquire));
+    let renamed = EventKind::Modify(ModifyKind::Name(RenameMode::To));
+    f.on_event(&events, event(renamed, "/etc/rls/..data"));
+    assert!(woken(&events).await, "a ConfigMap swap");
+    f.on_event(
+        &events,
+        event(EventKind::Remove(RemoveKind::File), "/etc/rls/old.yaml"),
+    );
+    assert!(woken(&events).await, "a file removed");
+    assert!(!events.lost.load(Ordering::Acquire));
 }

@@ -1,5 +1,10 @@
-//! Watching the policies file: file-system events on its directory, SIGHUP,
-//! and a slow poll as a backstop, each leading to a [`Reloader::reload`].
+//! Watching a config path (the policies file, `rls.config`): file-system
+//! events on its directory, SIGHUP, and a slow poll as a backstop, each
+//! leading to a [`Reload::reread`] of what the path holds now.
+//!
+//! The path is a file, or a directory of files (`rls.config` may be one):
+//! then the directory itself is watched, and an event naming any entry of
+//! it (a file edited, added, removed, `..data` swapped) leads to a re-read.
 //!
 //! The directory is watched, not the file: `mv new.toml policies.toml`
 //! replaces the inode a file watch would follow (limitador #523), and a
@@ -18,7 +23,7 @@
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -31,7 +36,18 @@ use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
-use super::Reloader;
+/// What a watch reloads: a path and how to re-read it. The re-read is
+/// cheap when nothing changed (unchanged content is not swapped), so a
+/// spurious wake-up costs one read.
+pub trait Reload: Send + Sync + 'static {
+    /// The file, or directory of files, watched.
+    fn path(&self) -> &Path;
+    /// What the path is, for log lines: "policies file", "rls.config".
+    fn what(&self) -> &'static str;
+    /// Re-reads the path and swaps in a changed, valid version; `forced`
+    /// (SIGHUP) also re-judges content already rejected. Blocking IO.
+    fn reread(&self, forced: bool);
+}
 
 /// Editors and `kubectl` touch the directory several times per change: the
 /// file is re-read once no event came for this long (each event restarts
@@ -66,10 +82,14 @@ struct Events {
 
 /// Starts watching; the task (and the watcher it owns) ends when aborted.
 /// SIGHUP is caught from the moment this returns.
-pub fn spawn(reloader: Arc<Reloader>, poll_interval: Duration) -> JoinHandle<()> {
+pub fn spawn<R: Reload>(reloader: Arc<R>, poll_interval: Duration) -> JoinHandle<()> {
     let hangup = catch_hangup();
     let events = Arc::new(Events::default());
-    let mut watch = DirWatch::new(reloader.path().to_path_buf(), events.clone());
+    let mut watch = DirWatch::new(
+        reloader.path().to_path_buf(),
+        reloader.what(),
+        events.clone(),
+    );
     tokio::spawn(async move {
         let mut hangup = hangup;
         let mut poll = tokio::time::interval(poll_interval);
@@ -103,7 +123,7 @@ pub fn spawn(reloader: Arc<Reloader>, poll_interval: Duration) -> JoinHandle<()>
             };
             // File IO and parsing off the async workers.
             let reloader = reloader.clone();
-            let _ = tokio::task::spawn_blocking(move || reloader.reload(forced)).await;
+            let _ = tokio::task::spawn_blocking(move || reloader.reread(forced)).await;
             // A ConfigMap swap moves the target into a new directory.
             watch.rearm_if_lost();
         }
@@ -169,15 +189,17 @@ type Armed = (PathBuf, Option<(u64, u64)>);
 /// when it is lost.
 struct DirWatch {
     path: PathBuf,
+    what: &'static str,
     events: Arc<Events>,
     watcher: Option<notify::RecommendedWatcher>,
     armed: Vec<Armed>,
 }
 
 impl DirWatch {
-    fn new(path: PathBuf, events: Arc<Events>) -> DirWatch {
+    fn new(path: PathBuf, what: &'static str, events: Arc<Events>) -> DirWatch {
         let mut watch = DirWatch {
             path,
+            what,
             events,
             watcher: None,
             armed: Vec::new(),
@@ -186,19 +208,32 @@ impl DirWatch {
         watch
     }
 
-    /// The directories to watch now, with their identities: the path's own,
-    /// and the one its symlinks resolve into when that is another.
+    /// Whether the path is a directory of files (followed through symlinks).
+    fn is_dir(&self) -> bool {
+        self.path.is_dir()
+    }
+
+    /// The directories to watch now, with their identities: the path's own
+    /// (the path itself when it is a directory), and the one its symlinks
+    /// resolve into when that is another.
     fn current(&self) -> Vec<Armed> {
+        let dir = self.is_dir();
         let own = match self.path.parent() {
+            _ if dir => self.path.clone(),
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
         let mut dirs = vec![own.clone()];
-        if let Ok(real) = std::fs::canonicalize(&self.path)
-            && let Some(target) = real.parent()
+        let real = std::fs::canonicalize(&self.path).ok();
+        let target = if dir {
+            real
+        } else {
+            real.and_then(|r| r.parent().map(Path::to_path_buf))
+        };
+        if let Some(target) = target
             && std::fs::canonicalize(&own).is_ok_and(|own| own != target)
         {
-            dirs.push(target.to_path_buf());
+            dirs.push(target);
         }
         dirs.into_iter()
             .map(|d| {
@@ -223,13 +258,17 @@ impl DirWatch {
 
     fn arm(&mut self, dirs: Vec<Armed>) {
         self.watcher = None; // the old one stops first
-        let mut names: Vec<OsString> = vec![CONFIGMAP_DATA.into()];
-        names.extend(self.path.file_name().map(OsString::from));
-        if let Ok(real) = std::fs::canonicalize(&self.path) {
-            names.extend(real.file_name().map(OsString::from));
-        }
+        // In a directory of files, every entry matters.
+        let names = (!self.is_dir()).then(|| {
+            let mut names: Vec<OsString> = vec![CONFIGMAP_DATA.into()];
+            names.extend(self.path.file_name().map(OsString::from));
+            if let Ok(real) = std::fs::canonicalize(&self.path) {
+                names.extend(real.file_name().map(OsString::from));
+            }
+            names
+        });
         let paths: Vec<PathBuf> = dirs.iter().map(|(d, _)| d.clone()).collect();
-        match make_watcher(&paths, names, self.events.clone()) {
+        match make_watcher(&paths, names, self.what, self.events.clone()) {
             Ok(watcher) => {
                 self.watcher = Some(watcher);
                 self.events.warned.store(false, Ordering::Release);
@@ -239,8 +278,9 @@ impl DirWatch {
                     warn!(
                         file = %self.path.display(),
                         error = %e,
-                        "cannot watch the policies file's directory; retrying every second, \
-                         the poll and SIGHUP still reload"
+                        "cannot watch the {}'s directory; retrying every second, \
+                         the poll and SIGHUP still reload",
+                        self.what
                     );
                 }
             }
@@ -252,12 +292,14 @@ impl DirWatch {
 /// Watches `dirs` (not recursively); [`Filter::on_event`] judges each event.
 fn make_watcher(
     dirs: &[PathBuf],
-    names: Vec<OsString>,
+    names: Option<Vec<OsString>>,
+    what: &'static str,
     events: Arc<Events>,
 ) -> notify::Result<notify::RecommendedWatcher> {
     let filter = Filter {
         dirs: dirs.to_vec(),
         names,
+        what,
     };
     let mut watcher = notify::recommended_watcher(move |event| filter.on_event(&events, event))?;
     for dir in dirs {
@@ -266,11 +308,13 @@ fn make_watcher(
     Ok(watcher)
 }
 
-/// Which events matter: those naming one of `names`, errors, rescans, and
-/// one of the watched `dirs` itself going away.
+/// Which events matter: those naming one of `names` (any entry when
+/// `None`: the path is a directory of files), errors, rescans, and one of
+/// the watched `dirs` itself going away.
 struct Filter {
     dirs: Vec<PathBuf>,
-    names: Vec<OsString>,
+    names: Option<Vec<OsString>>,
+    what: &'static str,
 }
 
 impl Filter {
@@ -283,7 +327,8 @@ impl Filter {
                 if !events.warned.swap(true, Ordering::AcqRel) {
                     warn!(
                         error = %e,
-                        "the policies file watch failed; re-reading the file and re-arming the watch"
+                        "the {} watch failed; re-reading it and re-arming the watch",
+                        self.what
                     );
                 }
                 events.lost.store(true, Ordering::Release);
@@ -311,9 +356,11 @@ impl Filter {
             events.changed.notify_one();
             return;
         }
-        let relevant = event.paths.iter().any(|p| {
-            p.file_name()
-                .is_some_and(|n| self.names.iter().any(|name| name == n))
+        let relevant = event.paths.iter().any(|p| match &self.names {
+            None => true,
+            Some(names) => p
+                .file_name()
+                .is_some_and(|n| names.iter().any(|name| name == n)),
         });
         if !relevant {
             return;

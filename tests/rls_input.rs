@@ -1,0 +1,161 @@
+//! Bad and client-controlled input to the RLS server: each gets a clear
+//! gRPC status, or a decision, and the server goes on answering.
+
+mod rls_support;
+mod support;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use rls_support::{CONFIG, config_file, desc, request, rls_settings, start};
+
+/// Malformed requests get INVALID_ARGUMENT with a message naming the
+/// problem, whatever the domain (known or not), and the server goes on.
+/// envoyproxy/ratelimit refuses an empty domain the same way; it has no
+/// caps on entries or descriptors, and ignores an empty key.
+#[tokio::test]
+async fn bad_input_gets_invalid_argument_and_the_server_goes_on() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let many: Vec<(String, String)> = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+    let many: Vec<(&str, &str)> = many.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let mut negative = desc(&[("client", "a")]);
+    negative.is_negative_hits = true;
+    let mut cases = vec![(request("", vec![desc(&[("client", "a")])]), "domain")];
+    for domain in ["edge", "unknown"] {
+        let thousand = (0..1000).map(|_| desc(&[("client", "a")])).collect();
+        cases.extend([
+            (request(domain, vec![desc(&[("", "x")])]), "empty key"),
+            (
+                request(domain, vec![desc(&[("client", "a"), ("", "")])]),
+                "empty key",
+            ),
+            (request(domain, vec![desc(&many)]), "entries, got 1000"),
+            (request(domain, vec![desc(&[])]), "entries, got 0"),
+            (
+                request(domain, (0..65).map(|_| desc(&[("client", "a")])).collect()),
+                "descriptors, got 65",
+            ),
+            (request(domain, thousand), "descriptors, got 1000"),
+        ]);
+    }
+    cases.push((request("edge", vec![negative]), "negative"));
+    for (i, (req, names)) in cases.into_iter().enumerate() {
+        let status = rls.ask(req).await.expect_err("refused");
+        assert_eq!(
+            status.code(),
+            tonic::Code::InvalidArgument,
+            "case {i}: {status:?}"
+        );
+        assert!(status.message().contains(names), "case {i}: {status:?}");
+    }
+    let ok = rls
+        .codes(request("edge", vec![desc(&[("client", "a")])]))
+        .await;
+    assert_eq!(ok.0, Code::Ok);
+}
+
+/// Huge keys, values and domain names within the message cap are answered
+/// like short ones: a huge value of a limited key has its own (hashed)
+/// counter, a huge unknown key or domain has no limit, and none reaches
+/// the metrics.
+#[tokio::test]
+async fn huge_keys_values_and_domains_are_answered() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let huge = "v".repeat(512 * 1024);
+    let value = || request("edge", vec![desc(&[("client", &huge)])]);
+    for remaining in [2, 1, 0] {
+        assert_eq!(
+            rls.codes(value()).await,
+            (Code::Ok, vec![Code::Ok], vec![remaining])
+        );
+    }
+    assert_eq!(rls.codes(value()).await.0, Code::OverLimit);
+    let key = request("edge", vec![desc(&[(&huge, "x")])]);
+    assert_eq!(rls.codes(key).await, (Code::Ok, vec![Code::Ok], vec![0]));
+    let domain = request(&huge, vec![desc(&[("client", "a")])]);
+    assert_eq!(rls.codes(domain).await, (Code::Ok, vec![Code::Ok], vec![0]));
+    let metrics = reqwest::get(format!("{}/metrics", rls.http))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(!metrics.contains("vvvvvvvv"), "a value in the metrics");
+    let ok = rls
+        .codes(request("edge", vec![desc(&[("client", "a")])]))
+        .await;
+    assert_eq!(ok, (Code::Ok, vec![Code::Ok], vec![2]));
+}
+
+/// What a client's HTTP request can choose (values, hence how many
+/// descriptors match, and the size of the call) never switches limiting
+/// off: a descriptor that cannot be evaluated answers OVER_LIMIT, since
+/// Envoy fails open on an error by default.
+#[tokio::test]
+async fn client_controlled_input_is_limited_never_refused() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let long = "x".repeat(600);
+    let one = || request("edge", vec![desc(&[("client", long.as_str())])]);
+    for remaining in [2, 1, 0] {
+        assert_eq!(
+            rls.codes(one()).await,
+            (Code::Ok, vec![Code::Ok], vec![remaining])
+        );
+    }
+    assert_eq!(rls.codes(one()).await.0, Code::OverLimit);
+    let other = "y".repeat(600);
+    let r = rls
+        .codes(request("edge", vec![desc(&[("client", &other)])]))
+        .await;
+    assert_eq!(r.0, Code::Ok, "a different long value has its own counter");
+
+    // Nine limited descriptors, cap 8: the ninth is OVER_LIMIT, none spends.
+    let names: Vec<String> = (0..9).map(|i| format!("n{i}")).collect();
+    let nine = request(
+        "edge",
+        names.iter().map(|n| desc(&[("client", n)])).collect(),
+    );
+    let (overall, codes, _) = rls.codes(nine).await;
+    assert_eq!(overall, Code::OverLimit);
+    assert_eq!(codes[8], Code::OverLimit);
+    assert!(codes[..8].iter().all(|c| *c == Code::Ok));
+    let r = rls
+        .codes(request("edge", vec![desc(&[("client", "n0")])]))
+        .await;
+    assert_eq!(r.2, [2], "the refused request spent nothing");
+
+    for (rpu, unit) in [(0, 2), (5, 0), (5, 99)] {
+        let mut bad = desc(&[("client", "o")]);
+        bad.limit = Some(RateLimitOverride {
+            requests_per_unit: rpu,
+            unit,
+        });
+        let req = request("edge", vec![desc(&[("client", "p")]), bad]);
+        let (overall, codes, _) = rls.codes(req).await;
+        assert_eq!(
+            (overall, codes[1]),
+            (Code::OverLimit, Code::OverLimit),
+            "{rpu} {unit}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_oversized_call_is_refused_and_the_server_goes_on() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let huge = "x".repeat(2 << 20);
+    let status = rls
+        .ask(request("edge", vec![desc(&[("client", &huge)])]))
+        .await
+        .expect_err("too large");
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
+        ),
+        "{status:?}"
+    );
+    let ok = rls
+        .codes(request("edge", vec![desc(&[("client", "a")])]))
+        .await;
+    assert_eq!(ok.0, Code::Ok);
+}

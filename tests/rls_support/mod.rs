@@ -1,0 +1,123 @@
+//! Shared by the RLS tests: the example config, an app serving RLS on a
+//! free port with a tonic client (the client side of envoy-types), and
+//! requests built from (key, value) pairs.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use ratekeeper::app::Application;
+use ratekeeper::config::Settings;
+use tonic::transport::Channel;
+
+pub const CONFIG: &str = r#"
+domain: edge
+descriptors:
+  - key: client
+    rate_limit: { unit: minute, requests_per_unit: 3 }
+    descriptors:
+      - key: path
+        value: /login
+        rate_limit: { unit: hour, requests_per_unit: 2, name: login }
+  - key: client
+    value: vip
+    rate_limit: { unlimited: true, name: vip, replaces: [{ name: global }] }
+  - key: global
+    rate_limit: { unit: hour, requests_per_unit: 5, name: global }
+  - key: shadow
+    shadow_mode: true
+    rate_limit: { unit: hour, requests_per_unit: 1 }
+  - key: tenant
+    rate_limit: { unit: minute, requests_per_unit: 100, algorithm: sliding_window }
+"#;
+
+pub struct Rls {
+    pub client: RateLimitServiceClient<Channel>,
+    pub http: String,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+pub fn config_file(text: &str) -> PathBuf {
+    let dir = crate::support::fresh_dir("rls");
+    let path = dir.join("edge.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+pub fn rls_settings(redis: Option<&str>, config: PathBuf) -> Settings {
+    let mut settings = crate::support::settings(redis);
+    settings.grpc_listen = Some("127.0.0.1:0".parse().unwrap());
+    settings.rls_config = Some(config);
+    settings
+}
+
+pub async fn start(settings: Settings) -> Rls {
+    let app = Application::build(settings).await.expect("app builds");
+    let addr: SocketAddr = app.grpc_addr().expect("grpc listens");
+    let http = format!("http://{}", app.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(app.run_until_stopped(async move {
+        let _ = stopped.await;
+    }));
+    let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+        .await
+        .expect("grpc connects");
+    Rls {
+        client,
+        http,
+        stop: Some(stop),
+    }
+}
+
+impl Drop for Rls {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+    }
+}
+
+pub fn desc(entries: &[(&str, &str)]) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        entries: entries
+            .iter()
+            .map(|(k, v)| Entry {
+                key: k.to_string(),
+                value: v.to_string(),
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.into(),
+        descriptors,
+        hits_addend: 0,
+    }
+}
+
+impl Rls {
+    pub async fn ask(&self, req: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
+        self.client
+            .clone()
+            .should_rate_limit(req)
+            .await
+            .map(|r| r.into_inner())
+    }
+
+    pub async fn codes(&self, req: RateLimitRequest) -> (Code, Vec<Code>, Vec<u32>) {
+        let r = self.ask(req).await.expect("answered");
+        (
+            r.overall_code(),
+            r.statuses.iter().map(|s| s.code()).collect(),
+            r.statuses.iter().map(|s| s.limit_remaining).collect(),
+        )
+    }
+}
