@@ -68,7 +68,12 @@ fn request(args: &Args, n: u64) -> RateLimitRequest {
     }
 }
 
-async fn stream(args: &Args, mut client: RateLimitServiceClient<Channel>, id: u64, until: Instant) -> Tally {
+async fn stream(
+    args: &Args,
+    mut client: RateLimitServiceClient<Channel>,
+    id: u64,
+    until: Instant,
+) -> Tally {
     let mut tally = Tally::default();
     // Streams start at different keys, like wrk's connections do.
     let mut n = id * 7919;
@@ -80,7 +85,9 @@ async fn stream(args: &Args, mut client: RateLimitServiceClient<Channel>, id: u6
             Ok(_) => tally.over_limit += 1,
             Err(_) => tally.errors += 1,
         }
-        tally.latencies.push(started.elapsed().as_micros().min(u32::MAX as u128) as u32);
+        tally
+            .latencies
+            .push(started.elapsed().as_micros().min(u32::MAX as u128) as u32);
     }
     tally
 }
