@@ -167,6 +167,8 @@ OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
       echo "| $(ceiling_label "$row") | $c | ${CEILING[$row,$c]} | ${CEILING_P50[$row,$c]} |"
     done
   done
+} > "$OUT"
+if [ -n "$SCENARIOS" ]; then {
   echo
   echo "## Scenarios"
   echo
@@ -180,7 +182,7 @@ OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
   echo
   echo "| scenario | algorithm | conns | store | checks/s | p50 µs | p99 µs | p99.9 µs | denied | Redis cmds/check | CPU s/100k | ÷ redis | ÷ embedded | ÷ bare | errors |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-} > "$OUT"
+} >> "$OUT"; fi
 
 for scenario in $SCENARIOS; do
   for algorithm in $ALGORITHMS; do
