@@ -2,7 +2,9 @@
 -- over keep-alive, keyed like the spread scenario of scenario.lua: each
 -- request carries `X-API-Key: s<n % 100000>` (the default key_from reads
 -- it; the direct route ignores it). Prints the RESULT line run.sh reads.
+-- TARGET_PATH: the path asked (default /; /v1/auth/api for ratekeeper alone).
 local SPREAD_KEYS = 100000
+local path = os.getenv("TARGET_PATH") or "/"
 
 init = function(args)
   math.randomseed(os.time() + (tonumber(tostring({}):match("0x(%x+)"), 16) or 0) % 1000)
@@ -11,7 +13,7 @@ end
 local n = math.random(SPREAD_KEYS)
 request = function()
   n = n + 1
-  return wrk.format("GET", "/", { ["X-API-Key"] = "s" .. (n % SPREAD_KEYS) }, nil)
+  return wrk.format("GET", path, { ["X-API-Key"] = "s" .. (n % SPREAD_KEYS) }, nil)
 end
 
 done = function(summary, latency, requests)

@@ -75,7 +75,7 @@ limits = [
 # The forward-auth rows' policy (the nginx example asks for "api"): the
 # spread scenario's limit, never reached; 403 as nginx's auth_request needs.
 [policies.api]
-limits = [{ algorithm = "fixed_window", limit = 100000, window = "1m" }]
+limits = [{ name = "minute", algorithm = "fixed_window", limit = 100000, window = "1m" }]
 deny_status = 403
 TOML
 export RATEKEEPER_POLICIES__FILE="$TMP/policies.toml"

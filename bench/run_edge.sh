@@ -26,6 +26,7 @@ start edge env RATEKEEPER_REDIS__BATCH_WINDOW="$BATCH_WINDOW" \
   RATEKEEPER_GRPC__LISTEN="127.0.0.1:$GRPC_PORT" RATEKEEPER_RLS__CONFIG="$TMP/rls.yaml" \
   "$BIN" serve --redis-url "redis://127.0.0.1:$REDIS_PORT"
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:${PORT[edge]}/readyz" >/dev/null && break; sleep 0.1; done
+curl -sf "http://127.0.0.1:${PORT[edge]}/readyz" >/dev/null || { echo "the edge ratekeeper did not start" >&2; exit 1; }
 
 secs() { # 10s | 1m -> seconds
   case $1 in *m) echo $(( ${1%m} * 60 ));; *s) echo "${1%s}";; *) echo "$1";; esac
@@ -89,6 +90,8 @@ NGINX
     echo "straight at \`/v1/auth/api\`. Each request carries \`X-API-Key: s<n % 100000>\` (bench/forward.lua)."
     echo "\`÷ direct\` is requests/s over the direct route's at the same connections, same run; CPU is"
     echo "the measured process's (nginx; ratekeeper for \`ratekeeper alone\`) user+system seconds per 100k requests."
+    echo "The example's \`upstream app\` has no \`keepalive\`, so both nginx routes open a connection to the"
+    echo "upstream per request; its \`upstream ratekeeper\` keeps 16 connections alive."
     echo
     echo "| route | conns | requests/s | p50 µs | p99 µs | p99.9 µs | CPU s/100k | ÷ direct | errors |"
     echo "|---|---|---|---|---|---|---|---|---|"
@@ -103,9 +106,9 @@ NGINX
     echo "| nginx → auth_request ratekeeper → upstream | $c | $R_rps | $R_p50 | $R_p99 | $R_p999 | $R_cpu | $ratio | $R_errors |" >> "$OUT"
     echo "proxy auth_request c=$c: $R_rps/s p50 ${R_p50}us p99 ${R_p99}us errors $R_errors (÷ direct $ratio)" >&2
     PORT[edge_auth]=${PORT[edge]}; PID[edge_auth]=${PID[edge]}
-    WRK_SCRIPT=bench/forward.lua run_wrk edge_auth spread fixed_window "$c"
+    TARGET_PATH=/v1/auth/api WRK_SCRIPT=bench/forward.lua run_wrk edge_auth spread fixed_window "$c"
     echo "| ratekeeper alone (\`GET /v1/auth/api\`) | $c | $R_rps | $R_p50 | $R_p99 | $R_p999 | $R_cpu | - | $R_errors |" >> "$OUT"
-    echo "proxy ratekeeper alone c=$c: $R_rps/s p50 ${R_p50}us denied $R_denied" >&2
+    echo "proxy ratekeeper alone c=$c: $R_rps/s p50 ${R_p50}us denied $R_denied errors $R_errors" >&2
   done
   rcli flushall >/dev/null
 fi
