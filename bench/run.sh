@@ -5,6 +5,8 @@
 #   DURATION=10s bash bench/run.sh
 #   ALGORITHMS="gcra" SCENARIOS="flood" bash bench/run.sh
 #   TWO_LIMITS=0 bash bench/run.sh         # without the two-limit rows
+#   PROXY=0 RLS=0 bash bench/run.sh        # without the forward-auth / RLS rows
+#   SCENARIOS= bash bench/run.sh           # without the scenario table
 #
 # It builds release; starts its own redis-server on a free port, ratekeeper
 # twice (Redis store, embedded store) and a bare axum handler (the HTTP
@@ -12,7 +14,11 @@
 # (latency) and 64 (throughput); measures the Redis ceiling with
 # redis-benchmark running EVALSHA of the same script at the same concurrency
 # (bench/ceiling_lib.sh); compares checks of two limits with checks of one;
-# and writes a Markdown table to bench/results/.
+# measures forward-auth through a real nginx (examples/nginx/ratekeeper.conf)
+# against nginx proxying straight to the upstream, and Envoy RLS
+# ShouldRateLimit at 64 streams against POST /v1/check (bench/run_edge.sh,
+# load client examples/rls_load.rs); and writes Markdown tables to
+# bench/results/.
 #
 # Everything runs on this machine: wrk, ratekeeper and Redis share the CPUs,
 # so compare the ratios, which are measured in one run, not lone numbers.
@@ -20,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DURATION=${DURATION:-5s}
 ALGORITHMS=${ALGORITHMS:-"sliding_window sliding_log gcra"}
-SCENARIOS=${SCENARIOS:-"spread flood zipf"}
+SCENARIOS=${SCENARIOS-"spread flood zipf"}
 CONNECTIONS=${CONNECTIONS:-"1 64"}
 
 need() {
@@ -32,11 +38,13 @@ need wrk wrk
 need redis-server redis-server
 need redis-benchmark redis-tools
 need curl curl
+if [ "${PROXY:-1}" != 0 ]; then need nginx nginx; fi
 
 echo "building release..." >&2
-cargo build --release --locked --bin ratekeeper --example bare_axum 2>&1 | tail -1 >&2
+cargo build --release --locked --bin ratekeeper --example bare_axum --example rls_load 2>&1 | tail -1 >&2
 BIN=target/release/ratekeeper
 BARE=target/release/examples/bare_axum
+RLS_LOAD=target/release/examples/rls_load
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 TMP=$(mktemp -d)
@@ -64,6 +72,11 @@ limits = [
   { name = "burst", algorithm = "gcra", limit = 1000000, window = "1s" },
   { name = "daily", algorithm = "fixed_window", limit = 1000000000, window = "1d" },
 ]
+# The forward-auth rows' policy (the nginx example asks for "api"): the
+# spread scenario's limit, never reached; 403 as nginx's auth_request needs.
+[policies.api]
+limits = [{ name = "minute", algorithm = "fixed_window", limit = 100000, window = "1m" }]
+deny_status = 403
 TOML
 export RATEKEEPER_POLICIES__FILE="$TMP/policies.toml"
 start memory "$BIN" serve
@@ -109,12 +122,12 @@ run_wrk() { # name scenario algorithm connections [rate_hint]
   allowed0=$(checks_total "$port" allowed); denied0=$(checks_total "$port" denied)
   cpu0=$(cpu_ticks "$pid")
   line=$(SCENARIO=$2 ALGORITHM=$3 RATE_HINT=${5:-10000} SHAPE=${SHAPE:-} \
-    wrk -t1 -c"$4" -d"$DURATION" -s bench/scenario.lua "http://127.0.0.1:$port" | grep '^RESULT')
+    wrk -t1 -c"$4" -d"$DURATION" -s "${WRK_SCRIPT:-bench/scenario.lua}" "http://127.0.0.1:$port" | grep '^RESULT')
   local cpu1; cpu1=$(cpu_ticks "$pid")
   eval "${line#RESULT }"
   R_rps=$rps R_p50=$p50_us R_p99=$p99_us R_p999=$p999_us R_errors=$errors R_requests=$requests
   R_cpu=$(awk -v t=$((cpu1 - cpu0)) -v hz="$TICKS" -v n="$requests" 'BEGIN { printf "%.2f", n ? t / hz / n * 100000 : 0 }')
-  if [ "$name" = bare ]; then R_denied="-"; R_cmds="-"; R_redis_us="-"; return; fi
+  case $name in bare|nginx*) R_denied="-"; R_cmds="-"; R_redis_us="-"; return;; esac
   local allowed denied
   allowed=$(( $(checks_total "$port" allowed) - allowed0 )); denied=$(( $(checks_total "$port" denied) - denied0 ))
   R_denied=$(awk -v a="$allowed" -v d="$denied" 'BEGIN { printf "%.0f%%", (a + d) ? 100 * d / (a + d) : 0 }')
@@ -154,6 +167,8 @@ OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
       echo "| $(ceiling_label "$row") | $c | ${CEILING[$row,$c]} | ${CEILING_P50[$row,$c]} |"
     done
   done
+} > "$OUT"
+if [ -n "$SCENARIOS" ]; then {
   echo
   echo "## Scenarios"
   echo
@@ -167,7 +182,7 @@ OUT=bench/results/run-$(date -u +%Y%m%dT%H%M%SZ).md
   echo
   echo "| scenario | algorithm | conns | store | checks/s | p50 µs | p99 µs | p99.9 µs | denied | Redis cmds/check | CPU s/100k | ÷ redis | ÷ embedded | ÷ bare | errors |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
-} > "$OUT"
+} >> "$OUT"; fi
 
 for scenario in $SCENARIOS; do
   for algorithm in $ALGORITHMS; do
@@ -230,6 +245,12 @@ if [ -n "${TWO_LIMITS:-1}" ] && [ "${TWO_LIMITS:-1}" != 0 ]; then
       rcli flushall >/dev/null
     done
   done
+fi
+
+# Forward-auth through nginx, and RLS against /v1/check: one more
+# ratekeeper on the same Redis, as the `batched` one plus gRPC.
+if [ "${PROXY:-1}" != 0 ] || [ "${RLS:-1}" != 0 ]; then
+  source bench/run_edge.sh
 fi
 
 cat "$OUT"
