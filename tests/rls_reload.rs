@@ -49,6 +49,27 @@ async fn limit(rls: &Rls, domain: &str, key: &str) -> Option<u32> {
         .map(|l| l.requests_per_unit)
 }
 
+/// The configured limits of `global` and `extra` in `domain`, asked in ONE
+/// request so both come from the same config version (one load per call).
+async fn limits(rls: &Rls, domain: &str) -> (Option<u32>, Option<u32>) {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let value = format!("pair-{}", NEXT.fetch_add(1, Ordering::Relaxed));
+    let r = rls
+        .ask(request(
+            domain,
+            vec![desc(&[("global", &value)]), desc(&[("extra", &value)])],
+        ))
+        .await
+        .expect("answered");
+    let of = |i: usize| {
+        r.statuses[i]
+            .current_limit
+            .as_ref()
+            .map(|l| l.requests_per_unit)
+    };
+    (of(0), of(1))
+}
+
 /// Polls until `domain`'s `global` limit is `want`; fails after [`WITHIN`].
 async fn wait_for(rls: &Rls, domain: &str, want: u32, what: &str) {
     let deadline = Instant::now() + WITHIN;
@@ -73,6 +94,16 @@ async fn metric(rls: &Rls, series: &str) -> f64 {
         .map_or(0.0, |v| v.parse().unwrap())
 }
 
+/// Polls until the reload error counter is `want`: the bad version has
+/// been judged (and kept out); fails after [`WITHIN`].
+async fn wait_for_errors(rls: &Rls, want: f64, what: &str) {
+    let deadline = Instant::now() + WITHIN;
+    while metric(rls, ERROR).await < want {
+        assert!(Instant::now() < deadline, "{what} was not judged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn write(path: &Path, text: &str) {
     std::fs::write(path, text).unwrap();
 }
@@ -87,7 +118,7 @@ async fn the_config_is_hot_reloaded() {
     let ask = || request("edge", vec![desc(&[("global", "reload")])]);
     assert_eq!(rls.codes(ask()).await.2, [4]);
     std::fs::write(&path, "domain: edge\ndescriptors: [{ key: unknown_key: x\n").unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    wait_for_errors(&rls, 1.0, "the broken file").await;
     assert_eq!(
         rls.codes(ask()).await.2,
         [3],
@@ -185,9 +216,8 @@ async fn a_slow_writer_is_never_read_half_way() {
         let (rls, seen) = (rls.clone(), seen.clone());
         tokio::spawn(async move {
             loop {
-                let global = limit(&rls, "edge", "global").await;
-                let extra = limit(&rls, "edge", "extra").await;
-                seen.lock().unwrap().insert((global, extra));
+                let pair = limits(&rls, "edge").await;
+                seen.lock().unwrap().insert(pair);
                 tokio::time::sleep(Duration::from_millis(5)).await;
             }
         })
@@ -211,32 +241,59 @@ async fn a_slow_writer_is_never_read_half_way() {
     assert_eq!(metric(&rls, ERROR).await, 0.0);
 }
 
+/// Installs `files` as a new version the way kubelet updates a ConfigMap:
+/// written into a fresh `..<name>` directory, then `..data` renamed over to
+/// point at it, so both files change at once.
+fn swap_version(dir: &Path, name: &str, files: &[(&str, &str)]) {
+    let real = dir.join(name);
+    std::fs::create_dir(&real).unwrap();
+    for (file, text) in files {
+        write(&real.join(file), text);
+    }
+    let _ = std::fs::remove_file(dir.join("..data_tmp"));
+    symlink(name, dir.join("..data_tmp")).unwrap();
+    std::fs::rename(dir.join("..data_tmp"), dir.join("..data")).unwrap();
+}
+
 /// A broken version (in a file of the directory) is logged, counted, and
-/// kept out whole; the next good one is loaded.
+/// kept out whole; the next good one is loaded. Each version lands at once
+/// (a `..data` swap), so no half of one is ever a version of its own.
 #[tokio::test]
 async fn an_invalid_version_is_kept_out() {
     let dir = support::fresh_dir("rls-invalid");
-    write(&dir.join("edge.yaml"), &domain("edge", 5));
-    let rls = serve(dir.clone()).await;
-    write(&dir.join("edge.yaml"), &domain("edge", 6));
-    write(
-        &dir.join("api.yaml"),
-        "domain: api\ndescriptors: [{ key: x: y\n",
+    swap_version(
+        &dir,
+        "..v1",
+        &[
+            ("edge.yaml", &domain("edge", 5)),
+            ("api.yaml", &domain("api", 3)),
+        ],
     );
-    let deadline = Instant::now() + WITHIN;
-    while metric(&rls, ERROR).await < 1.0 {
-        assert!(
-            Instant::now() < deadline,
-            "the broken version was not judged"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    for file in ["edge.yaml", "api.yaml"] {
+        symlink(format!("..data/{file}"), dir.join(file)).unwrap();
     }
+    let rls = serve(dir.clone()).await;
+    assert_eq!(limit(&rls, "api", "global").await, Some(3));
+    let broken = "domain: api\ndescriptors: [{ key: x: y\n";
+    swap_version(
+        &dir,
+        "..v2",
+        &[("edge.yaml", &domain("edge", 6)), ("api.yaml", broken)],
+    );
+    wait_for_errors(&rls, 1.0, "the broken version").await;
     assert_eq!(
         limit(&rls, "edge", "global").await,
         Some(5),
         "all or nothing"
     );
-    write(&dir.join("api.yaml"), &domain("api", 4));
+    swap_version(
+        &dir,
+        "..v3",
+        &[
+            ("edge.yaml", &domain("edge", 6)),
+            ("api.yaml", &domain("api", 4)),
+        ],
+    );
     wait_for(&rls, "api", 4, "the fixed version").await;
     assert_eq!(limit(&rls, "edge", "global").await, Some(6));
     assert_eq!(
