@@ -18,6 +18,11 @@ const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 pub enum RlsLoadError {
     #[error("rls.config {path}: {message}")]
     File { path: PathBuf, message: String },
+    #[error(
+        "rls.config {path} now holds no domains while {in_force} are in force; \
+         send SIGHUP to load it anyway"
+    )]
+    WouldEmpty { path: PathBuf, in_force: usize },
 }
 
 fn file_error(path: &Path, message: impl Into<String>) -> RlsLoadError {

@@ -77,14 +77,15 @@ impl Reloader {
     }
 
     /// Re-reads the files and swaps the new config in if they changed.
-    /// `forced` (SIGHUP) also re-judges a version already rejected.
+    /// `forced` (SIGHUP) also re-judges a version already rejected, and
+    /// counts an unchanged good version as a reload (as the policies file).
     pub fn reload(&self, forced: bool) -> Reload {
         let mut seen = self.lock();
         let (fingerprint, files) = match snapshot(&self.path) {
             Err(e) => (format!("read: {e}"), Err(e)),
             Ok(files) => (fingerprint(&files), Ok(files)),
         };
-        if seen.in_force.as_deref() == Some(fingerprint.as_str()) {
+        if !forced && seen.in_force.as_deref() == Some(fingerprint.as_str()) {
             // Back to the version in force (a bad edit undone, say).
             seen.rejected = None;
             return Reload::Unchanged;
@@ -92,7 +93,10 @@ impl Reloader {
         if !forced && seen.rejected.as_deref() == Some(fingerprint.as_str()) {
             return Reload::Unchanged;
         }
-        match files.and_then(|files| parse_all(&files, &self.bounds)) {
+        let loaded = files
+            .and_then(|files| parse_all(&files, &self.bounds))
+            .and_then(|config| self.refuse_emptying(config, forced));
+        match loaded {
             Ok(config) => {
                 *seen = Seen {
                     in_force: Some(fingerprint),
@@ -110,6 +114,22 @@ impl Reloader {
                 Reload::Rejected
             }
         }
+    }
+
+    /// A directory left with no `*.yaml` while domains are in force (`rm`
+    /// then `cp`, `rsync --delete`, a file caught truncated) would install
+    /// zero domains, and every `ShouldRateLimit` would answer OK: limiting
+    /// off. Far more often a moment in an update than a wish, so only SIGHUP
+    /// (`forced`) installs it; a file event or the poll does not.
+    fn refuse_emptying(&self, config: RlsConfig, forced: bool) -> Result<RlsConfig, RlsLoadError> {
+        let in_force = self.config.load().domains.len();
+        if forced || !config.domains.is_empty() || in_force == 0 {
+            return Ok(config);
+        }
+        Err(RlsLoadError::WouldEmpty {
+            path: self.path.clone(),
+            in_force,
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
@@ -143,5 +163,60 @@ impl crate::watch::Reload for Reloader {
 
     fn reread(&self, forced: bool) {
         self.reload(forced);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reloader(dir: &Path) -> Reloader {
+        let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
+        let metrics = Arc::new(Metrics::new());
+        Reloader::new(dir.to_path_buf(), Bounds::default(), config, metrics)
+    }
+
+    fn fresh(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("rk-rls-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    const EDGE: &str = "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
+
+    #[test]
+    fn an_emptied_directory_is_refused_unless_forced() {
+        let dir = fresh("emptied");
+        std::fs::write(dir.join("edge.yaml"), EDGE).unwrap();
+        let r = reloader(&dir);
+        assert_eq!(r.load_initial().unwrap(), 1);
+        std::fs::remove_file(dir.join("edge.yaml")).unwrap();
+
+        assert_eq!(r.reload(false), Reload::Rejected, "limiting would be off");
+        assert_eq!(
+            r.config.load().domains.len(),
+            1,
+            "the config in force stays"
+        );
+        assert_eq!(r.metrics.rls_reloads_error.get(), 1);
+        assert_eq!(r.reload(false), Reload::Unchanged, "judged once");
+
+        assert_eq!(r.reload(true), Reload::Loaded(0), "SIGHUP installs it");
+        assert_eq!(r.config.load().domains.len(), 0);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn sighup_counts_an_unchanged_config_as_a_reload() {
+        let dir = fresh("forced");
+        std::fs::write(dir.join("edge.yaml"), EDGE).unwrap();
+        let r = reloader(&dir);
+        r.load_initial().unwrap();
+        assert_eq!(r.reload(false), Reload::Unchanged);
+        assert_eq!(r.metrics.rls_reloads_ok.get(), 1);
+        assert_eq!(r.reload(true), Reload::Loaded(1));
+        assert_eq!(r.metrics.rls_reloads_ok.get(), 2);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
