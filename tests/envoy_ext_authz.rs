@@ -48,7 +48,11 @@ async fn setup() -> (TestApp, Upstream, Envoy) {
             ("http://127.0.0.1:8080", format!("http://{ratekeeper}")),
         ],
     );
-    let envoy = Envoy::start(&bootstrap, port);
+    // Off the runtime thread that also serves the in-process ratekeeper
+    // (Envoy's start, and its first install, block for seconds).
+    let envoy = tokio::task::spawn_blocking(move || Envoy::start(&bootstrap, port))
+        .await
+        .expect("envoy started");
     (app, upstream, envoy)
 }
 
@@ -134,12 +138,17 @@ async fn envoy_ext_authz_passes_the_429_and_keys_by_api_key_and_address() {
     assert_eq!(upstream.seen(), 4 * N);
 
     // A client's own cost never reaches ratekeeper (not in allowed_headers):
-    // 0 does not bypass the limit, a huge cost does not empty a bucket.
+    // one equal to the limit, which ratekeeper would believe from Envoy,
+    // does not drain the bucket in one request; 0 or a huge one (which it
+    // would refuse with a 400) does not fail the request. Each spends 1.
+    let whole = N.to_string();
     let c = client_from("127.0.0.23");
-    spend(&envoy, &c, &[("x-ratelimit-cost", "0")]).await;
+    spend(&envoy, &c, &[("x-ratelimit-cost", &whole)]).await;
     let d = client_from("127.0.0.24");
     spend(&envoy, &d, &[("x-ratelimit-cost", "1000000")]).await;
-    assert_eq!(upstream.seen(), 6 * N);
+    let e = client_from("127.0.0.25");
+    spend(&envoy, &e, &[("x-ratelimit-cost", "0")]).await;
+    assert_eq!(upstream.seen(), 7 * N);
 
     // ratekeeper itself gone: `failure_mode_allow: false` denies with
     // Envoy's own 403 (ratekeeper's store outages are answered by ratekeeper).
@@ -153,5 +162,5 @@ async fn envoy_ext_authz_passes_the_429_and_keys_by_api_key_and_address() {
     .await
     .unwrap();
     assert_eq!(response.status(), 403, "{}", envoy.log());
-    assert_eq!(upstream.seen(), 6 * N);
+    assert_eq!(upstream.seen(), 7 * N);
 }

@@ -180,13 +180,18 @@ async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
     .await;
     assert_eq!(upstream.seen() - base, 4 * N);
     // A client's own cost never reaches ratekeeper (authRequestHeaders
-    // lists only X-API-Key): 0 does not bypass the limit, nor does a huge
-    // cost empty a bucket; each request spends 1.
+    // lists only X-API-Key): one equal to the limit, which ratekeeper would
+    // believe from Traefik, does not drain the bucket in one request; 0 or
+    // a huge one (which it would refuse with a 400) does not fail the
+    // request. Each request spends 1.
+    let whole = N.to_string();
     let c = client_from("127.0.0.33");
-    spend(&traefik, &upstream, &c, &[("x-ratelimit-cost", "0")]).await;
+    spend(&traefik, &upstream, &c, &[("x-ratelimit-cost", &whole)]).await;
     let d = client_from("127.0.0.34");
     spend(&traefik, &upstream, &d, &[("x-ratelimit-cost", "1000000")]).await;
-    assert_eq!(upstream.seen() - base, 6 * N);
+    let e = client_from("127.0.0.35");
+    spend(&traefik, &upstream, &e, &[("x-ratelimit-cost", "0")]).await;
+    assert_eq!(upstream.seen() - base, 7 * N);
 }
 
 #[tokio::test]
