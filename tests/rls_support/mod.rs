@@ -15,11 +15,14 @@ use ratekeeper::app::Application;
 use ratekeeper::config::Settings;
 use tonic::transport::Channel;
 
+/// Every counted limit is per hour (and the servers are fresh per test):
+/// a per-minute window could turn over in the middle of a test's sequence
+/// and give its spent budget back.
 pub const CONFIG: &str = r#"
 domain: edge
 descriptors:
   - key: client
-    rate_limit: { unit: minute, requests_per_unit: 3 }
+    rate_limit: { unit: hour, requests_per_unit: 3 }
     descriptors:
       - key: path
         value: /login
@@ -33,7 +36,7 @@ descriptors:
     shadow_mode: true
     rate_limit: { unit: hour, requests_per_unit: 1 }
   - key: tenant
-    rate_limit: { unit: minute, requests_per_unit: 100, algorithm: sliding_window }
+    rate_limit: { unit: hour, requests_per_unit: 100, algorithm: sliding_window }
 "#;
 
 pub struct Rls {
