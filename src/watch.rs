@@ -104,7 +104,10 @@ pub fn spawn<R: Reload>(reloader: Arc<R>, poll_interval: Duration) -> JoinHandle
                     settle(&events).await;
                     false
                 }
-                () = next_signal(&mut hangup) => true,
+                () = next_signal(&mut hangup) => {
+                    info!(what = reloader.what(), "SIGHUP: re-reading the {}", reloader.what());
+                    true
+                }
                 _ = poll.tick() => {
                     // A write in progress was seen: its events lead to a
                     // settled re-read; reading now could catch a prefix.
@@ -130,15 +133,17 @@ pub fn spawn<R: Reload>(reloader: Arc<R>, poll_interval: Duration) -> JoinHandle
     })
 }
 
-/// Without a policies file, SIGHUP must still not kill the process (its
-/// default action): it is caught and answered with a log line.
-pub fn spawn_without_file() -> JoinHandle<()> {
+/// Without a file for `what` (the policies file), SIGHUP must still not
+/// kill the process (its default action): it is caught and answered with
+/// a log line naming what has nothing to reload (another watcher, of
+/// `rls.config` say, logs its own re-read).
+pub fn spawn_without_file(what: &'static str) -> JoinHandle<()> {
     let hangup = catch_hangup();
     tokio::spawn(async move {
         let mut hangup = hangup;
         loop {
             next_signal(&mut hangup).await;
-            info!("SIGHUP: no policies file to reload");
+            info!(what, "SIGHUP: no {what} configured, none to reload");
         }
     })
 }
