@@ -140,7 +140,7 @@ pub fn load(path: &Path, bounds: &Bounds) -> Result<PolicySet, LoadError> {
 
 /// What one reload attempt did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reload {
+pub enum ReloadOutcome {
     /// Same bytes as the set in force (or as the last rejected file): nothing to do.
     Unchanged,
     /// A new set is in force, with this many policies.
@@ -192,7 +192,7 @@ impl Reloader {
     /// Re-reads the file and swaps the new set in if its bytes changed.
     /// `forced` (SIGHUP) also re-judges bytes already rejected, and counts
     /// an unchanged good file as a reload.
-    pub fn reload(&self, forced: bool) -> Reload {
+    pub fn reload(&self, forced: bool) -> ReloadOutcome {
         let mut rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
         // What identifies this attempt: the bytes' hash, or the read error.
         let (fingerprint, read) = match read(&self.path) {
@@ -202,13 +202,13 @@ impl Reloader {
                 if !forced && sha == self.policies.load().sha256 {
                     // Back to the set in force (a bad edit undone, say).
                     *rejected = None;
-                    return Reload::Unchanged;
+                    return ReloadOutcome::Unchanged;
                 }
                 (sha, Ok(bytes))
             }
         };
         if !forced && rejected.as_deref() == Some(fingerprint.as_str()) {
-            return Reload::Unchanged;
+            return ReloadOutcome::Unchanged;
         }
         let loaded = read
             .and_then(|bytes| parse(&self.path, &bytes, &self.bounds, SystemTime::now()))
@@ -216,7 +216,7 @@ impl Reloader {
         match loaded {
             Ok(set) => {
                 *rejected = None;
-                Reload::Loaded(self.install(set))
+                ReloadOutcome::Loaded(self.install(set))
             }
             Err(e) => {
                 *rejected = Some(fingerprint);
@@ -225,7 +225,7 @@ impl Reloader {
                     file = %self.path.display(),
                     "policies file rejected; the policies in force stay: {e}"
                 );
-                Reload::Rejected
+                ReloadOutcome::Rejected
             }
         }
     }

@@ -17,7 +17,7 @@ use super::{RlsLoadError, Snapshot, parse_all, snapshot};
 use crate::domain::Bounds;
 use crate::domain::rls::RlsConfig;
 use crate::metrics::Metrics;
-use crate::policies::Reload;
+use crate::policies::ReloadOutcome;
 
 /// The files' names and contents, hashed: what identifies a version.
 fn fingerprint(files: &Snapshot) -> String {
@@ -79,7 +79,7 @@ impl Reloader {
     /// Re-reads the files and swaps the new config in if they changed.
     /// `forced` (SIGHUP) also re-judges a version already rejected, and
     /// counts an unchanged good version as a reload (as the policies file).
-    pub fn reload(&self, forced: bool) -> Reload {
+    pub fn reload(&self, forced: bool) -> ReloadOutcome {
         let mut seen = self.lock();
         let (fingerprint, files) = match snapshot(&self.path) {
             Err(e) => (format!("read: {e}"), Err(e)),
@@ -88,10 +88,10 @@ impl Reloader {
         if !forced && seen.in_force.as_deref() == Some(fingerprint.as_str()) {
             // Back to the version in force (a bad edit undone, say).
             seen.rejected = None;
-            return Reload::Unchanged;
+            return ReloadOutcome::Unchanged;
         }
         if !forced && seen.rejected.as_deref() == Some(fingerprint.as_str()) {
-            return Reload::Unchanged;
+            return ReloadOutcome::Unchanged;
         }
         let loaded = files
             .and_then(|files| parse_all(&files, &self.bounds))
@@ -102,7 +102,7 @@ impl Reloader {
                     in_force: Some(fingerprint),
                     rejected: None,
                 };
-                Reload::Loaded(self.install(config))
+                ReloadOutcome::Loaded(self.install(config))
             }
             Err(e) => {
                 seen.rejected = Some(fingerprint);
@@ -111,7 +111,7 @@ impl Reloader {
                     path = %self.path.display(),
                     "rls.config rejected; the config in force stays: {e}"
                 );
-                Reload::Rejected
+                ReloadOutcome::Rejected
             }
         }
     }
@@ -193,16 +193,24 @@ mod tests {
         assert_eq!(r.load_initial().unwrap(), 1);
         std::fs::remove_file(dir.join("edge.yaml")).unwrap();
 
-        assert_eq!(r.reload(false), Reload::Rejected, "limiting would be off");
+        assert_eq!(
+            r.reload(false),
+            ReloadOutcome::Rejected,
+            "limiting would be off"
+        );
         assert_eq!(
             r.config.load().domains.len(),
             1,
             "the config in force stays"
         );
         assert_eq!(r.metrics.rls_reloads_error.get(), 1);
-        assert_eq!(r.reload(false), Reload::Unchanged, "judged once");
+        assert_eq!(r.reload(false), ReloadOutcome::Unchanged, "judged once");
 
-        assert_eq!(r.reload(true), Reload::Loaded(0), "SIGHUP installs it");
+        assert_eq!(
+            r.reload(true),
+            ReloadOutcome::Loaded(0),
+            "SIGHUP installs it"
+        );
         assert_eq!(r.config.load().domains.len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -213,9 +221,9 @@ mod tests {
         std::fs::write(dir.join("edge.yaml"), EDGE).unwrap();
         let r = reloader(&dir);
         r.load_initial().unwrap();
-        assert_eq!(r.reload(false), Reload::Unchanged);
+        assert_eq!(r.reload(false), ReloadOutcome::Unchanged);
         assert_eq!(r.metrics.rls_reloads_ok.get(), 1);
-        assert_eq!(r.reload(true), Reload::Loaded(1));
+        assert_eq!(r.reload(true), ReloadOutcome::Loaded(1));
         assert_eq!(r.metrics.rls_reloads_ok.get(), 2);
         let _ = std::fs::remove_dir_all(&dir);
     }
