@@ -82,14 +82,7 @@ impl Application {
         backend: Backend,
         probe_interval: Duration,
     ) -> Result<Application, StartError> {
-        let addr = settings.server.listen;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| StartError::Bind { addr, source })?;
-        let addr = listener
-            .local_addr()
-            .map_err(|source| StartError::Bind { addr, source })?;
-
+        let (listener, addr) = bind_http(settings.server.listen).await?;
         let metrics = Arc::new(Metrics::new());
         // Before anything is spawned: an invalid policies file stops startup.
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
@@ -100,68 +93,18 @@ impl Application {
         // SIGHUP is caught either way: its default action would end the process.
         background.push(match reloader {
             Some(reloader) => watch::spawn(reloader, settings.policies_poll_interval),
-            None => watch::spawn_without_file(),
+            None => watch::spawn_without_file("policies file"),
         });
-        // Local fallback only makes sense in front of Redis: the embedded
-        // store as the main store is never unreachable. Kept whenever Redis
-        // is, since a policy may choose `local` whatever the service's mode
-        // (it holds nothing until an outage).
-        let local = matches!(backend, Backend::Redis(_)).then(|| {
-            let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
-            background.push(store.spawn_sweeper(settings.memory.sweep_interval));
-            store
-        });
-        let (store, redis): (Arc<dyn Store>, _) = match backend {
-            Backend::Memory(store) => {
-                background.push(store.spawn_sweeper(settings.memory.sweep_interval));
-                (Arc::new(store), None)
-            }
-            Backend::Redis(store) => {
-                if !store.wait_connected(STARTUP_CONNECT_WAIT).await {
-                    warn!(
-                        "redis not reachable at startup: serving by the failure policy until it is"
-                    );
-                }
-                (Arc::new(store.clone()), Some(store))
-            }
-        };
-        let breaker = BreakerConfig {
-            trial_interval: probe_interval,
-            ..settings.breaker
-        };
-        let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
-            .with_breaker(breaker, Arc::new(MonotonicClock::default()));
-        if let Some(local) = local {
-            limiter = limiter.with_local_store(local);
-        }
-        if settings.deny_cache_capacity > 0 {
-            let clock = Arc::new(MonotonicClock::default());
-            limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
-        }
+        let (store, redis, local) = open_stores(backend, &settings, &mut background).await;
+        let limiter = build_limiter(store, local, &settings, probe_interval, &metrics);
         let limiter = Arc::new(limiter);
         // One probe before serving: a healthy Redis is ready from the first
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;
         background.push(limiter.spawn_prober(probe_interval));
         let grpc_addr = grpc.as_ref().map(|g| g.addr);
-        if let Some(Grpc {
-            listener,
-            addr: grpc_addr,
-            config,
-            reloader,
-        }) = grpc
-        {
-            let domains = config.load().domains.len();
-            info!(%grpc_addr, domains, "Envoy RLS gRPC listening on {grpc_addr}");
-            if let Some(reloader) = reloader {
-                background.push(watch::spawn(reloader, settings.policies_poll_interval));
-            }
-            let service = crate::rls::server::RlsService {
-                limiter: limiter.clone(),
-                config,
-                bounds: settings.limits,
-            };
-            background.push(crate::rls::server::spawn(listener, service));
+        if let Some(grpc) = grpc {
+            spawn_grpc(grpc, &limiter, &settings, &mut background);
         }
         info!(
             %addr,
@@ -296,6 +239,99 @@ async fn bind_grpc(
 }
 
 /// The bound RLS listener, the config in force, and what reloads it.
+/// The HTTP listener on `addr`, and the address it got (port 0 picks one).
+async fn bind_http(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok((listener, addr))
+}
+
+/// The main store as an `Arc<dyn Store>`, the Redis handle (kept for
+/// shutdown) and, in front of Redis, the local fallback store; the embedded
+/// stores' sweepers go into `background`.
+async fn open_stores(
+    backend: Backend,
+    settings: &Settings,
+    background: &mut Vec<JoinHandle<()>>,
+) -> (Arc<dyn Store>, Option<RedisStore>, Option<MemoryStore>) {
+    // Local fallback only makes sense in front of Redis: the embedded
+    // store as the main store is never unreachable. Kept whenever Redis
+    // is, since a policy may choose `local` whatever the service's mode
+    // (it holds nothing until an outage).
+    let local = matches!(backend, Backend::Redis(_)).then(|| {
+        let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
+        background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+        store
+    });
+    match backend {
+        Backend::Memory(store) => {
+            background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+            (Arc::new(store), None, local)
+        }
+        Backend::Redis(store) => {
+            if !store.wait_connected(STARTUP_CONNECT_WAIT).await {
+                warn!("redis not reachable at startup: serving by the failure policy until it is");
+            }
+            (Arc::new(store.clone()), Some(store), local)
+        }
+    }
+}
+
+/// The limiter over `store`: the breaker, the local fallback, the deny cache.
+fn build_limiter(
+    store: Arc<dyn Store>,
+    local: Option<MemoryStore>,
+    settings: &Settings,
+    probe_interval: Duration,
+    metrics: &Arc<Metrics>,
+) -> Limiter {
+    let breaker = BreakerConfig {
+        trial_interval: probe_interval,
+        ..settings.breaker
+    };
+    let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
+        .with_breaker(breaker, Arc::new(MonotonicClock::default()));
+    if let Some(local) = local {
+        limiter = limiter.with_local_store(local);
+    }
+    if settings.deny_cache_capacity > 0 {
+        let clock = Arc::new(MonotonicClock::default());
+        limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
+    }
+    limiter
+}
+
+/// Serves the Envoy RLS on the bound gRPC listener, and watches
+/// `rls.config` when it is reloadable.
+fn spawn_grpc(
+    grpc: Grpc,
+    limiter: &Arc<Limiter>,
+    settings: &Settings,
+    background: &mut Vec<JoinHandle<()>>,
+) {
+    let Grpc {
+        listener,
+        addr,
+        config,
+        reloader,
+    } = grpc;
+    let domains = config.load().domains.len();
+    info!(grpc_addr = %addr, domains, "Envoy RLS gRPC listening on {addr}");
+    if let Some(reloader) = reloader {
+        background.push(watch::spawn(reloader, settings.policies_poll_interval));
+    }
+    let service = crate::rls::server::RlsService {
+        limiter: limiter.clone(),
+        config,
+        bounds: settings.limits,
+    };
+    background.push(crate::rls::server::spawn(listener, service));
+}
+
 struct Grpc {
     listener: TcpListener,
     addr: SocketAddr,
