@@ -48,10 +48,7 @@ fn envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
 
 /// Envoy starts (and installs, the first time) off the test's runtime.
 async fn start_envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
-    let upstream = Upstream {
-        addr: upstream.addr,
-        seen: upstream.seen.clone(),
-    };
+    let upstream = upstream.clone();
     tokio::task::spawn_blocking(move || envoy(&upstream, grpc, deny))
         .await
         .expect("envoy started")

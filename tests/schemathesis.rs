@@ -14,47 +14,17 @@ use std::time::{Duration, Instant};
 
 mod support;
 
+use support::venv::{pip_tool, python_of};
+
 /// Generated requests per operation and phase: about half a minute here.
 const MAX_EXAMPLES: &str = "1000";
 const SCHEMATHESIS: &str = "schemathesis>=4.32,<5";
 const RUN_LIMIT: Duration = Duration::from_secs(300);
 
-fn run(command: &mut Command, what: &str) {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The `st` executable in our virtualenv, installing it if missing.
+/// The `st` script in our virtualenv, installed on first use; run it with
+/// the venv's Python ([`python_of`]).
 fn schemathesis() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-venv");
-    let st = venv.join("bin").join("schemathesis");
-    if st.is_file() {
-        return st;
-    }
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&venv),
-        "creating a Python virtualenv for schemathesis (needs python3 and python3-venv; \
-         scripts/test.sh installs them with apt)",
-    );
-    run(
-        Command::new(venv.join("bin").join("pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            SCHEMATHESIS,
-        ]),
-        "installing schemathesis from PyPI into the test virtualenv",
-    );
-    assert!(st.is_file(), "pip installed schemathesis without `{st:?}`");
-    st
+    pip_tool("schemathesis", SCHEMATHESIS, "bin/schemathesis")
 }
 
 #[test]
@@ -77,7 +47,8 @@ fn schemathesis_finds_nothing() {
     ]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let hooks = root.join("tests").join("schemathesis");
-    let mut run = Command::new(st)
+    let mut run = Command::new(python_of(&st))
+        .arg(&st)
         .arg("run")
         .arg(root.join("openapi.yaml"))
         .args(["--url", &format!("http://{addr}")])

@@ -12,48 +12,14 @@ mod proxies;
 mod support;
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
 
 use policy_checks::{install, limit, policy};
+use proxies::Upstream;
 use proxies::traefik::Traefik;
 use ratekeeper::domain::Algorithm;
 use support::{RedisServer, TestApp, settings, unique_key};
 
 const N: usize = 3;
-
-/// An upstream that answers 200 `hello`, counts what reaches it and keeps
-/// the RateLimit request header that forwardAuth's authResponseHeaders
-/// copied onto each request.
-struct Upstream {
-    addr: SocketAddr,
-    seen: Arc<Mutex<Vec<Option<String>>>>,
-}
-
-impl Upstream {
-    async fn start() -> Upstream {
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let record = seen.clone();
-        let app = axum::Router::new().fallback(move |headers: axum::http::HeaderMap| {
-            let ratelimit = headers
-                .get("ratelimit")
-                .map(|v| v.to_str().unwrap().to_string());
-            record.lock().unwrap().push(ratelimit);
-            async { "hello" }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        Upstream { addr, seen }
-    }
-
-    fn seen(&self) -> usize {
-        self.seen.lock().unwrap().len()
-    }
-
-    fn last_ratelimit(&self) -> Option<String> {
-        self.seen.lock().unwrap().last().cloned().flatten()
-    }
-}
 
 async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Traefik) {
     let mut config = settings(redis);
@@ -107,7 +73,9 @@ async fn spend(
         // client: Traefik adds no RateLimit to an allowed response.
         assert!(!response.headers().contains_key("ratelimit"));
         assert_eq!(response.text().await.unwrap(), "hello");
-        let ratelimit = upstream.last_ratelimit().expect("RateLimit upstream");
+        let ratelimit = upstream
+            .last_header("ratelimit")
+            .expect("RateLimit upstream");
         assert!(
             ratelimit.starts_with(&format!("\"l\";r={};t=", N - 1 - i)),
             "{ratelimit}"

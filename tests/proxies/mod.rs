@@ -7,34 +7,43 @@ pub mod nginx;
 pub mod traefik;
 
 use std::net::SocketAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
-/// An upstream that answers 200 `hello` and counts what reaches it.
+use axum::http::HeaderMap;
+
+/// An upstream that answers 200 `hello` and keeps the headers of each
+/// request that reaches it (what a proxy added, such as Traefik's
+/// authResponseHeaders, is checked there).
+#[derive(Clone)]
 pub struct Upstream {
     pub addr: SocketAddr,
-    pub seen: Arc<AtomicUsize>,
+    requests: Arc<Mutex<Vec<HeaderMap>>>,
 }
 
 impl Upstream {
     pub async fn start() -> Upstream {
-        let seen = Arc::new(AtomicUsize::new(0));
-        let counter = seen.clone();
-        let app = axum::Router::new().fallback(move || {
-            let counter = counter.clone();
-            async move {
-                counter.fetch_add(1, Ordering::SeqCst);
-                "hello"
-            }
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let record = requests.clone();
+        let app = axum::Router::new().fallback(move |headers: HeaderMap| {
+            record.lock().unwrap().push(headers);
+            async { "hello" }
         });
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(async move { axum::serve(listener, app).await });
-        Upstream { addr, seen }
+        Upstream { addr, requests }
     }
 
+    /// How many requests reached the upstream.
     pub fn seen(&self) -> usize {
-        self.seen.load(Ordering::SeqCst)
+        self.requests.lock().unwrap().len()
+    }
+
+    /// The header `name` of the last request that reached the upstream.
+    pub fn last_header(&self, name: &str) -> Option<String> {
+        let requests = self.requests.lock().unwrap();
+        let value = requests.last()?.get(name)?;
+        Some(value.to_str().unwrap().to_string())
     }
 }
 

