@@ -17,9 +17,13 @@ use policy_checks::{install, limit, policy};
 use proxies::Upstream;
 use proxies::traefik::Traefik;
 use ratekeeper::domain::Algorithm;
+use ratekeeper::domain::forward::KeySpec;
 use support::{RedisServer, TestApp, settings, unique_key};
 
 const N: usize = 3;
+/// The `per-ip` backstop policy's limit (an hour): above what one address
+/// spends in the keyed test.
+const PER_IP: usize = 12;
 
 async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Traefik) {
     let mut config = settings(redis);
@@ -30,7 +34,19 @@ async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Traefik) {
         "api",
         vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
     );
-    install(&app, vec![api]);
+    let mut per_ip = policy(
+        "per-ip",
+        vec![limit(
+            "ip",
+            Algorithm::FixedWindow,
+            PER_IP as u64,
+            "1h",
+            None,
+        )],
+    );
+    per_ip.forward.key_from_text = vec!["ip".to_string()].into();
+    per_ip.forward.key_from = vec![KeySpec::parse("ip").unwrap()].into();
+    install(&app, vec![api, per_ip]);
     let upstream = Upstream::start().await;
     let ratekeeper: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let traefik = Traefik::start(ratekeeper, upstream.addr).await;
@@ -171,4 +187,52 @@ async fn traefik_forward_auth_on_the_embedded_store() {
 async fn traefik_forward_auth_on_redis() {
     let redis = RedisServer::start();
     keyed_by_api_key_and_by_client_address(Some(&redis.url())).await;
+}
+
+/// X-API-Key is whatever the client sends: a client with a new key per
+/// request, or none, meets the `per-ip` backstop middleware all the same.
+#[tokio::test]
+async fn rotating_api_keys_meet_the_per_ip_backstop() {
+    let (_app, upstream, traefik) = setup(None).await;
+    let base = upstream.seen();
+    let client = client_from("127.0.0.40");
+    for i in 0..PER_IP {
+        let key = unique_key("rotated");
+        let response = request(
+            &client,
+            &traefik,
+            reqwest::Method::GET,
+            &[("x-api-key", &key)],
+        )
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+    }
+    let key = unique_key("rotated");
+    let response = request(
+        &client,
+        &traefik,
+        reqwest::Method::GET,
+        &[("x-api-key", &key)],
+    )
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(response.status(), 429, "a fresh key, the same address");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["violated-policies"], serde_json::json!(["ip"]));
+    let none = request(&client, &traefik, reqwest::Method::GET, &[])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), 429, "no key");
+    assert_eq!(upstream.seen() - base, PER_IP);
+    // Another address is not affected.
+    let elsewhere = client_from("127.0.0.41");
+    let response = request(&elsewhere, &traefik, reqwest::Method::GET, &[])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
 }
