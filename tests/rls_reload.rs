@@ -302,3 +302,25 @@ async fn an_invalid_version_is_kept_out() {
         "the broken version counted once"
     );
 }
+
+/// `rm` then `cp` (or `rsync --delete`): between the two the directory
+/// holds no domains, which would switch limiting off. Refused and counted;
+/// the config in force stays until the new file lands.
+#[tokio::test]
+async fn a_directory_emptied_between_rm_and_cp_is_refused() {
+    let dir = support::fresh_dir("rls-emptied");
+    write(&dir.join("edge.yaml"), &domain("edge", 5));
+    let rls = serve(dir.clone()).await;
+    std::fs::remove_file(dir.join("edge.yaml")).unwrap();
+    wait_for_errors(&rls, 1.0, "the emptied directory").await;
+    assert_eq!(
+        limit(&rls, "edge", "global").await,
+        Some(5),
+        "still limited"
+    );
+    assert_eq!(metric(&rls, "ratekeeper_rls_domains_loaded").await, 1.0);
+
+    write(&dir.join("edge.yaml"), &domain("edge", 6));
+    wait_for(&rls, "edge", 6, "the new file").await;
+    assert_eq!(metric(&rls, ERROR).await, 1.0);
+}
