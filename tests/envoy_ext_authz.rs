@@ -48,11 +48,7 @@ async fn setup() -> (TestApp, Upstream, Envoy) {
             ("http://127.0.0.1:8080", format!("http://{ratekeeper}")),
         ],
     );
-    // Off the runtime thread that also serves the in-process ratekeeper
-    // (Envoy's start, and its first install, block for seconds).
-    let envoy = tokio::task::spawn_blocking(move || Envoy::start(&bootstrap, port))
-        .await
-        .expect("envoy started");
+    let envoy = Envoy::start(&bootstrap, port).await;
     (app, upstream, envoy)
 }
 

@@ -29,7 +29,7 @@ const N: usize = 3;
 /// rls.yaml's per-address limit.
 const PER_ADDRESS: usize = 12;
 
-fn envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
+async fn start_envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
     let port = free_port();
     let mut pairs = vec![
         ("port_value: 10000", format!("port_value: {port}")),
@@ -43,15 +43,7 @@ fn envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
         pairs.push(("failure_mode_deny: false", "failure_mode_deny: true".into()));
     }
     let bootstrap = substitute(EXAMPLE, &pairs);
-    Envoy::start(&bootstrap, port)
-}
-
-/// Envoy starts (and installs, the first time) off the test's runtime.
-async fn start_envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
-    let upstream = upstream.clone();
-    tokio::task::spawn_blocking(move || envoy(&upstream, grpc, deny))
-        .await
-        .expect("envoy started")
+    Envoy::start(&bootstrap, port).await
 }
 
 /// The ratekeeper binary serving rls.yaml on a free gRPC port.

@@ -45,8 +45,16 @@ impl Drop for Envoy {
 impl Envoy {
     /// Envoy with `bootstrap` (an example, its addresses substituted), whose
     /// listener is on `port`. Returns once the admin `/ready` says LIVE.
-    pub fn start(bootstrap: &str, port: u16) -> Envoy {
-        let envoy = envoy_binary();
+    ///
+    /// The install (minutes the first time) runs off the test's runtime,
+    /// which may also serve an in-process ratekeeper. Envoy itself is
+    /// spawned from the test's own thread: started from a blocking-pool
+    /// thread, it got SIGTERM when that thread exited after its 10 s idle
+    /// (a parent-death signal follows the spawning thread), mid-test.
+    pub async fn start(bootstrap: &str, port: u16) -> Envoy {
+        let envoy = tokio::task::spawn_blocking(envoy_binary)
+            .await
+            .expect("envoy installed");
         let dir = fresh_dir("envoy");
         let admin = free_port();
         std::fs::write(dir.join("envoy.yaml"), bootstrap).unwrap();
@@ -77,7 +85,7 @@ impl Envoy {
                 "envoy not ready after 20 s:\n{}",
                 envoy.log()
             );
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         envoy
     }
