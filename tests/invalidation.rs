@@ -6,121 +6,12 @@
 
 mod support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::prelude::*;
-use ratekeeper::deny_cache::DenyCache;
-use ratekeeper::domain::{Algorithm, Check, MonotonicClock};
-use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
-use ratekeeper::metrics::Metrics;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
-use support::{RedisServer, TestApp, check, settings, unique_key};
-
-/// One service instance: its own Redis clients, deny cache and subscriber.
-struct Instance {
-    limiter: Arc<Limiter>,
-    metrics: Arc<Metrics>,
-    store: RedisStore,
-    listener: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        self.listener.abort();
-    }
-}
-
-fn options(url: String) -> RedisOptions {
-    RedisOptions {
-        url,
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(1),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        batch_window: Duration::ZERO,
-        clock: None,
-        ttl_pad_ms: 0,
-    }
-}
-
-async fn instance(url: String) -> Instance {
-    let store = RedisStore::connect(options(url)).unwrap();
-    assert!(store.wait_connected(Duration::from_secs(10)).await);
-    let metrics = Arc::new(Metrics::new());
-    let policy = FailurePolicy {
-        mode: FailureMode::Closed,
-        closed_retry_after: Duration::from_secs(1),
-    };
-    let cache = DenyCache::new(1_000, Arc::new(MonotonicClock::default()));
-    let limiter = Arc::new(
-        Limiter::new(Arc::new(store.clone()), policy, metrics.clone()).with_deny_cache(cache),
-    );
-    limiter.probe().await;
-    // As in the service: the prober notices when Redis is back.
-    drop(limiter.spawn_prober(Duration::from_millis(100)));
-    let sink = limiter.invalidation_sink().expect("a deny cache");
-    let mut listener = store
-        .spawn_invalidation_listener(sink, Duration::from_millis(100))
-        .unwrap();
-    assert!(listener.wait_subscribed(Duration::from_secs(10)).await);
-    Instance {
-        limiter,
-        metrics,
-        store,
-        listener: listener.task,
-    }
-}
-
-/// One unit a minute: the second check is denied for a minute.
-fn one_a_minute(key: &str) -> Check {
-    check(key, Algorithm::FixedWindow, 1, "60s", 1)
-}
-
-/// Spends the one unit, gets denied, and proves the denial is cached: the
-/// third check is answered without the store.
-async fn deny_and_cache(a: &Instance, check: &Check) {
-    assert!(a.limiter.check(check).await.unwrap().allowed);
-    assert!(!a.limiter.check(check).await.unwrap().allowed);
-    let hits = a.metrics.deny_cache_hits.get();
-    assert!(!a.limiter.check(check).await.unwrap().allowed);
-    assert_eq!(
-        a.metrics.deny_cache_hits.get(),
-        hits + 1,
-        "answered from the cache"
-    );
-}
-
-/// A reset of `check` as the reset endpoint does it: the key's state is
-/// deleted in Redis (key layout of `store/redis/keys.rs`).
-async fn delete_state(store: &RedisStore, redis: &Client, check: &Check) {
-    let deleted: i64 = redis.del(store.key_for(check)).await.unwrap();
-    assert_eq!(deleted, 1, "the key's state was there");
-}
-
-async fn plain_client(url: &str) -> Client {
-    let client = Builder::from_config(Config::from_url(url).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    client
-}
-
-/// Polls `done` every 10 ms without blocking the runtime.
-async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + limit;
-    while !done() {
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {limit:?}: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
-fn percentile(sorted: &[Duration], p: usize) -> Duration {
-    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
-}
+use support::invalidation::{
+    delete_state, deny_and_cache, eventually, instance, one_a_minute, percentile, plain_client,
+};
+use support::{RedisServer, TestApp, settings, unique_key};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_through_b_is_seen_by_a_as_soon_as_the_message_arrives() {
@@ -317,6 +208,17 @@ async fn an_unanswered_heartbeat_suspends_the_cache() {
         !a.limiter.deny_cache_suspended()
     })
     .await;
+    // The reconnect the listener forced lands once Redis answers, and
+    // costs one more round: wait until that has settled.
+    let mut lost = a.metrics.invalidation_subscription_lost.get();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = a.metrics.invalidation_subscription_lost.get();
+        if now == lost && !a.limiter.deny_cache_suspended() {
+            break;
+        }
+        lost = now;
+    }
     let check = one_a_minute(&unique_key("frozen"));
     eventually(Duration::from_secs(10), "store answers", || {
         a.limiter.is_ready()
