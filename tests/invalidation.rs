@@ -9,7 +9,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use support::invalidation::{
-    delete_state, deny_and_cache, eventually, instance, one_a_minute, percentile, plain_client,
+    delete_state, deny_and_cache, eventually, instance, instance_unsubscribed, one_a_minute,
+    percentile, plain_client,
 };
 use support::{RedisServer, TestApp, settings, unique_key};
 
@@ -224,5 +225,35 @@ async fn an_unanswered_heartbeat_suspends_the_cache() {
         a.limiter.is_ready()
     })
     .await;
+    deny_and_cache(&a, &check).await;
+}
+
+/// Redis 7 gives a new ACL user no pub/sub channel: the subscription is
+/// refused, so the deny cache stays off (checks still work) and publishing
+/// fails (counted), until the channel is granted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_channel_in_its_acl_an_instance_runs_without_its_cache() {
+    let server = RedisServer::start();
+    let grant = |channels: &str| {
+        server.cli(&["acl", "setuser", "rk", "on", ">pw", "~*", "+@all", channels])
+    };
+    assert_eq!(grant("resetchannels"), "OK");
+    let url = format!("redis://rk:pw@127.0.0.1:{}", server.port);
+    let a = instance_unsubscribed(url).await;
+    let check = one_a_minute(&unique_key("acl"));
+    assert!(a.limiter.check(&check).await.unwrap().allowed);
+    for _ in 0..3 {
+        assert!(!a.limiter.check(&check).await.unwrap().allowed);
+    }
+    assert_eq!(a.metrics.deny_cache_hits.get(), 0, "the cache is off");
+    assert!(a.limiter.deny_cache_suspended());
+    a.limiter.invalidate(&check.key).await;
+    assert_eq!(a.metrics.invalidations_sent_error.get(), 1);
+    assert_eq!(grant("&rk:invalidate"), "OK");
+    eventually(Duration::from_secs(5), "subscribed once allowed", || {
+        !a.limiter.deny_cache_suspended()
+    })
+    .await;
+    let check = one_a_minute(&unique_key("acl"));
     deny_and_cache(&a, &check).await;
 }

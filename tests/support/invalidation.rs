@@ -40,7 +40,16 @@ pub fn options(url: String) -> RedisOptions {
     }
 }
 
+/// An instance whose subscription is up.
 pub async fn instance(url: String) -> Instance {
+    let instance = instance_unsubscribed(url).await;
+    let up = || !instance.limiter.deny_cache_suspended();
+    eventually(Duration::from_secs(10), "subscribed", up).await;
+    instance
+}
+
+/// An instance whose subscriber was started, subscribed or not.
+pub async fn instance_unsubscribed(url: String) -> Instance {
     let store = RedisStore::connect(options(url)).unwrap();
     assert!(store.wait_connected(Duration::from_secs(10)).await);
     let metrics = Arc::new(Metrics::new());
@@ -56,10 +65,9 @@ pub async fn instance(url: String) -> Instance {
     // As in the service: the prober notices when Redis is back.
     drop(limiter.spawn_prober(Duration::from_millis(100)));
     let sink = limiter.invalidation_sink().expect("a deny cache");
-    let mut listener = store
+    let listener = store
         .spawn_invalidation_listener(sink, Duration::from_millis(100))
         .unwrap();
-    assert!(listener.wait_subscribed(Duration::from_secs(10)).await);
     Instance {
         limiter,
         metrics,

@@ -157,6 +157,7 @@ impl Listener {
     /// lost right after the answer still counts (one more round at worst).
     async fn subscribe(&mut self) {
         let mut pause = Duration::from_millis(10);
+        let mut first = true;
         loop {
             // Past the connection's own events (fred broadcasts the
             // reconnect before it counts as connected), so they do not
@@ -165,8 +166,15 @@ impl Listener {
             let _ = tokio::time::timeout(self.heartbeat, self.client.wait_for_connect()).await;
             self.errors = self.errors.resubscribe();
             self.reconnects = self.reconnects.resubscribe();
-            if self.client.subscribe(self.channel.as_str()).await.is_ok() {
-                return;
+            match self.client.subscribe(self.channel.as_str()).await {
+                Ok(()) => return,
+                // Once per outage; NOPERM here means the ACL user lacks the
+                // channel (Redis 7 users get none by default).
+                Err(error) if first => {
+                    tracing::warn!(%error, channel = %self.channel, "cannot subscribe to the invalidation channel: deny cache off until it can");
+                    first = false;
+                }
+                Err(_) => {}
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(self.heartbeat);
