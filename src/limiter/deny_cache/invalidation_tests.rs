@@ -1,7 +1,7 @@
 //! Invalidation of the deny cache, on a manual clock.
 
 use super::*;
-use crate::domain::{Algorithm, ManualClock, Rule};
+use crate::domain::{Algorithm, ManualClock, MonotonicClock, Rule};
 
 fn rule(algorithm: Algorithm) -> Rule {
     Rule {
@@ -161,4 +161,47 @@ fn old_marks_are_dropped() {
     clock.advance_us(MAX_AGE.as_micros() as u64 + 1);
     cache.invalidate("another");
     assert_eq!(cache.invalidations.mark_count(), 1);
+}
+
+/// Real threads on the real clock: recorders take the asking time, then
+/// read the "store" (denied until the reset), then record; meanwhile the
+/// state is reset and the key invalidated. Once `invalidate` returned, no
+/// lookup may ever answer a denial again: every denial the store gave was
+/// asked before the reset, hence before the invalidation.
+#[test]
+fn no_denial_from_before_the_reset_survives_racing_recorders() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    for _ in 0..50 {
+        let cache = Arc::new(DenyCache::new(100, Arc::new(MonotonicClock::default())));
+        let reset = Arc::new(AtomicBool::new(false));
+        let invalidated = Arc::new(AtomicBool::new(false));
+        let c = check("k", None, Algorithm::SlidingWindow);
+        let recorders: Vec<_> = (0..3)
+            .map(|_| {
+                let (cache, reset, invalidated, c) =
+                    (cache.clone(), reset.clone(), invalidated.clone(), c.clone());
+                std::thread::spawn(move || {
+                    for _ in 0..2_000 {
+                        let after = invalidated.load(Ordering::SeqCst);
+                        let asked_at = cache.now_us();
+                        if !reset.load(Ordering::SeqCst) {
+                            cache.record(&c, asked_at, &[denied()]);
+                        }
+                        if after {
+                            assert!(cache.lookup(&c).is_none(), "a stale denial answered");
+                        }
+                    }
+                })
+            })
+            .collect();
+        std::thread::yield_now();
+        reset.store(true, Ordering::SeqCst);
+        cache.invalidate("k");
+        invalidated.store(true, Ordering::SeqCst);
+        assert!(cache.lookup(&c).is_none());
+        for recorder in recorders {
+            recorder.join().unwrap();
+        }
+        assert!(cache.lookup(&c).is_none());
+    }
 }
