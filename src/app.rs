@@ -111,13 +111,15 @@ impl Application {
             background.push(store.spawn_sweeper(settings.memory.sweep_interval));
             store
         });
+        let mut redis_connected = false;
         let (store, redis): (Arc<dyn Store>, _) = match backend {
             Backend::Memory(store) => {
                 background.push(store.spawn_sweeper(settings.memory.sweep_interval));
                 (Arc::new(store), None)
             }
             Backend::Redis(store) => {
-                if !store.wait_connected(STARTUP_CONNECT_WAIT).await {
+                redis_connected = store.wait_connected(STARTUP_CONNECT_WAIT).await;
+                if !redis_connected {
                     warn!(
                         "redis not reachable at startup: serving by the failure policy until it is"
                     );
@@ -139,6 +141,15 @@ impl Application {
             limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
         }
         let limiter = Arc::new(limiter);
+        if let (Some(redis), Some(sink)) = (&redis, limiter.invalidation_sink()) {
+            let mut listener = redis.spawn_invalidation_listener(sink, probe_interval)?;
+            // Like the connection: a healthy instance uses its deny cache
+            // from the first request.
+            if redis_connected && !listener.wait_subscribed(STARTUP_CONNECT_WAIT).await {
+                warn!("not subscribed to the invalidation channel yet: deny cache off until it is");
+            }
+            background.push(listener.task);
+        }
         // One probe before serving: a healthy Redis is ready from the first
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;

@@ -50,6 +50,16 @@ pub struct Metrics {
     evictions_sync: std::sync::Mutex<()>,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
+    /// `ratekeeper_invalidations_sent_total{result="ok"|"error"}`.
+    pub invalidations_sent_ok: IntCounter,
+    pub invalidations_sent_error: IntCounter,
+    /// Invalidations received on the channel (this instance's own included).
+    pub invalidations_received: IntCounter,
+    /// 1 while subscribed to the invalidation channel (the deny cache is
+    /// in use), 0 otherwise.
+    pub invalidation_subscribed: IntGauge,
+    /// Times the subscription was lost (the deny cache was dropped).
+    pub invalidation_subscription_lost: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
     pub store_up: IntGauge,
     /// `ratekeeper_breaker_state{state}`: failure domains per breaker state,
@@ -136,6 +146,34 @@ impl Metrics {
             "Denials answered by the local deny cache without asking the store.",
         )
         .expect("valid metric");
+        let invalidations_sent = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_invalidations_sent_total",
+                "Invalidations published after a reset or refund, by result (ok|error): an error \
+                 leaves other instances' cached denials of that key for up to 1 s.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let invalidations_sent_ok = invalidations_sent.with_label_values(&["ok"]);
+        let invalidations_sent_error = invalidations_sent.with_label_values(&["error"]);
+        let invalidations_received = IntCounter::new(
+            "ratekeeper_invalidations_received_total",
+            "Invalidations received on the Redis channel, this instance's own included.",
+        )
+        .expect("valid metric");
+        let invalidation_subscribed = IntGauge::new(
+            "ratekeeper_invalidation_subscribed",
+            "1 while subscribed to the Redis invalidation channel (the deny cache is in use); \
+             0 while the subscription is lost (the deny cache is dropped and unused), and \
+             always 0 without Redis or without a deny cache.",
+        )
+        .expect("valid metric");
+        let invalidation_subscription_lost = IntCounter::new(
+            "ratekeeper_invalidation_subscription_lost_total",
+            "Times the invalidation subscription was lost and the deny cache dropped.",
+        )
+        .expect("valid metric");
         let store_up = IntGauge::new(
             "ratekeeper_store_up",
             "1 while the store answers checks (ready), 0 while degraded.",
@@ -213,6 +251,10 @@ impl Metrics {
             Box::new(check_duration.clone()),
             Box::new(backend_duration.clone()),
             Box::new(deny_cache_hits.clone()),
+            Box::new(invalidations_sent),
+            Box::new(invalidations_received.clone()),
+            Box::new(invalidation_subscribed.clone()),
+            Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
             Box::new(store_evictions.clone()),
             Box::new(store_up.clone()),
@@ -249,6 +291,11 @@ impl Metrics {
             check_duration,
             backend_duration,
             deny_cache_hits,
+            invalidations_sent_ok,
+            invalidations_sent_error,
+            invalidations_received,
+            invalidation_subscribed,
+            invalidation_subscription_lost,
             store_keys,
             store_evictions,
             evictions_sync: std::sync::Mutex::new(()),

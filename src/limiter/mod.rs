@@ -27,6 +27,7 @@ pub mod breaker;
 pub mod deny_cache;
 pub mod domains;
 mod health;
+mod invalidate;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -52,7 +53,7 @@ pub struct Limiter {
     store: Arc<dyn Store>,
     policy: FailurePolicy,
     metrics: Arc<Metrics>,
-    deny_cache: Option<DenyCache>,
+    deny_cache: Option<Arc<DenyCache>>,
     /// The fallback of [`FailureMode::Local`].
     local: Option<MemoryStore>,
     breakers: Breakers,
@@ -106,7 +107,7 @@ impl Limiter {
 
     /// Answers repeated denials locally (see [`deny_cache`]).
     pub fn with_deny_cache(mut self, cache: DenyCache) -> Limiter {
-        self.deny_cache = Some(cache);
+        self.deny_cache = Some(Arc::new(cache));
         self
     }
 
@@ -132,7 +133,7 @@ impl Limiter {
             self.metrics.deny_cache_hits.inc();
             Decision::from_outcomes(check, &outcomes)
         } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
-            let asked_at = cache.map(DenyCache::now_us);
+            let asked_at = cache.map(|c| c.now_us());
             let started = Instant::now();
             let result = self.store.check(check).await;
             self.metrics

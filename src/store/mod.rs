@@ -46,6 +46,25 @@ pub trait Store: Send + Sync + 'static {
     fn evictions(&self) -> Option<u64> {
         None
     }
+
+    /// Tells the other instances sharing this store that `key`'s state
+    /// changed under their deny caches (a reset, a refund). `Ok(false)`:
+    /// no other instance shares this store (the embedded store).
+    async fn publish_invalidation(&self, _key: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+}
+
+/// Where a store's invalidation listener reports (the deny cache).
+pub trait InvalidationSink: Send + Sync + 'static {
+    /// `key`'s state changed (any instance's message, this one's included).
+    fn invalidated(&self, key: &str);
+    /// Something changed that cannot be told apart (a message that is no
+    /// client key, messages dropped because the listener fell behind).
+    fn invalidated_all(&self);
+    /// `false`: invalidations may be missed from now on; `true`: they are
+    /// received again from now on.
+    fn subscribed(&self, up: bool);
 }
 
 /// Why a store could not answer.

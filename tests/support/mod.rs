@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 pub mod binary;
 mod cluster;
+pub mod invalidation;
 mod load;
 mod sentinel;
 pub mod stores;

@@ -8,8 +8,10 @@
 //! Layout: `keys.rs` (key names and cluster slots), `calls.rs` (EVALSHA of
 //! one check or one batch), `batch.rs` (the micro-batcher task),
 //! `errors.rs` (outage or bug), `auth.rs` (refused credentials),
-//! `domains.rs` (which cluster node owns a slot) and `nodes.rs` (a client
-//! pool per cluster node, so one dead node stalls only its own keys).
+//! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
+//! pool per cluster node, so one dead node stalls only its own keys) and
+//! `invalidation.rs` (the pub/sub channel that keeps deny caches exact
+//! across instances).
 //!
 //! Timeouts and reconnects follow `shared/DEPENDENCIES.md`: fred's
 //! `default_command_timeout` (per-call options are ignored for EVALSHA),
@@ -22,6 +24,7 @@ mod batch;
 mod calls;
 mod domains;
 mod errors;
+mod invalidation;
 mod keys;
 mod nodes;
 
@@ -37,6 +40,7 @@ use tokio::sync::mpsc;
 use super::{Store, StoreError, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
 use errors::classify;
+pub use invalidation::{InvalidationListener, MAX_MESSAGE_BYTES};
 
 /// How to reach Redis and how to lay out keys.
 #[derive(Clone)]
@@ -105,6 +109,23 @@ pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool,
         .map_err(|e| StoreError::Backend(e.to_string()))
 }
 
+/// The client configuration `options.url` describes, for every client of
+/// the store.
+pub(super) fn client_config(options: &RedisOptions) -> Result<Config, StoreError> {
+    let mut config = Config {
+        fail_fast: false,
+        ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
+    };
+    // Rediscover a cluster through every node it last knew, not only the
+    // URL's: with the default, a client whose URL node dies stays down
+    // for good, even after a replica has taken over (fred only retries
+    // the configured endpoint). Not a cluster: nothing to set.
+    let _ = config
+        .server
+        .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
+    Ok(config)
+}
+
 /// Counts one Redis call for as long as it lives, error paths included.
 struct CallGuard<'a>(&'a AtomicUsize);
 
@@ -119,17 +140,7 @@ impl RedisStore {
     /// a service started before Redis answers by its failure policy meanwhile.
     /// Must be called inside a tokio runtime.
     pub fn connect(options: RedisOptions) -> Result<Self, StoreError> {
-        let mut config = Config {
-            fail_fast: false,
-            ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
-        };
-        // Rediscover a cluster through every node it last knew, not only the
-        // URL's: with the default, a client whose URL node dies stays down
-        // for good, even after a replica has taken over (fred only retries
-        // the configured endpoint). Not a cluster: nothing to set.
-        let _ = config
-            .server
-            .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
+        let config = client_config(&options)?;
         let clustered = config.server.is_clustered();
         let pool = build_pool(config.clone(), &options)?;
         let auth = auth::AuthWatch::spawn(&pool);
@@ -224,7 +235,7 @@ impl RedisStore {
 /// jitter, kept checks waiting 50–150 ms after a 25 ms restart, long enough
 /// for the queued ones to time out; some jitter still spreads the
 /// reconnects of many instances.
-fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
+pub(super) fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
     let mut policy = ReconnectPolicy::new_exponential(0, 10, max_delay_ms.max(10), 2);
     policy.set_jitter(10);
     policy
@@ -263,5 +274,12 @@ impl Store for RedisStore {
             Some(domains) => domains.of(self.inner.slot_of(check)),
             None => 0,
         }
+    }
+
+    async fn publish_invalidation(&self, key: &str) -> Result<bool, StoreError> {
+        self.publish(key)
+            .await
+            .map(|_| true)
+            .map_err(|e| self.inner.auth.explain(e))
     }
 }
