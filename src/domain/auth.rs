@@ -9,7 +9,7 @@
 //! came, and a core dump or a `Debug` print holds no usable token.
 
 use sha2::{Digest, Sha256};
-use subtle::{ConstantTimeEq, ConditionallySelectable};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 /// The shortest token accepted, in bytes. 16 random bytes (128 bits, or
 /// 22 characters of base64) cannot be guessed over the network; anything

@@ -48,12 +48,24 @@ fn admin_covers_check_and_not_the_reverse() {
 fn errors_name_the_line_never_the_token() {
     let secret = "s3cr3t_s3cr3t_s3cr3t";
     let cases = [
-        (format!("check {CHECK}\nwrite {secret}"), "line 2: unknown scope"),
+        (
+            format!("check {CHECK}\nwrite {secret}"),
+            "line 2: unknown scope",
+        ),
         (format!("check {secret} extra"), "line 1: expected"),
-        (format!("{secret}"), "line 1: expected"),
-        ("check short_s3cr3t".to_string(), "line 1: the token is 12 bytes"),
-        (format!("\n\nadmin {secret}\"x"), "line 3: the token has a character"),
-        (format!("check {secret}\nadmin {secret}"), "line 2: the same token as line 1"),
+        (secret.to_string(), "line 1: expected"),
+        (
+            "check short_s3cr3t".to_string(),
+            "line 1: the token is 12 bytes",
+        ),
+        (
+            format!("\n\nadmin {secret}\"x"),
+            "line 3: the token has a character",
+        ),
+        (
+            format!("check {secret}\nadmin {secret}"),
+            "line 2: the same token as line 1",
+        ),
         ("# nothing\n\n".to_string(), "no tokens"),
     ];
     for (text, expected) in cases {
