@@ -81,15 +81,16 @@ fn code(body: &str) -> String {
 #[tokio::test]
 async fn each_route_by_scope() {
     let app = spawn(&example(), false).await;
-    // (method, path, what a check token gets, what an admin token gets)
+    // (method, path, what a check token gets, what an admin token gets;
+    // 0: anything authentication lets through, i.e. neither 401 nor 403)
     let routes: &[(&str, &str, u16, u16)] = &[
         ("POST", "/v1/check", 200, 200),
         ("GET", "/v1/auth/api", 200, 200),
         ("POST", "/v1/auth/api/orders/1", 200, 200),
         ("GET", "/v1/policies", 403, 200),
-        // Not on this branch yet: an admin token gets through to the 404.
-        ("POST", "/v1/reset", 403, 404),
-        ("POST", "/v1/refund", 403, 404),
+        // Reset and refund are built elsewhere: 404 until they land.
+        ("POST", "/v1/reset", 403, 0),
+        ("POST", "/v1/refund", 403, 0),
         ("GET", "/v1/nope", 403, 404),
     ];
     for &(method, path, as_check, as_admin) in routes {
@@ -119,7 +120,14 @@ async fn each_route_by_scope() {
             }
         }
         let (status, _, body) = call(&app, method, path, Some(ADMIN)).await;
-        assert_eq!(status, as_admin, "{what} with the admin token: {body}");
+        if as_admin == 0 {
+            assert!(
+                ![401, 403].contains(&status),
+                "{what} with the admin token: {body}"
+            );
+        } else {
+            assert_eq!(status, as_admin, "{what} with the admin token: {body}");
+        }
     }
     // The open endpoints need nothing, and ignore a wrong token.
     for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
