@@ -42,6 +42,9 @@ pub enum StartError {
     /// `rls.config` is wrong (the CLI exits with EX_USAGE).
     #[error(transparent)]
     Rls(#[from] crate::rls::RlsLoadError),
+    /// `auth.tokens_file` is wrong (the CLI exits with EX_USAGE).
+    #[error(transparent)]
+    Tokens(#[from] crate::tokens::TokensError),
 }
 
 /// How long startup waits for Redis before serving degraded.
@@ -94,6 +97,7 @@ impl Application {
         // Before anything is spawned: an invalid policies file stops startup.
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let reloader = load_policies(&settings, &policies, &metrics)?;
+        let auth = crate::tokens::start(settings.auth.tokens_file.as_deref(), addr, &metrics)?;
         let grpc = bind_grpc(&settings, &metrics).await?;
 
         let mut background = Vec::new();
@@ -102,6 +106,9 @@ impl Application {
             Some(reloader) => watch::spawn(reloader, settings.policies_poll_interval),
             None => watch::spawn_without_file(),
         });
+        if let Some(reloader) = auth.reloader {
+            background.push(watch::spawn(reloader, settings.policies_poll_interval));
+        }
         // Local fallback only makes sense in front of Redis: the embedded
         // store as the main store is never unreachable. Kept whenever Redis
         // is, since a policy may choose `local` whatever the service's mode
@@ -187,7 +194,13 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
+        let bearer = http::bearer::Bearer {
+            tokens: auth.tokens,
+            protect_metrics: settings.auth.protect_metrics,
+            metrics: metrics.clone(),
+        };
         let router = http::router(AppState {
+            bearer,
             limiter,
             metrics,
             bounds: settings.limits,

@@ -261,6 +261,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
             eprintln!("ratekeeper: {error}");
             return ExitCode::from(EX_USAGE);
         }
+        Err(StartError::Tokens(error)) => {
+            tracing::error!(%error, "cannot start: {error}");
+            eprintln!("ratekeeper: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
         Err(StartError::Rls(error)) => {
             tracing::error!(%error, "cannot start: {error}");
             eprintln!("ratekeeper: {error}");

@@ -15,6 +15,8 @@
 //!   whole.
 //! - [`watch`]: reloading a config path (the policies file, `rls.config`)
 //!   on file events, SIGHUP and a slow poll.
+//! - [`tokens`]: the bearer tokens file (`auth.tokens_file`): reading it,
+//!   swapping it in whole, reloading it like the policies file.
 //! - [`rls`]: the Envoy RLS v3 gRPC server and its `rls.config` files.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
@@ -38,6 +40,7 @@ pub mod policies;
 pub mod rls;
 pub mod store;
 pub mod telemetry;
+pub mod tokens;
 pub mod watch;
 
 /// The deny cache lives in the limiter; this path is kept for callers.

@@ -14,6 +14,10 @@ use prometheus::{
 use crate::domain::{Algorithm, Check, Decision, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
 
+mod auth;
+pub use auth::AuthFailure;
+use auth::auth_metrics;
+
 /// The `limit` label of an inline check's limit: its position (the
 /// configured maximum caps the count; the last label covers any beyond).
 const POSITIONS: [&str; 32] = [
@@ -82,6 +86,13 @@ pub struct Metrics {
     pub rls_reloads_error: IntCounter,
     pub rls_domains_loaded: IntGauge,
     pub rls_last_reload: Gauge,
+    /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
+    auth_failures: [IntCounter; 3],
+    /// `ratekeeper_auth_reloads_total{result="ok"|"error"}`.
+    pub auth_reloads_ok: IntCounter,
+    pub auth_reloads_error: IntCounter,
+    /// `ratekeeper_auth_tokens{scope}`: tokens in force per scope.
+    auth_tokens: [IntGauge; 2],
 }
 
 impl Metrics {
@@ -243,6 +254,8 @@ impl Metrics {
             "Unix time of the last good load of rls.config; 0 before any.",
         )
         .expect("valid metric");
+        let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
+            auth_metrics();
 
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
@@ -268,7 +281,10 @@ impl Metrics {
             Box::new(rls_reloads),
             Box::new(rls_domains_loaded.clone()),
             Box::new(rls_last_reload.clone()),
-        ] {
+        ]
+        .into_iter()
+        .chain(auth_vecs)
+        {
             registry
                 .register(collector)
                 .expect("metric names are unique");
@@ -312,7 +328,22 @@ impl Metrics {
             rls_reloads_error,
             rls_domains_loaded,
             rls_last_reload,
+            auth_failures,
+            auth_reloads_ok,
+            auth_reloads_error,
+            auth_tokens,
         }
+    }
+
+    /// Counts a request refused by bearer authentication.
+    pub fn record_auth_failure(&self, reason: AuthFailure) {
+        self.auth_failures[reason as usize].inc();
+    }
+
+    /// The tokens in force, per scope (counts only, never a token).
+    pub fn set_tokens_loaded(&self, check: usize, admin: usize) {
+        self.auth_tokens[0].set(check as i64);
+        self.auth_tokens[1].set(admin as i64);
     }
 
     /// Counts one check. Every label is bounded: policy and limit names

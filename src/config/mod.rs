@@ -50,6 +50,7 @@ pub struct Settings {
     pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
     pub log: LogSettings,
+    pub auth: AuthSettings,
     /// `RATEKEEPER_*` environment variables that are not of the
     /// `RATEKEEPER_<SECTION>__<KEY>` shape and were ignored (logged at debug
     /// once telemetry is up).
@@ -75,6 +76,15 @@ pub struct ServerSettings {
     /// Peers whose `X-Forwarded-For`/`X-Real-IP` are believed by
     /// `/v1/auth` (empty: nobody's).
     pub trusted_proxies: Vec<IpNet>,
+}
+
+/// Bearer-token authentication (`[auth]`).
+#[derive(Debug, Clone, Default)]
+pub struct AuthSettings {
+    /// Lines of `<scope> <token>`; `None`: no authentication.
+    pub tokens_file: Option<PathBuf>,
+    /// `/metrics` needs a token too (any scope).
+    pub protect_metrics: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -166,6 +176,8 @@ const KNOWN_KEYS: &[&str] = &[
     "memory.max_keys",
     "log.format",
     "log.level",
+    "auth.tokens_file",
+    "auth.protect_metrics",
 ];
 
 impl Settings {
@@ -270,6 +282,8 @@ impl Settings {
             }),
         );
 
+        let auth = read_auth(&mut r);
+
         let assembled = (|| {
             Some(Settings {
                 server: ServerSettings {
@@ -306,6 +320,7 @@ impl Settings {
                     format: log.0?,
                     level: log.1?,
                 },
+                auth: auth?,
                 ignored_env: Vec::new(),
             })
         })();
@@ -383,6 +398,30 @@ fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
         min_calls: min_calls? as u32,
         open_for: open_for?,
         ..BreakerConfig::default()
+    })
+}
+
+/// The `[auth]` section; `None` when a key is invalid.
+fn read_auth(r: &mut Reader) -> Option<AuthSettings> {
+    let tokens_file = r.parse("auth.tokens_file", |s| {
+        Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
+    });
+    let protect_metrics = r.parse("auth.protect_metrics", |s| match s {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("must be true or false".into()),
+    });
+    let (tokens_file, protect_metrics) = (tokens_file?, protect_metrics?);
+    if protect_metrics && tokens_file.is_none() {
+        // Without tokens nothing is protected: refuse rather than leave
+        // /metrics open while the setting says otherwise.
+        r.problems
+            .push("auth.protect_metrics: needs auth.tokens_file (no tokens, no protection)".into());
+        return None;
+    }
+    Some(AuthSettings {
+        tokens_file,
+        protect_metrics,
     })
 }
 

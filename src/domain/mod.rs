@@ -13,6 +13,7 @@
 //! `retry_after_ms` is never early.
 
 pub mod algorithms;
+pub mod auth;
 mod check;
 mod clock;
 mod decision;
