@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 pub mod binary;
 mod cluster;
 mod load;
+pub mod ops;
 mod sentinel;
 pub mod stores;
 

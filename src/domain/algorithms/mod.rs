@@ -83,6 +83,11 @@ impl State {
     /// (the windows and the log only ever shrink, so the last spend's
     /// expiry still covers them).
     pub fn refund(&mut self, rule: &Rule, now_us: u64, cost: u64) -> Option<u64> {
+        // Nothing to give back, so nothing to rewrite (`refund_all` in the
+        // Lua skips a cost of 0 the same way).
+        if cost == 0 {
+            return None;
+        }
         if !self.is(rule.algorithm) {
             *self = State::fresh(rule.algorithm);
         }

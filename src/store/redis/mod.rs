@@ -73,6 +73,8 @@ pub(super) struct Inner {
     pool: Pool,
     check_script: Script,
     batch_script: Script,
+    reset_script: Script,
+    refund_script: Script,
     scripts_loaded: AtomicBool,
     /// Redis calls under way, direct or batched: with none, a check skips
     /// the batcher entirely, so a lone request pays nothing for batching.
@@ -142,6 +144,8 @@ impl RedisStore {
             pool,
             check_script: Script::from_lua(scripts::CHECK),
             batch_script: Script::from_lua(scripts::BATCH),
+            reset_script: Script::from_lua(scripts::RESET),
+            refund_script: Script::from_lua(scripts::REFUND),
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
             clustered,
@@ -242,6 +246,17 @@ impl Store for RedisStore {
             }
             _ => self.inner.check_one(check).await,
         };
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    /// Never batched: a reset or refund is rare, and its own call.
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        let result = self.inner.adjust_one(check, false).await;
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        let result = self.inner.adjust_one(check, true).await;
         result.map_err(|e| self.inner.auth.explain(e))
     }
 
