@@ -71,6 +71,7 @@
 //! eviction), so a flood of distinct denied keys evicts rather than grows.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use quick_cache::Equivalent;
@@ -137,6 +138,10 @@ struct Denial {
 pub struct DenyCache {
     entries: Cache<DenyKey, Denial>,
     clock: Arc<dyn Clock>,
+    /// Just after [`clear`](Self::clear) last ran (its time + 1; 0: never).
+    /// A denial asked for before then may predate the reset or refund that
+    /// cleared, so `record` drops it.
+    cleared_at_us: AtomicU64,
 }
 
 impl DenyCache {
@@ -145,6 +150,7 @@ impl DenyCache {
         DenyCache {
             entries: Cache::new(capacity.max(1)),
             clock,
+            cleared_at_us: AtomicU64::new(0),
         }
     }
 
@@ -186,7 +192,10 @@ impl DenyCache {
     /// `asked_at_us`, if they deny a one-unit check and, for an inline
     /// check, no denying limit is a bucket (token_bucket or gcra).
     pub fn record(&self, check: &Check, asked_at_us: u64, outcomes: &[Outcome]) {
-        if check.cost > 1 || outcomes.iter().all(|o| o.allowed) {
+        if check.cost > 1
+            || outcomes.iter().all(|o| o.allowed)
+            || asked_at_us < self.cleared_at_us.load(Ordering::Acquire)
+        {
             return;
         }
         let mut valid_until_us = asked_at_us + MAX_AGE.as_micros() as u64;
@@ -218,6 +227,14 @@ impl DenyCache {
                 valid_until_us,
             },
         );
+    }
+
+    /// Forgets every entry, and every denial still in flight (asked for
+    /// until now): a reset or refund may have ended any of them.
+    pub fn clear(&self) {
+        self.cleared_at_us
+            .fetch_max(self.clock.now_us() + 1, Ordering::AcqRel);
+        self.entries.clear();
     }
 
     pub fn len(&self) -> usize {
