@@ -46,7 +46,15 @@ fn multi_limit_lua_matches_rust() {
                 let got = runtime
                     .block_on(op.run(&store, &case.check(&key, cost)))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(&got, want, "step {} ({:?} at t={}, cost={})", i, op, now, cost);
+                prop_assert_eq!(
+                    &got,
+                    want,
+                    "step {} ({:?} at t={}, cost={})",
+                    i,
+                    op,
+                    now,
+                    cost
+                );
             }
             Ok(())
         })

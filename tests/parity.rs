@@ -343,7 +343,6 @@ proptest! {
     }
 }
 
-
 /// The batch script applies a batch's checks in order, each exactly as it
 /// would run alone: the random sequences, with the checks that share an
 /// instant sent as one batch, must match the Rust functions step by step.
@@ -384,4 +383,3 @@ fn batch_script_matches_single_checks() {
         run_batch_parity(algorithm, 100, &redis);
     }
 }
-

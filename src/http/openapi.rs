@@ -6,7 +6,7 @@
 use utoipa::OpenApi;
 
 use super::check::{
-    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, WindowSpec,
+    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
 };
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
@@ -36,9 +36,18 @@ struct ApiDoc;
 )]
 struct PoliciesDoc;
 
+/// `POST /v1/reset` and `/v1/refund`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::check::adjust::reset, super::check::adjust::refund),
+    components(schemas(ResetForms))
+)]
+struct AdjustDoc;
+
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(PoliciesDoc::openapi());
+    doc.merge(AdjustDoc::openapi());
     // The crate version would make the file change on every release bump
     // without any API change; pin the document's own version instead.
     doc.info.version = "1".into();

@@ -9,7 +9,7 @@ use proptest::test_runner::TestCaseError;
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Rule};
 use ratekeeper::store::Store;
 
-use super::{case, runner, runtime, rust_outcomes, rule, simulated_redis};
+use super::{case, rule, runner, runtime, rust_outcomes, simulated_redis};
 use crate::support::{RedisServer, unique_key};
 
 /// The deny cache answers exactly as the store would: the same random

@@ -103,7 +103,9 @@ pub fn refund(state: &mut GcraState, rule: &Rule, now_us: u64, cost: u64) -> Opt
     state.tat?;
     let interval = rule.emission_interval_us();
     let tat = current_tat(state.tat, now_us, interval, rule.burst);
-    let back = tat.saturating_sub(cost.saturating_mul(interval)).max(now_us);
+    let back = tat
+        .saturating_sub(cost.saturating_mul(interval))
+        .max(now_us);
     state.tat = (back > now_us).then(|| Tat::written(back, interval, now_us));
     Some(back - now_us)
 }

@@ -4,7 +4,10 @@ use super::test_support::*;
 use super::*;
 
 fn spend(state: &mut State, rule: &Rule, now: u64, cost: u64) {
-    assert!(state.apply(rule, now, cost).allowed, "spend {cost} at {now}");
+    assert!(
+        state.apply(rule, now, cost).allowed,
+        "spend {cost} at {now}"
+    );
 }
 
 fn look(state: &State, rule: &Rule, now: u64) -> Outcome {
@@ -78,7 +81,11 @@ fn sliding_log_leaves_expired_entries_alone() {
     let State::SlidingLog(log) = &s else {
         unreachable!()
     };
-    assert_eq!(log.entries.len(), 1, "expired: nothing in the window to refund");
+    assert_eq!(
+        log.entries.len(),
+        1,
+        "expired: nothing in the window to refund"
+    );
 }
 
 #[test]
@@ -96,7 +103,11 @@ fn token_bucket_adds_tokens_up_to_the_burst() {
     let o = look(&s, &r, SEC + 50 * MS);
     assert_eq!((o.remaining, o.reset_after_us), (2, 250 * MS));
     assert_eq!(s.refund(&r, SEC + 50 * MS, 9), Some(0));
-    assert_eq!(look(&s, &r, SEC + 50 * MS).remaining, 5, "never beyond burst");
+    assert_eq!(
+        look(&s, &r, SEC + 50 * MS).remaining,
+        5,
+        "never beyond burst"
+    );
 }
 
 #[test]
@@ -111,7 +122,11 @@ fn gcra_moves_the_tat_back_but_not_before_now() {
     assert_eq!(s.refund(&r, SEC, 2), Some(300 * MS));
     assert_eq!(look(&s, &r, SEC).remaining, 2);
     assert_eq!(s.refund(&r, SEC, 7), Some(0));
-    assert_eq!(s, State::fresh(Algorithm::Gcra), "a TAT of now holds nothing");
+    assert_eq!(
+        s,
+        State::fresh(Algorithm::Gcra),
+        "a TAT of now holds nothing"
+    );
     assert_eq!(look(&s, &r, SEC).remaining, 5);
 }
 
@@ -127,7 +142,13 @@ fn token_bucket_and_gcra_refund_alike() {
     };
     let (mut a, mut b) = (State::fresh(tb.algorithm), State::fresh(gcra.algorithm));
     let mut now = 50 * SEC;
-    for (step, cost, back) in [(0, 3, 1), (100, 1, 2), (900, 2, 0), (5, 0, 4), (2_000, 4, 1)] {
+    for (step, cost, back) in [
+        (0, 3, 1),
+        (100, 1, 2),
+        (900, 2, 0),
+        (5, 0, 4),
+        (2_000, 4, 1),
+    ] {
         now += step * MS;
         assert_eq!(a.apply(&tb, now, cost), b.apply(&gcra, now, cost));
         a.refund(&tb, now, back);
@@ -143,13 +164,27 @@ fn multi_limit_refund_gives_back_on_each_limit_and_reset_empties_all() {
     let rules = [&short, &daily];
     let mut states = [State::fresh(short.algorithm), State::fresh(daily.algorithm)];
     let t = 1_000 * SEC;
-    assert!(apply_all(&mut states, &rules, t, 2).iter().all(|o| o.allowed));
-    assert!(apply_all(&mut states, &rules, t + SEC, 2).iter().all(|o| o.allowed));
+    assert!(
+        apply_all(&mut states, &rules, t, 2)
+            .iter()
+            .all(|o| o.allowed)
+    );
+    assert!(
+        apply_all(&mut states, &rules, t + SEC, 2)
+            .iter()
+            .all(|o| o.allowed)
+    );
     // The short limit has 2 spent in this window, the daily one 4: a
     // refund of 3 gives back 2 and 3.
     let after = refund_all(&mut states, &rules, t + SEC, 3);
-    assert_eq!(after.iter().map(|o| o.remaining).collect::<Vec<_>>(), [2, 4]);
+    assert_eq!(
+        after.iter().map(|o| o.remaining).collect::<Vec<_>>(),
+        [2, 4]
+    );
     let after = reset_all(&mut states, &rules, t + SEC);
-    assert_eq!(after.iter().map(|o| o.remaining).collect::<Vec<_>>(), [2, 5]);
+    assert_eq!(
+        after.iter().map(|o| o.remaining).collect::<Vec<_>>(),
+        [2, 5]
+    );
     assert!(after.iter().all(|o| o.allowed && o.reset_after_us == 0));
 }
