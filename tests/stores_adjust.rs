@@ -76,7 +76,10 @@ async fn every_algorithm_refunds_up_to_capacity_and_resets_to_full() {
             let reset = store.reset(&c).await.unwrap();
             assert_eq!(reset[0].remaining, 5, "{at}");
             assert_eq!(reset[0].reset_after_us, 0, "{at}");
-            assert!(spend(&*store, &c, 5).await[0].allowed, "{at}: full capacity");
+            assert!(
+                spend(&*store, &c, 5).await[0].allowed,
+                "{at}: full capacity"
+            );
         }
     }
 }
@@ -140,16 +143,22 @@ fn policy_check(key: &str) -> Check {
     let mut check = Check::multi(
         key,
         vec![
-            limit("second", Rule {
-                limit: 2,
-                window_us: SEC,
-                burst: 2,
-                ..rule(Algorithm::FixedWindow)
-            }),
-            limit("log", Rule {
-                window_us: 60 * SEC,
-                ..rule(Algorithm::SlidingLog)
-            }),
+            limit(
+                "second",
+                Rule {
+                    limit: 2,
+                    window_us: SEC,
+                    burst: 2,
+                    ..rule(Algorithm::FixedWindow)
+                },
+            ),
+            limit(
+                "log",
+                Rule {
+                    window_us: 60 * SEC,
+                    ..rule(Algorithm::SlidingLog)
+                },
+            ),
             limit("bucket", rule(Algorithm::Gcra)),
         ],
         0,
@@ -182,9 +191,18 @@ async fn multi_limit_policy_checks_refund_each_limit_and_reset_all() {
             clock.set_us(T0 + at);
             let c = with_cost(&c, cost);
             let (got, want) = match op {
-                "check" => (store.check(&c).await, apply_all(&mut states, &rules, T0 + at, cost)),
-                "refund" => (store.refund(&c).await, refund_all(&mut states, &rules, T0 + at, cost)),
-                _ => (store.reset(&c).await, reset_all(&mut states, &rules, T0 + at)),
+                "check" => (
+                    store.check(&c).await,
+                    apply_all(&mut states, &rules, T0 + at, cost),
+                ),
+                "refund" => (
+                    store.refund(&c).await,
+                    refund_all(&mut states, &rules, T0 + at, cost),
+                ),
+                _ => (
+                    store.reset(&c).await,
+                    reset_all(&mut states, &rules, T0 + at),
+                ),
             };
             assert_eq!(got.unwrap(), want, "{} {op} at +{at}", store.name());
         }
@@ -213,7 +231,54 @@ async fn policy_and_inline_state_are_adjusted_apart() {
         spend(&*store, &c, 2).await;
         spend(&*store, &inline, 2).await;
         store.reset(&inline).await.unwrap();
-        assert_eq!(spend(&*store, &c, 0).await[0].remaining, 0, "{}", store.name());
+        assert_eq!(
+            spend(&*store, &c, 0).await[0].remaining,
+            0,
+            "{}",
+            store.name()
+        );
         assert_eq!(spend(&*store, &inline, 0).await[0].remaining, 2);
+    }
+}
+
+/// A denial in the local deny cache does not outlive a reset or refund
+/// made through the same limiter: the next check asks the store.
+#[tokio::test]
+async fn the_limiter_drops_cached_denials_on_reset_and_refund() {
+    use ratekeeper::deny_cache::DenyCache;
+    use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
+    use ratekeeper::metrics::Metrics;
+    use std::time::Duration;
+
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    for store in stores(&server, &clock).await {
+        let policy = FailurePolicy {
+            mode: FailureMode::Open,
+            closed_retry_after: Duration::from_secs(1),
+        };
+        let metrics = Arc::new(Metrics::new());
+        let limiter = Limiter::new(store, policy, metrics.clone())
+            .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone())));
+        limiter.probe().await;
+        let c = Check::single(unique_key("dc"), rule(Algorithm::FixedWindow), 5);
+        let one = with_cost(&c, 1);
+        for adjust in ["reset", "refund"] {
+            limiter.check(&c).await.unwrap();
+            assert!(!limiter.check(&one).await.unwrap().allowed);
+            let hits = metrics.deny_cache_hits.get();
+            assert!(!limiter.check(&one).await.unwrap().allowed);
+            assert_eq!(metrics.deny_cache_hits.get(), hits + 1, "cached");
+            clock.advance_us(1);
+            let decision = match adjust {
+                "reset" => limiter.reset(&c).await.unwrap(),
+                _ => limiter.refund(&c).await.unwrap(),
+            };
+            assert!(decision.allowed && decision.remaining == 5, "{adjust}");
+            assert!(limiter.check(&one).await.unwrap().allowed, "{adjust}");
+            limiter.reset(&c).await.unwrap();
+            // Denials asked for at the instant of a reset are not cached.
+            clock.advance_us(1);
+        }
     }
 }
