@@ -54,7 +54,6 @@ impl Limiter {
         match result {
             Ok(outcomes) => Ok(Decision::from_outcomes(check, &outcomes)),
             Err(error) => {
-                self.metrics.record_backend_error(error.kind());
                 if error.is_transient() {
                     tracing::warn!(%error, op = op.as_str(), "store could not adjust");
                 } else {
@@ -82,6 +81,10 @@ impl Limiter {
             .backend_duration
             .observe(started.elapsed().as_secs_f64());
         self.breakers.record(permit, result.as_ref().err());
+        if let Err(error) = &result {
+            // Only errors of a call made: an open breaker made none.
+            self.metrics.record_backend_error(error.kind());
+        }
         result
     }
 

@@ -1,8 +1,9 @@
 //! The Lua scripts, compiled into the binary. `lua/lib.lua` holds the shared
 //! helpers and documents the calling convention; each `lua/<algorithm>.lua`
-//! defines one function and `lua/check.lua` applies the limits of one check
-//! all or nothing. A script is all of these and an entry point, so each
-//! check (or batch) is one self-contained EVALSHA.
+//! defines one function (and its refund) and `lua/check.lua` applies the
+//! limits of one check all or nothing; `lua/adjust.lua` resets or refunds
+//! them. A script is all of these and an entry point, so each check (or
+//! batch, reset, refund) is one self-contained EVALSHA.
 
 /// The five algorithm functions and `check_all`, after the helpers.
 macro_rules! functions {

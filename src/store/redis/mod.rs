@@ -1,5 +1,7 @@
 //! The Redis store: every check, of one limit or several, is one `EVALSHA`
-//! of the check script (`lua/check.lua`), or shares one with a batch.
+//! of the check script (`lua/check.lua`), or shares one with a batch. A
+//! reset or refund is one `EVALSHA` of its own script (`lua/adjust.lua`),
+//! never batched: they are rare, and each must answer on its own.
 //!
 //! Why Lua and not MULTI/EXEC: a check reads, decides and writes; only a
 //! script does all three atomically in one round trip, so every instance
