@@ -282,3 +282,47 @@ async fn the_limiter_drops_cached_denials_on_reset_and_refund() {
         }
     }
 }
+
+/// A sliding log at its entry bound (about 2 × 63 entries): a refund
+/// reaching back over most of them, splitting one, answers as the Rust
+/// twin, and so does every check after it as entries expire.
+#[tokio::test]
+async fn a_full_sliding_log_refunds_like_its_twin() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let log = Rule {
+        algorithm: Algorithm::SlidingLog,
+        limit: 100_000,
+        window_us: 63 * SEC, // slots of 1 s once past 63 entries
+        burst: 100_000,
+    };
+    for store in stores(&server, &clock).await {
+        let c = Check::single(unique_key("log"), log, 0);
+        let mut state = [State::fresh(Algorithm::SlidingLog)];
+        let mut at = |now: u64, op: &str, cost: u64| {
+            clock.set_us(now);
+            match op {
+                "check" => apply_all(&mut state, &[&log], now, cost),
+                _ => refund_all(&mut state, &[&log], now, cost),
+            }
+        };
+        let mut steps: Vec<(u64, &str, u64)> =
+            (0..63).map(|i| (T0 + i * 10 * MS, "check", 2)).collect();
+        steps.extend((1..62).map(|i| (T0 + i * SEC + 500 * MS, "check", 3)));
+        steps.push((T0 + 62 * SEC, "refund", 200));
+        steps.extend((62..130).step_by(4).map(|s| (T0 + s * SEC, "check", 0)));
+        for (now, op, cost) in steps {
+            let want = at(now, op, cost);
+            let c = with_cost(&c, cost);
+            let got = match op {
+                "check" => store.check(&c).await.unwrap(),
+                _ => store.refund(&c).await.unwrap(),
+            };
+            assert_eq!(got, want, "{} {op} {cost} at +{}", store.name(), now - T0);
+        }
+        let State::SlidingLog(s) = &state[0] else {
+            unreachable!()
+        };
+        assert!(s.entries.is_empty(), "all expired by the end");
+    }
+}
