@@ -20,7 +20,8 @@
 //! - [`rls`]: the Envoy RLS v3 gRPC server and its `rls.config` files.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
-//! - [`limiter`]: runs a check on the store; the circuit breakers, the local
+//! - [`limiter`]: runs a check on the store, and resets and refunds (never
+//!   answered by the failure policy); the circuit breakers, the local
 //!   fallback, and [`limiter::deny_cache`], which answers repeated denials
 //!   locally, exactly, without a store call.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and

@@ -44,6 +44,8 @@ pub struct Metrics {
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
     degraded: [IntCounter; FailureMode::ALL.len()],
     backend_errors: IntCounterVec,
+    /// `ratekeeper_adjustments_total{op, result}`: resets and refunds.
+    adjustments: IntCounterVec,
     pub check_duration: Histogram,
     pub backend_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
@@ -124,6 +126,14 @@ impl Metrics {
                 "Store errors by kind: timeout, unavailable (connection or server not ready), auth (credentials or permissions refused), backend (script or reply error).",
             ),
             &["kind"],
+        )
+        .expect("valid metric");
+        let adjustments = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_adjustments_total",
+                "Resets and refunds (op: reset|refund) by result: ok, or error (the store could not apply it; answered 503 or 500).",
+            ),
+            &["op", "result"],
         )
         .expect("valid metric");
         let check_duration = Histogram::with_opts(
@@ -261,6 +271,7 @@ impl Metrics {
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(degraded_vec),
             Box::new(backend_errors.clone()),
+            Box::new(adjustments.clone()),
             Box::new(check_duration.clone()),
             Box::new(backend_duration.clone()),
             Box::new(deny_cache_hits.clone()),
@@ -304,6 +315,7 @@ impl Metrics {
             })),
             degraded,
             backend_errors,
+            adjustments,
             check_duration,
             backend_duration,
             deny_cache_hits,
@@ -413,6 +425,12 @@ impl Metrics {
     /// A breaker in `state` was dropped with its limiter.
     pub fn forget_breaker(&self, state: BreakerState) {
         self.breaker_state[state as usize].dec();
+    }
+
+    /// Counts one reset or refund; `op` is [`Adjustment::as_str`](crate::limiter::Adjustment::as_str).
+    pub fn record_adjustment(&self, op: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.adjustments.with_label_values(&[op, result]).inc();
     }
 
     pub fn record_backend_error(&self, kind: &str) {

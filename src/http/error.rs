@@ -53,6 +53,11 @@ pub enum ApiError {
     /// The detail goes to the log, never to the client.
     #[error("internal error")]
     Internal(#[source] LimiterError),
+    /// A reset or refund the store could not apply (an outage, a timeout,
+    /// an open circuit breaker): never answered by the failure policy,
+    /// which would pretend it happened. The detail goes to the log.
+    #[error("the store is unavailable; the {0} may not have been applied, retry it")]
+    StoreUnavailable(&'static str, #[source] LimiterError),
 }
 
 /// The body of every error response.
@@ -65,9 +70,10 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable, snake_case: invalid_json, unsupported_media_type,
     /// invalid_request, unknown_policy, mixed_forms, payload_too_large, request_timeout,
-    /// method_not_allowed, not_found, internal; overloaded (503, too many
-    /// connections); missing_token and invalid_token (401), insufficient_scope
-    /// (403) with bearer authentication.
+    /// method_not_allowed, not_found, internal; store_unavailable (503, a
+    /// reset or refund the store could not apply); overloaded (503, too
+    /// many connections); missing_token and invalid_token (401),
+    /// insufficient_scope (403) with bearer authentication.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// What is wrong and what is allowed.
@@ -93,6 +99,9 @@ impl ApiError {
             ApiError::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             ApiError::InsufficientScope(_) => (StatusCode::FORBIDDEN, "insufficient_scope"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::StoreUnavailable(..) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
         }
     }
 }
@@ -156,6 +165,19 @@ impl From<ValidationError> for ApiError {
 impl From<LimiterError> for ApiError {
     fn from(e: LimiterError) -> Self {
         ApiError::Internal(e)
+    }
+}
+
+impl ApiError {
+    /// A reset or refund (`op`) that failed: 503 while the store is down
+    /// or slow (the caller retries), 500 for an error that is not an
+    /// outage, as for a check.
+    pub fn adjusting(op: &'static str, e: LimiterError) -> Self {
+        if e.0.is_transient() {
+            ApiError::StoreUnavailable(op, e)
+        } else {
+            ApiError::Internal(e)
+        }
     }
 }
 

@@ -58,6 +58,8 @@ pub fn router(state: AppState) -> Router {
     let docs = docs.layer(map_response(json_error_bodies));
     Router::new()
         .route("/v1/check", post(check::check))
+        .route("/v1/reset", post(check::reset))
+        .route("/v1/refund", post(check::refund))
         .route("/v1/auth/{policy}", any(auth::auth))
         .route("/v1/auth/{policy}/", any(auth::auth))
         .route("/v1/auth/{policy}/{*rest}", any(auth::auth))

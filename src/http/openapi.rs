@@ -11,7 +11,7 @@ use utoipa::{Modify, OpenApi};
 use crate::domain::auth::Scope;
 
 use super::check::{
-    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, WindowSpec,
+    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
 };
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
@@ -41,10 +41,19 @@ struct ApiDoc;
 )]
 struct PoliciesDoc;
 
+/// `POST /v1/reset` and `/v1/refund`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::check::adjust::reset, super::check::adjust::refund),
+    components(schemas(ResetForms))
+)]
+struct AdjustDoc;
+
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(PoliciesDoc::openapi());
-    // After the merge, so the operations merged in are covered too.
+    doc.merge(AdjustDoc::openapi());
+    // After the merges, so the operations merged in are covered too.
     BearerAuth.modify(&mut doc);
     // The crate version would make the file change on every release bump
     // without any API change; pin the document's own version instead.

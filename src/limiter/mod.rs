@@ -23,6 +23,7 @@
 //! consulted (nor copied back: Redis may have counted the same requests, or
 //! lost everything in a restart, and there is no telling which).
 
+mod adjust;
 pub mod breaker;
 pub mod deny_cache;
 pub mod domains;
@@ -33,6 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
+pub use self::adjust::Adjustment;
 use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
 use self::domains::Breakers;

@@ -19,6 +19,17 @@ pub trait Store: Send + Sync + 'static {
     /// A check of one limit is the same call.
     async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
 
+    /// Deletes the state of every limit of `check` (its cost is ignored),
+    /// atomically, then answers like a check of cost 0: one outcome per
+    /// limit, in order.
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+
+    /// Gives back up to `check.cost` units of the most recent spending on
+    /// every limit of `check`, each on its own and never beyond full
+    /// capacity (see `State::refund`), atomically, then answers like a
+    /// check of cost 0. A key without state is left alone.
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -50,7 +50,9 @@ def _window_us(window):
 def _positive_check(case):
     meta = case.meta
     mode = getattr(getattr(getattr(meta, "generation", None), "mode", None), "value", None)
-    return mode == "positive" and case.operation.path == "/v1/check" and isinstance(case.body, dict)
+    # Reset and refund take the same forms, with the same rules.
+    paths = ("/v1/check", "/v1/reset", "/v1/refund")
+    return mode == "positive" and case.operation.path in paths and isinstance(case.body, dict)
 
 
 @schemathesis.hook

@@ -14,6 +14,7 @@ pub mod binary;
 mod cluster;
 pub mod invalidation;
 mod load;
+pub mod ops;
 mod sentinel;
 pub mod stores;
 

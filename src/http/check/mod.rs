@@ -3,9 +3,11 @@
 //!
 //! Layout: `request` (the forms, telling them apart, their schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
-//! and headers), and here the handler and the errors
+//! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
+//! the same forms), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
+pub(super) mod adjust;
 mod fields;
 mod request;
 mod response;
@@ -18,15 +20,16 @@ use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use serde::de::IgnoredAny;
 
+pub use adjust::{refund, reset};
 pub use request::{
     AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
-    PolicyCheckRequest, WindowSpec,
+    PolicyCheckRequest, ResetForms, WindowSpec,
 };
 pub use response::{CheckResponse, LimitResponse};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody};
-use crate::domain::{Check, PolicySet};
+use crate::domain::{Check, Decision, PolicySet};
 
 /// Check rate limits and, if every one allows, spend from each.
 #[utoipa::path(
@@ -71,9 +74,25 @@ pub async fn check(State(state): State<AppState>, request: Request) -> Response 
 }
 
 async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let Parsed { form, check, .. } = parse(state, request).await?;
+    let decision = state.limiter.check(&check).await?;
+    Ok(respond(form, &decision))
+}
+
+/// A body of one of the three forms, validated into a check (the same
+/// parsing for check, reset and refund).
+pub(super) struct Parsed {
+    pub form: Form,
+    pub check: Check,
+    /// Whether the body has a `cost` field (a reset takes none).
+    pub has_cost: bool,
+}
+
+pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
     let JsonBody(body) = JsonBody::from_request(request, state).await?;
     // Not an object: the single-rule parser rejects it as it always did.
     let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
+    let has_cost = fields.as_ref().is_some_and(|f| f.contains_key("cost"));
     let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
     let check = match form {
         Form::SingleRule => {
@@ -87,12 +106,20 @@ async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError
         }
         Form::Policy => policy_check(state, body.parse()?)?,
     };
-    let decision = state.limiter.check(&check).await?;
+    Ok(Parsed {
+        form,
+        check,
+        has_cost,
+    })
+}
+
+/// The response body and headers of `decision` in the shape of `form`.
+pub(super) fn respond(form: Form, decision: &Decision) -> Response {
     let response = match form {
-        Form::SingleRule => CheckResponse::single_rule(&decision),
-        Form::Policy | Form::Inline => CheckResponse::with_limits(&decision),
+        Form::SingleRule => CheckResponse::single_rule(decision),
+        Form::Policy | Form::Inline => CheckResponse::with_limits(decision),
     };
-    Ok(response.into_response_for(&decision))
+    response.into_response_for(decision)
 }
 
 /// The policy form's check, under the policy set in force now. The set is

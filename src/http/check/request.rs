@@ -225,32 +225,54 @@ impl ToSchema for CheckForms {
 
 impl PartialSchema for CheckForms {
     fn schema() -> RefOr<Schema> {
-        let policy = forbid(
-            PolicyCheckRequest::schema(),
-            &["limits", "limit", "window", "algorithm", "burst"],
-            "The policy form. Takes no limits of its own.",
-        );
-        let inline = forbid(
-            InlineCheckRequest::schema(),
-            &["policy", "limit", "window", "algorithm", "burst"],
-            "The inline multi-limit form. The rule fields go inside `limits`.",
-        );
-        let single = forbid(
-            CheckRequest::schema(),
-            &["policy", "limits"],
-            "The single-rule form: one limit, named `default` in the headers.",
-        );
-        OneOfBuilder::new()
-            .item(policy)
-            .item(inline)
-            .item(single)
-            .description(Some(
-                "One of three forms. A body with fields of two forms (`policy` with `limits` or a \
+        forms(&[])
+    }
+}
+
+/// The request body of `POST /v1/reset`: the three forms of a check
+/// without `cost`.
+pub struct ResetForms;
+
+impl ToSchema for ResetForms {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ResetRequest".into()
+    }
+}
+
+impl PartialSchema for ResetForms {
+    fn schema() -> RefOr<Schema> {
+        forms(&["cost"])
+    }
+}
+
+/// The three forms, each also forbidding `forbidden`.
+fn forms(forbidden: &[&str]) -> RefOr<Schema> {
+    let with = |fields: &[&'static str]| [fields, forbidden].concat();
+    let policy = forbid(
+        PolicyCheckRequest::schema(),
+        &with(&["limits", "limit", "window", "algorithm", "burst"]),
+        "The policy form. Takes no limits of its own.",
+    );
+    let inline = forbid(
+        InlineCheckRequest::schema(),
+        &with(&["policy", "limit", "window", "algorithm", "burst"]),
+        "The inline multi-limit form. The rule fields go inside `limits`.",
+    );
+    let single = forbid(
+        CheckRequest::schema(),
+        &with(&["policy", "limits"]),
+        "The single-rule form: one limit, named `default` in the headers.",
+    );
+    OneOfBuilder::new()
+        .item(policy)
+        .item(inline)
+        .item(single)
+        .description(Some(
+            "One of three forms. A body with fields of two forms (`policy` with `limits` or a \
                  rule field, `limits` with a rule field) is answered 422 with code `mixed_forms`, \
                  naming the fields.",
-            ))
-            .into()
-    }
+        ))
+        .into()
 }
 
 /// `schema` (an object) with `fields` declared as never valid, and a title.

@@ -1,5 +1,7 @@
 //! The Redis store: every check, of one limit or several, is one `EVALSHA`
-//! of the check script (`lua/check.lua`), or shares one with a batch.
+//! of the check script (`lua/check.lua`), or shares one with a batch. A
+//! reset or refund is one `EVALSHA` of its own script (`lua/adjust.lua`),
+//! never batched: they are rare, and each must answer on its own.
 //!
 //! Why Lua and not MULTI/EXEC: a check reads, decides and writes; only a
 //! script does all three atomically in one round trip, so every instance
@@ -77,6 +79,8 @@ pub(super) struct Inner {
     pool: Pool,
     check_script: Script,
     batch_script: Script,
+    reset_script: Script,
+    refund_script: Script,
     scripts_loaded: AtomicBool,
     /// Redis calls under way, direct or batched: with none, a check skips
     /// the batcher entirely, so a lone request pays nothing for batching.
@@ -153,6 +157,8 @@ impl RedisStore {
             pool,
             check_script: Script::from_lua(scripts::CHECK),
             batch_script: Script::from_lua(scripts::BATCH),
+            reset_script: Script::from_lua(scripts::RESET),
+            refund_script: Script::from_lua(scripts::REFUND),
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
             clustered,
@@ -253,6 +259,17 @@ impl Store for RedisStore {
             }
             _ => self.inner.check_one(check).await,
         };
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    /// Never batched: a reset or refund is rare, and its own call.
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        let result = self.inner.adjust_one(check, false).await;
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        let result = self.inner.adjust_one(check, true).await;
         result.map_err(|e| self.inner.auth.explain(e))
     }
 
