@@ -66,7 +66,19 @@ pub struct Metrics {
     /// Policies in force, and when they were last (re)loaded (Unix seconds).
     pub policies_loaded: IntGauge,
     pub policy_last_reload: Gauge,
+    /// Checks waiting for their retry (`wait_ms`) now.
+    pub waiters: IntGauge,
+    /// Checks that asked to wait but were answered at once because
+    /// `limits.max_waiters` were waiting.
+    pub wait_rejected: IntCounter,
+    /// How long checks that waited took, waiting included.
+    pub wait_duration: Histogram,
 }
+
+/// Waits run from a few milliseconds to `limits.max_wait` (10 s by default).
+const WAIT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -179,6 +191,24 @@ impl Metrics {
             "Unix time of the last good load of the policies file; 0 before any.",
         )
         .expect("valid metric");
+        let waiters = IntGauge::new(
+            "ratekeeper_waiters",
+            "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
+        )
+        .expect("valid metric");
+        let wait_rejected = IntCounter::new(
+            "ratekeeper_wait_rejected_total",
+            "Checks that asked to wait (wait_ms) but were answered at once because limits.max_waiters were waiting.",
+        )
+        .expect("valid metric");
+        let wait_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "ratekeeper_wait_duration_seconds",
+                "Time to answer a check that waited in line (wait_ms), waiting included.",
+            )
+            .buckets(WAIT_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
@@ -197,6 +227,9 @@ impl Metrics {
             Box::new(policy_reloads),
             Box::new(policies_loaded.clone()),
             Box::new(policy_last_reload.clone()),
+            Box::new(waiters.clone()),
+            Box::new(wait_rejected.clone()),
+            Box::new(wait_duration.clone()),
         ] {
             registry
                 .register(collector)
@@ -232,6 +265,9 @@ impl Metrics {
             policy_reloads_error,
             policies_loaded,
             policy_last_reload,
+            waiters,
+            wait_rejected,
+            wait_duration,
         }
     }
 

@@ -27,6 +27,7 @@ pub mod breaker;
 pub mod deny_cache;
 pub mod domains;
 mod health;
+pub mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -36,6 +37,9 @@ use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
 use self::domains::Breakers;
 pub use self::health::NotReady;
+use self::wait::Waiting;
+use self::wait::queue::Waiters;
+use self::wait::timer::{Timer, TokioTimer};
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
 use crate::domain::{Check, Clock, Decision, MonotonicClock};
 use crate::metrics::Metrics;
@@ -63,7 +67,12 @@ pub struct Limiter {
     /// When a failed check last wrote `last_failure`, and its error kind
     /// (see `health::remember_check_failure`).
     last_failure_noted: health::Noted,
+    /// Checks waiting for their `retry_after` (see [`wait`]).
+    waiting: Waiting,
 }
+
+/// `limits.max_waiters` by default.
+pub const DEFAULT_MAX_WAITERS: usize = 10_000;
 
 impl Limiter {
     /// Starts with the store's health unknown (not ready) and the default
@@ -77,10 +86,19 @@ impl Limiter {
             store.name(),
             policy.mode,
         );
+        let waiting = Waiting {
+            waiters: Waiters::new(
+                DEFAULT_MAX_WAITERS,
+                metrics.waiters.clone(),
+                metrics.wait_rejected.clone(),
+            ),
+            timer: Arc::new(TokioTimer::default()),
+        };
         Limiter {
             store,
             policy,
             metrics,
+            waiting,
             deny_cache: None,
             local: None,
             breakers,
@@ -108,6 +126,25 @@ impl Limiter {
     pub fn with_deny_cache(mut self, cache: DenyCache) -> Limiter {
         self.deny_cache = Some(cache);
         self
+    }
+
+    /// At most `max_waiters` checks wait at once (`limits.max_waiters`),
+    /// sleeping on `timer` (tokio's in production; tests drive a manual one).
+    pub fn with_waiting(mut self, max_waiters: usize, timer: Arc<dyn Timer>) -> Limiter {
+        self.waiting = Waiting {
+            waiters: Waiters::new(
+                max_waiters,
+                self.metrics.waiters.clone(),
+                self.metrics.wait_rejected.clone(),
+            ),
+            timer,
+        };
+        self
+    }
+
+    /// Checks waiting now, in every line.
+    pub fn waiters(&self) -> usize {
+        self.waiting.waiters.len()
     }
 
     pub fn store_name(&self) -> &'static str {
