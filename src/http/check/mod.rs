@@ -12,7 +12,7 @@ mod response;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
@@ -26,7 +26,7 @@ pub use response::{CheckResponse, LimitResponse};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody};
-use crate::domain::{Check, PolicySet};
+use crate::domain::{Check, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
 #[utoipa::path(
@@ -50,7 +50,8 @@ use crate::domain::{Check, PolicySet};
         (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type or out of range (code invalid_request); \
             the policy is not loaded, or no policies file is (code unknown_policy, the message lists the loaded policies); \
-            the body mixes fields of two forms (code mixed_forms, the message names them)", body = ErrorBody),
+            the body mixes fields of two forms (code mixed_forms, the message names them); \
+            wait_ms is above limits.max_wait (code invalid_request)", body = ErrorBody),
         (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
     )
 )]
@@ -75,23 +76,39 @@ async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError
     // Not an object: the single-rule parser rejects it as it always did.
     let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
     let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
-    let check = match form {
+    let (check, wait_ms) = match form {
         Form::SingleRule => {
             let request: CheckRequest = body.parse()?;
-            Check::new(request.into(), &state.bounds)?
+            let wait_ms = request.wait_ms;
+            (Check::new(request.into(), &state.bounds)?, wait_ms)
         }
         Form::Inline => {
             let request: InlineCheckRequest = body.parse()?;
             let limits = request.limits.into_iter().map(Into::into).collect();
-            Check::inline(request.key, limits, request.cost, &state.bounds)?
+            let check = Check::inline(request.key, limits, request.cost, &state.bounds)?;
+            (check, request.wait_ms)
         }
-        Form::Policy => policy_check(state, body.parse()?)?,
+        Form::Policy => {
+            let request: PolicyCheckRequest = body.parse()?;
+            let wait_ms = request.wait_ms;
+            (policy_check(state, request)?, wait_ms)
+        }
     };
-    let decision = state.limiter.check(&check).await?;
-    let response = match form {
+    let wait_ms = validate_wait_ms(wait_ms, &state.bounds)?;
+    let waited = state
+        .limiter
+        .check_waiting(&check, Duration::from_millis(wait_ms))
+        .await?;
+    let decision = waited.decision;
+    let mut response = match form {
         Form::SingleRule => CheckResponse::single_rule(&decision),
         Form::Policy | Form::Inline => CheckResponse::with_limits(&decision),
     };
+    // Only for requests that asked to wait: the others' bodies stay as
+    // they were (the single-rule form's byte for byte).
+    if wait_ms > 0 {
+        response.waited_ms = Some(waited.waited.as_millis() as u64);
+    }
     Ok(response.into_response_for(&decision))
 }
 
