@@ -55,8 +55,9 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub limits: Option<Vec<LimitResponse>>,
-    /// Requests with `wait_ms` above 0 only: milliseconds spent answering,
-    /// waiting included (0 when the first try answered).
+    /// Requests with `wait_ms` above 0 only: milliseconds waited, from the
+    /// first try to the answer; 0 when answered without waiting (allowed at
+    /// once, or a denial the time left could not outlast).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub waited_ms: Option<u64>,

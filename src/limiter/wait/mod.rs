@@ -30,10 +30,13 @@ use self::timer::Timer;
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision};
 
-/// A waiting check's answer and how long it took, waiting included.
+/// A waiting check's answer and how long it waited.
 #[derive(Debug, Clone)]
 pub struct Waited {
     pub decision: Decision,
+    /// Zero when answered without standing in line (its first try
+    /// answered, or it could not wait); otherwise from the first try to the
+    /// answer.
     pub waited: Duration,
 }
 
@@ -54,9 +57,10 @@ impl Limiter {
         let timer = self.waiting.timer.clone();
         let started = timer.now_us();
         let deadline = started.saturating_add(wait.as_micros() as u64);
+        // Answered without standing in line: nothing waited.
         let answer = |decision: Decision| Waited {
             decision,
-            waited: Duration::from_micros(timer.now_us().saturating_sub(started)),
+            waited: Duration::ZERO,
         };
         if wait.is_zero() || check.shadow {
             return Ok(answer(self.check(check).await?));
@@ -88,11 +92,9 @@ impl Limiter {
             return Ok(answer(decision));
         };
         let decision = self.wait_in_line(check, ticket, first, deadline).await?;
-        let waited = answer(decision);
-        self.metrics
-            .wait_duration
-            .observe(waited.waited.as_secs_f64());
-        Ok(waited)
+        let waited = Duration::from_micros(timer.now_us().saturating_sub(started));
+        self.metrics.wait_duration.observe(waited.as_secs_f64());
+        Ok(Waited { decision, waited })
     }
 
     /// Waits for the head of the line (or the deadline), then tries at
