@@ -262,3 +262,33 @@ async fn a_waiter_whose_client_hangs_up_stops_waiting_and_spends_nothing() {
         assert_eq!(answer["allowed"], true, "{answer}");
     }
 }
+
+/// Degraded answers are the failure policy's, not the store's: waiting
+/// would not change them, so they come at once.
+#[tokio::test]
+async fn degraded_answers_never_wait() {
+    let nowhere = format!("redis://127.0.0.1:{}", support::free_port());
+    let mut config = settings(Some(&nowhere));
+    let redis = config.redis.as_mut().unwrap();
+    redis.timeout = Duration::from_millis(100);
+    redis.probe_interval = Duration::from_millis(50);
+    config.failure.mode = ratekeeper::domain::FailureMode::Closed;
+    let app = TestApp::spawn(config).await;
+    let started = Instant::now();
+    let (status, answer) = app
+        .check(bucket(&unique_key("down"), 1, "1s", 1, 5_000))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["allowed"], false, "{answer}");
+    assert_eq!(answer["degraded"], true, "{answer}");
+    assert_eq!(answer["waited_ms"], 0, "{answer}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        metric(&app, "ratekeeper_wait_duration_seconds_count").await,
+        0.0
+    );
+}
