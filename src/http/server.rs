@@ -8,6 +8,14 @@
 //! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
 //! in-flight requests finish). Per process: at most `max_connections`;
 //! beyond it a canned 503 is written without reading the request.
+//!
+//! A client that closes its connection while its request is with the
+//! router (a check waiting with `wait_ms`) cancels the request: hyper's
+//! HTTP/1 dispatcher keeps reading while the response is pending, and an
+//! EOF or reset there ends `serve_connection` with an error, so the task
+//! below returns and drops the handler's future. Half-close counts as a
+//! close (hyper's `half_close` is off), and bytes of a pipelined next
+//! request delay the discovery until that request's turn.
 
 mod timed_io;
 
