@@ -162,6 +162,15 @@ impl Limiter {
     }
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
+        let decision = self.decide(check).await?;
+        self.metrics.record_decision(check, &decision);
+        Ok(decision)
+    }
+
+    /// [`check`](Self::check) without counting the decision in
+    /// `ratekeeper_checks_total`: a waiting check counts its answer once,
+    /// not each try.
+    async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
         let cache = self.deny_cache.as_ref();
         // A recorded denial is the store's own answer, even while the store
         // is unreachable: nothing can have been allowed since.
@@ -203,7 +212,6 @@ impl Limiter {
         } else {
             self.degraded(check)
         };
-        self.metrics.record_decision(check, &decision);
         Ok(decision)
     }
 

@@ -49,11 +49,19 @@ pub struct Waiting {
 impl Limiter {
     /// Checks, and while denied waits for the check's `retry_after` and
     /// tries again, for at most `wait`. `wait` zero is [`check`](Self::check).
+    /// The answer is counted in `ratekeeper_checks_total` once, whatever
+    /// the number of tries.
     pub async fn check_waiting(
         &self,
         check: &Check,
         wait: Duration,
     ) -> Result<Waited, LimiterError> {
+        let waited = self.wait_for(check, wait).await?;
+        self.metrics.record_decision(check, &waited.decision);
+        Ok(waited)
+    }
+
+    async fn wait_for(&self, check: &Check, wait: Duration) -> Result<Waited, LimiterError> {
         let timer = self.waiting.timer.clone();
         let started = timer.now_us();
         let deadline = started.saturating_add(wait.as_micros() as u64);
@@ -63,7 +71,7 @@ impl Limiter {
             waited: Duration::ZERO,
         };
         if wait.is_zero() || check.shadow {
-            return Ok(answer(self.check(check).await?));
+            return Ok(answer(self.decide(check).await?));
         }
         let key = QueueKey::of(check);
         // With others already in line, asking the store first would jump
@@ -71,7 +79,7 @@ impl Limiter {
         // at once and never join.
         let first = match self.waiting.waiters.ahead(&key) {
             None => {
-                let decision = self.check(check).await?;
+                let decision = self.decide(check).await?;
                 if !worth_waiting(&decision, timer.now_us(), deadline) {
                     return Ok(answer(decision));
                 }
@@ -79,7 +87,7 @@ impl Limiter {
             }
             // The head itself will not try before the deadline.
             Some(next_try) if next_try > deadline => {
-                return Ok(answer(self.check(check).await?));
+                return Ok(answer(self.decide(check).await?));
             }
             Some(_) => None,
         };
@@ -87,7 +95,7 @@ impl Limiter {
             // Over limits.max_waiters: as if wait_ms were 0.
             let decision = match first {
                 Some(decision) => decision,
-                None => self.check(check).await?,
+                None => self.decide(check).await?,
             };
             return Ok(answer(decision));
         };
@@ -116,7 +124,7 @@ impl Limiter {
                 // Out of time in line: leave it, and answer as the store
                 // does now (one try, which may even pass).
                 drop(ticket);
-                return self.check(check).await;
+                return self.decide(check).await;
             }
             last = None;
         }
@@ -125,7 +133,7 @@ impl Limiter {
                 Some(decision) => decision,
                 None => {
                     ticket.plan(None);
-                    self.check(check).await?
+                    self.decide(check).await?
                 }
             };
             let now = timer.now_us();

@@ -87,6 +87,13 @@ async fn a_denied_check_waits_for_its_retry_and_is_allowed() {
     assert_eq!(rig.limiter.waiters(), 0);
     assert_eq!(rig.metrics.waiters.get(), 0);
     assert_eq!(rig.store_calls(), 3, "allowed, denied, allowed");
+    // One request, one count, whatever its tries.
+    let rendered = rig.metrics.render();
+    assert!(!rendered.contains("decision=\"denied\""), "{rendered}");
+    assert!(
+        rendered.contains("decision=\"allowed\",limit=\"0\",policy=\"inline\"} 2"),
+        "{rendered}"
+    );
     assert_eq!(rig.metrics.wait_duration.get_sample_count(), 1);
 }
 
