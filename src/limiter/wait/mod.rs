@@ -117,11 +117,12 @@ impl Limiter {
         let timer = &self.waiting.timer;
         if !ticket.is_head() {
             let turn = tokio::select! {
-                () = ticket.turn() => true,
+                turn = ticket.turn(deadline) => turn,
                 () = timer.sleep_until(deadline) => false,
             };
             if !turn {
-                // Out of time in line: leave it, and answer as the store
+                // Out of time in line (or the head's next try is already
+                // past the deadline): leave it, and answer as the store
                 // does now (one try, which may even pass).
                 drop(ticket);
                 return self.decide(check).await;

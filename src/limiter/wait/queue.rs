@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use prometheus::{IntCounter, IntGauge};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 
 use crate::domain::{Check, Limit};
 
@@ -36,12 +36,22 @@ impl QueueKey {
     }
 }
 
-#[derive(Default)]
 struct Line {
     /// Tickets by arrival number; the first is the head.
     tickets: BTreeMap<u64, Arc<Notify>>,
-    /// When the head will ask the store next (timer µs), if it is sleeping.
-    next_try_us: Option<u64>,
+    /// When the head will ask the store next (timer µs), if it is
+    /// sleeping; watched by those behind it, who leave at once when that
+    /// is past their deadline.
+    next_try_us: watch::Sender<Option<u64>>,
+}
+
+impl Default for Line {
+    fn default() -> Self {
+        Line {
+            tickets: BTreeMap::new(),
+            next_try_us: watch::Sender::new(None),
+        }
+    }
 }
 
 /// Every line, and the bound on waiters across them.
@@ -77,7 +87,7 @@ impl Waiters {
     pub fn ahead(&self, key: &QueueKey) -> Option<u64> {
         self.lines()
             .get(key)
-            .map(|line| line.next_try_us.unwrap_or(0))
+            .map(|line| line.next_try_us.borrow().unwrap_or(0))
     }
 
     /// A place at the end of `key`'s line, or `None` (counted) when
@@ -91,17 +101,18 @@ impl Waiters {
         self.gauge.inc();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let turn = Arc::new(Notify::new());
-        let head = {
+        let (head, next_try_us) = {
             let mut lines = self.lines();
             let line = lines.entry(key.clone()).or_default();
             line.tickets.insert(id, turn.clone());
-            line.tickets.len() == 1
+            (line.tickets.len() == 1, line.next_try_us.subscribe())
         };
         Some(Ticket {
             waiters: self,
             key,
             id,
             turn,
+            next_try_us,
             head,
         })
     }
@@ -123,6 +134,7 @@ pub struct Ticket<'a> {
     key: QueueKey,
     id: u64,
     turn: Arc<Notify>,
+    next_try_us: watch::Receiver<Option<u64>>,
     head: bool,
 }
 
@@ -132,18 +144,38 @@ impl Ticket<'_> {
         self.head
     }
 
-    /// Resolves once this ticket is at the head of its line.
-    pub async fn turn(&mut self) {
-        if !self.head {
-            self.turn.notified().await;
-            self.head = true;
+    /// Resolves once this ticket is at the head of its line, or with
+    /// `false` as soon as the head's next try is planned past
+    /// `deadline_us` (then it cannot be served in time).
+    pub async fn turn(&mut self, deadline_us: u64) -> bool {
+        if self.head {
+            return true;
         }
+        // Planned before this ticket subscribed: seen, so not a change.
+        if self.next_try_us.borrow().is_some_and(|at| at > deadline_us) {
+            return false;
+        }
+        let turn = self.turn.notified();
+        let mut turn = std::pin::pin!(turn);
+        loop {
+            tokio::select! {
+                () = &mut turn => break,
+                Ok(()) = self.next_try_us.changed() => {
+                    let next = *self.next_try_us.borrow_and_update();
+                    if next.is_some_and(|at| at > deadline_us) {
+                        return false;
+                    }
+                }
+            }
+        }
+        self.head = true;
+        true
     }
 
     /// The head says when it will ask the store next (`None`: now).
     pub fn plan(&self, next_try_us: Option<u64>) {
-        if let Some(line) = self.waiters.lines().get_mut(&self.key) {
-            line.next_try_us = next_try_us;
+        if let Some(line) = self.waiters.lines().get(&self.key) {
+            line.next_try_us.send_replace(next_try_us);
         }
     }
 }
@@ -160,7 +192,7 @@ impl Drop for Ticket<'_> {
                         lines.remove(&self.key);
                     }
                     Some((_, next)) if was_head => {
-                        line.next_try_us = None;
+                        line.next_try_us.send_replace(None);
                         // Stores a permit if the next is not polling yet.
                         next.notify_one();
                     }

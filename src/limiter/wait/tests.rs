@@ -191,6 +191,35 @@ async fn a_waiter_in_line_answers_the_denial_once_its_time_cannot_cover_the_retr
 }
 
 #[tokio::test]
+async fn a_waiter_in_line_leaves_once_the_heads_next_try_is_past_its_deadline() {
+    let rig = rig(10);
+    let check = bucket("k");
+    assert!(rig.limiter.check(&check).await.unwrap().allowed);
+    let mut tasks = Vec::new();
+    // The head (next try at 100 ms), then one with time, then one whose
+    // 150 ms cover the head's try but not the next head's (at 200 ms).
+    for wait in [SECOND, SECOND, Duration::from_millis(150)] {
+        let (limiter, check) = (rig.limiter.clone(), check.clone());
+        tasks.push(tokio::spawn(async move {
+            limiter.check_waiting(&check, wait).await
+        }));
+        settle().await;
+    }
+    assert_eq!(rig.limiter.waiters(), 3);
+    rig.advance_ms(100).await;
+    // At 100 ms: the first is served, the second tries and plans 200 ms,
+    // and the third answers then rather than at its deadline.
+    assert!(tasks[2].is_finished());
+    let third = tasks.pop().unwrap().await.unwrap().unwrap();
+    assert!(!third.decision.allowed);
+    assert_eq!(third.waited, Duration::from_millis(100));
+    rig.advance_ms(100).await;
+    for task in tasks {
+        assert!(task.await.unwrap().unwrap().decision.allowed);
+    }
+}
+
+#[tokio::test]
 async fn over_max_waiters_a_check_is_answered_at_once_and_counted() {
     let rig = rig(1);
     let check = bucket("k");
