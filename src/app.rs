@@ -22,6 +22,7 @@ use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::wait::timer::TokioTimer;
 use crate::metrics::Metrics;
 use crate::policies::{LoadError, Reloader};
 use crate::store::memory::MemoryStore;
@@ -139,7 +140,8 @@ impl Application {
             ..settings.breaker
         };
         let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
-            .with_breaker(breaker, Arc::new(MonotonicClock::default()));
+            .with_breaker(breaker, Arc::new(MonotonicClock::default()))
+            .with_waiting(settings.limits.max_waiters, Arc::new(TokioTimer::default()));
         if let Some(local) = local {
             limiter = limiter.with_local_store(local);
         }

@@ -23,7 +23,8 @@
 //! - [`limiter`]: runs a check on the store, and resets and refunds (never
 //!   answered by the failure policy); the circuit breakers, the local
 //!   fallback, and [`limiter::deny_cache`], which answers repeated denials
-//!   locally, exactly, without a store call.
+//!   locally, exactly, without a store call; [`limiter::wait`], checks that
+//!   wait for their `retry_after` (`wait_ms`), in a line per key.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
 //!   the embedded in-memory store.
 //! - [`domain`]: rules, decisions, the failure policy and the five

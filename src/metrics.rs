@@ -95,7 +95,19 @@ pub struct Metrics {
     pub auth_reloads_error: IntCounter,
     /// `ratekeeper_auth_tokens{scope}`: tokens in force per scope.
     auth_tokens: [IntGauge; 2],
+    /// Checks waiting for their retry (`wait_ms`) now.
+    pub waiters: IntGauge,
+    /// Checks that asked to wait but were answered at once because
+    /// `limits.max_waiters` were waiting.
+    pub wait_rejected: IntCounter,
+    /// How long checks that waited took, waiting included.
+    pub wait_duration: Histogram,
 }
+
+/// Waits run from a few milliseconds to `limits.max_wait` (10 s by default).
+const WAIT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -266,6 +278,24 @@ impl Metrics {
         .expect("valid metric");
         let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
             auth_metrics();
+        let waiters = IntGauge::new(
+            "ratekeeper_waiters",
+            "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
+        )
+        .expect("valid metric");
+        let wait_rejected = IntCounter::new(
+            "ratekeeper_wait_rejected_total",
+            "Checks that asked to wait (wait_ms) but were answered at once because limits.max_waiters were waiting.",
+        )
+        .expect("valid metric");
+        let wait_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "ratekeeper_wait_duration_seconds",
+                "Time to answer a check that waited in line (wait_ms), waiting included.",
+            )
+            .buckets(WAIT_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
@@ -292,6 +322,9 @@ impl Metrics {
             Box::new(rls_reloads),
             Box::new(rls_domains_loaded.clone()),
             Box::new(rls_last_reload.clone()),
+            Box::new(waiters.clone()),
+            Box::new(wait_rejected.clone()),
+            Box::new(wait_duration.clone()),
         ]
         .into_iter()
         .chain(auth_vecs)
@@ -344,6 +377,9 @@ impl Metrics {
             auth_reloads_ok,
             auth_reloads_error,
             auth_tokens,
+            waiters,
+            wait_rejected,
+            wait_duration,
         }
     }
 

@@ -19,8 +19,8 @@ use reader::Reader;
 use redis::read_redis;
 pub use redis::{RedisSettings, redact_url};
 
-use crate::domain::Bounds;
 use crate::domain::forward::IpNet;
+use crate::domain::{Bounds, parse_duration_us};
 use crate::domain::{FailureMode, FailurePolicy};
 use crate::limiter::breaker::BreakerConfig;
 
@@ -152,6 +152,8 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
     "limits.max_limits_per_check",
+    "limits.max_wait",
+    "limits.max_waiters",
     "policies.file",
     "policies.poll_interval",
     "grpc.listen",
@@ -238,6 +240,14 @@ impl Settings {
             // The bound on one script call's work: each limit is a few
             // Redis commands.
             r.parse("limits.max_limits_per_check", |s| int_in(s, 1, 32)),
+            // "0s" turns waiting off (any wait_ms above 0 is refused); a
+            // waiter holds a connection, so an hour is plenty.
+            r.parse("limits.max_wait", |s| match parse_duration_us(s) {
+                Ok(us) if us <= MAX_WAIT_US => Ok(us / 1_000),
+                Ok(_) => Err("must be at most 1h".to_string()),
+                Err(m) => Err(m),
+            }),
+            r.parse("limits.max_waiters", |s| int_in(s, 0, 10_000_000)),
         );
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
@@ -300,6 +310,8 @@ impl Settings {
                     max_key_bytes: limits.0? as usize,
                     max_sliding_log_limit: limits.1?,
                     max_limits_per_check: limits.2? as usize,
+                    max_wait_ms: limits.3?,
+                    max_waiters: limits.4? as usize,
                 },
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,
@@ -424,6 +436,9 @@ fn read_auth(r: &mut Reader) -> Option<AuthSettings> {
         protect_metrics,
     })
 }
+
+/// Longest `limits.max_wait`.
+const MAX_WAIT_US: u64 = 3_600_000_000;
 
 fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
     match s.parse::<u64>() {

@@ -251,3 +251,33 @@ fn auth_keys_from_the_environment() {
     let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
     assert!(err.to_string().contains("auth.protect_metrics"), "{err}");
 }
+
+#[test]
+fn max_wait_and_max_waiters_default_and_are_bounded() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert_eq!(
+        (s.limits.max_wait_ms, s.limits.max_waiters),
+        (10_000, 10_000)
+    );
+    let s = Settings::load_from(
+        &Overrides::default(),
+        env(&[
+            ("RATEKEEPER_LIMITS__MAX_WAIT", "0s"),
+            ("RATEKEEPER_LIMITS__MAX_WAITERS", "0"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!((s.limits.max_wait_ms, s.limits.max_waiters), (0, 0));
+    let error = Settings::load_from(
+        &Overrides::default(),
+        env(&[
+            ("RATEKEEPER_LIMITS__MAX_WAIT", "2h"),
+            ("RATEKEEPER_LIMITS__MAX_WAITERS", "-1"),
+        ]),
+    )
+    .unwrap_err();
+    let problems = error.problems.join("\n");
+    assert!(problems.contains("limits.max_wait"), "{problems}");
+    assert!(problems.contains("must be at most 1h"), "{problems}");
+    assert!(problems.contains("limits.max_waiters"), "{problems}");
+}

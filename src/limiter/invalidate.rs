@@ -62,14 +62,16 @@ struct CacheSink {
 }
 
 impl InvalidationSink for CacheSink {
+    // Counted after the cache changed, so whoever sees the count also
+    // sees the invalidation (tests/invalidation.rs relies on it).
     fn invalidated(&self, key: &str) {
-        self.metrics.invalidations_received.inc();
         self.cache.invalidate(key);
+        self.metrics.invalidations_received.inc();
     }
 
     fn invalidated_all(&self) {
-        self.metrics.invalidations_received.inc();
         self.cache.clear();
+        self.metrics.invalidations_received.inc();
     }
 
     fn subscribed(&self, up: bool) {

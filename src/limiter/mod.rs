@@ -29,6 +29,7 @@ pub mod deny_cache;
 pub mod domains;
 mod health;
 mod invalidate;
+pub mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -39,6 +40,9 @@ use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
 use self::domains::Breakers;
 pub use self::health::NotReady;
+use self::wait::Waiting;
+use self::wait::queue::Waiters;
+use self::wait::timer::{Timer, TokioTimer};
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
 use crate::domain::{Check, Clock, Decision, MonotonicClock};
 use crate::metrics::Metrics;
@@ -66,7 +70,12 @@ pub struct Limiter {
     /// When a failed check last wrote `last_failure`, and its error kind
     /// (see `health::remember_check_failure`).
     last_failure_noted: health::Noted,
+    /// Checks waiting for their `retry_after` (see [`wait`]).
+    waiting: Waiting,
 }
+
+/// `limits.max_waiters` by default.
+pub const DEFAULT_MAX_WAITERS: usize = 10_000;
 
 impl Limiter {
     /// Starts with the store's health unknown (not ready) and the default
@@ -80,10 +89,19 @@ impl Limiter {
             store.name(),
             policy.mode,
         );
+        let waiting = Waiting {
+            waiters: Waiters::new(
+                DEFAULT_MAX_WAITERS,
+                metrics.waiters.clone(),
+                metrics.wait_rejected.clone(),
+            ),
+            timer: Arc::new(TokioTimer::default()),
+        };
         Limiter {
             store,
             policy,
             metrics,
+            waiting,
             deny_cache: None,
             local: None,
             breakers,
@@ -113,6 +131,25 @@ impl Limiter {
         self
     }
 
+    /// At most `max_waiters` checks wait at once (`limits.max_waiters`),
+    /// sleeping on `timer` (tokio's in production; tests drive a manual one).
+    pub fn with_waiting(mut self, max_waiters: usize, timer: Arc<dyn Timer>) -> Limiter {
+        self.waiting = Waiting {
+            waiters: Waiters::new(
+                max_waiters,
+                self.metrics.waiters.clone(),
+                self.metrics.wait_rejected.clone(),
+            ),
+            timer,
+        };
+        self
+    }
+
+    /// Checks waiting now, in every line.
+    pub fn waiters(&self) -> usize {
+        self.waiting.waiters.len()
+    }
+
     pub fn store_name(&self) -> &'static str {
         self.store.name()
     }
@@ -128,6 +165,15 @@ impl Limiter {
     }
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
+        let decision = self.decide(check).await?;
+        self.metrics.record_decision(check, &decision);
+        Ok(decision)
+    }
+
+    /// [`check`](Self::check) without counting the decision in
+    /// `ratekeeper_checks_total`: a waiting check counts its answer once,
+    /// not each try.
+    async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
         let cache = self.deny_cache.as_ref();
         // A recorded denial is the store's own answer, even while the store
         // is unreachable: nothing can have been allowed since.
@@ -169,7 +215,6 @@ impl Limiter {
         } else {
             self.degraded(check)
         };
-        self.metrics.record_decision(check, &decision);
         Ok(decision)
     }
 

@@ -14,7 +14,7 @@ mod response;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
@@ -29,7 +29,7 @@ pub use response::{CheckResponse, LimitResponse};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody};
-use crate::domain::{Check, Decision, PolicySet};
+use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
 #[utoipa::path(
@@ -53,7 +53,8 @@ use crate::domain::{Check, Decision, PolicySet};
         (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type or out of range (code invalid_request); \
             the policy is not loaded, or no policies file is (code unknown_policy, the message lists the loaded policies); \
-            the body mixes fields of two forms (code mixed_forms, the message names them)", body = ErrorBody),
+            the body mixes fields of two forms (code mixed_forms, the message names them); \
+            wait_ms is above limits.max_wait (code invalid_request)", body = ErrorBody),
         (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
     )
 )]
@@ -74,9 +75,25 @@ pub async fn check(State(state): State<AppState>, request: Request) -> Response 
 }
 
 async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError> {
-    let Parsed { form, check, .. } = parse(state, request).await?;
-    let decision = state.limiter.check(&check).await?;
-    Ok(respond(form, &decision))
+    let Parsed {
+        form,
+        check,
+        wait_ms,
+        ..
+    } = parse(state, request).await?;
+    let wait_ms = validate_wait_ms(wait_ms, &state.bounds)?;
+    let waited = state
+        .limiter
+        .check_waiting(&check, Duration::from_millis(wait_ms))
+        .await?;
+    let decision = waited.decision;
+    let mut response = body_for(form, &decision);
+    // Only for requests that asked to wait: the others' bodies stay as
+    // they were (the single-rule form's byte for byte).
+    if wait_ms > 0 {
+        response.waited_ms = Some(waited.waited.as_millis() as u64);
+    }
+    Ok(response.into_response_for(&decision))
 }
 
 /// A body of one of the three forms, validated into a check (the same
@@ -86,6 +103,8 @@ pub(super) struct Parsed {
     pub check: Check,
     /// Whether the body has a `cost` field (a reset takes none).
     pub has_cost: bool,
+    /// `wait_ms` as given, not yet validated (only a check waits).
+    pub wait_ms: Option<u64>,
 }
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
@@ -94,32 +113,42 @@ pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, 
     let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
     let has_cost = fields.as_ref().is_some_and(|f| f.contains_key("cost"));
     let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
-    let check = match form {
+    let (check, wait_ms) = match form {
         Form::SingleRule => {
             let request: CheckRequest = body.parse()?;
-            Check::new(request.into(), &state.bounds)?
+            let wait_ms = request.wait_ms;
+            (Check::new(request.into(), &state.bounds)?, wait_ms)
         }
         Form::Inline => {
             let request: InlineCheckRequest = body.parse()?;
             let limits = request.limits.into_iter().map(Into::into).collect();
-            Check::inline(request.key, limits, request.cost, &state.bounds)?
+            let check = Check::inline(request.key, limits, request.cost, &state.bounds)?;
+            (check, request.wait_ms)
         }
-        Form::Policy => policy_check(state, body.parse()?)?,
+        Form::Policy => {
+            let request: PolicyCheckRequest = body.parse()?;
+            let wait_ms = request.wait_ms;
+            (policy_check(state, request)?, wait_ms)
+        }
     };
     Ok(Parsed {
         form,
         check,
         has_cost,
+        wait_ms,
     })
 }
 
 /// The response body and headers of `decision` in the shape of `form`.
 pub(super) fn respond(form: Form, decision: &Decision) -> Response {
-    let response = match form {
+    body_for(form, decision).into_response_for(decision)
+}
+
+fn body_for(form: Form, decision: &Decision) -> CheckResponse {
+    match form {
         Form::SingleRule => CheckResponse::single_rule(decision),
         Form::Policy | Form::Inline => CheckResponse::with_limits(decision),
-    };
-    response.into_response_for(decision)
+    }
 }
 
 /// The policy form's check, under the policy set in force now. The set is

@@ -54,6 +54,15 @@ pub struct CheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
     pub burst: Option<u64>,
+    /// Blocking acquire: when denied, wait up to this many milliseconds
+    /// for the check to be allowed, trying again at each `retry_after_ms`;
+    /// answered as soon as it is allowed, or with the denial once the time
+    /// left cannot cover the next `retry_after_ms`. Nothing is spent
+    /// unless allowed. Default 0: answer at once. At most `limits.max_wait`
+    /// (default 10000); more is 422. Shadow and degraded answers never wait.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
 }
 
 impl From<CheckRequest> for CheckInput {
@@ -93,6 +102,15 @@ pub struct PolicyCheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0)]
     pub cost: Option<u64>,
+    /// Blocking acquire: when denied, wait up to this many milliseconds
+    /// for the check to be allowed, trying again at each `retry_after_ms`;
+    /// answered as soon as it is allowed, or with the denial once the time
+    /// left cannot cover the next `retry_after_ms`. Nothing is spent
+    /// unless allowed. Default 0: answer at once. At most `limits.max_wait`
+    /// (default 10000); more is 422. Shadow and degraded answers never wait.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
 }
 
 /// The inline form: several limits on one key, decided all or nothing.
@@ -120,6 +138,15 @@ pub struct InlineCheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0)]
     pub cost: Option<u64>,
+    /// Blocking acquire: when denied, wait up to this many milliseconds
+    /// for the check to be allowed, trying again at each `retry_after_ms`;
+    /// answered as soon as it is allowed, or with the denial once the time
+    /// left cannot cover the next `retry_after_ms`. Nothing is spent
+    /// unless allowed. Default 0: answer at once. At most `limits.max_wait`
+    /// (default 10000); more is 422. Shadow and degraded answers never wait.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
 }
 
 /// One limit of an inline check: the fields of the single-rule form, and a
