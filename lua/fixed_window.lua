@@ -43,3 +43,17 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   -- max(0, ...): the limit may have been lowered since the count was made.
   return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
 end
+
+-- Refund (fixed_window.rs, refund): the current window's count down by up
+-- to `cost`, not below 0. The window's end stays the key's expiry.
+local function fixed_window_refund(key, now, limit, window, cost, burst, pad_ms)
+  local state = redis.call('HMGET', key, 'i', 'c')
+  if tonumber(state[1]) ~= idiv(now, window) then
+    return
+  end
+  local count = tonumber(state[2])
+  local taken = math.min(cost, count)
+  if taken > 0 then
+    redis.call('HSET', key, 'c', int(count - taken))
+  end
+end

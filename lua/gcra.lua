@@ -68,3 +68,24 @@ local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
   end
   return {allowed and 1 or 0, idiv(math.max(0, tolerance - reset), interval), retry, reset, commit}
 end
+
+-- Refund (gcra.rs, refund): the TAT back by `cost` intervals, not before
+-- now. A TAT back at now holds nothing, so the key goes (kept, it would
+-- count as used if the clock then stepped back).
+local function gcra_refund(key, now, limit, window, cost, burst, pad_ms)
+  local raw = redis.call('GET', key)
+  if not raw then
+    return
+  end
+  local interval = idiv(window, limit)
+  local tat = gcra_tat(raw, now, interval, burst)
+  local back = math.max(now, tat - cost * interval)
+  if back > now then
+    local reset = back - now
+    local used = idiv(reset + interval - 1, interval)
+    local value = int(back) .. ':' .. int(interval) .. ':' .. int(used)
+    redis.call('SET', key, value, 'PX', ttl_ms(reset, pad_ms))
+  else
+    redis.call('DEL', key)
+  end
+end

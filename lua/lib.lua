@@ -13,7 +13,11 @@
 --            the limit otherwise)
 --   Reply    4 values per limit: allowed (1|0), remaining, retry_after_us,
 --            reset_after_us
--- Several checks at once: see batch.lua.
+-- Several checks at once: see batch.lua. Reset and refund of one check's
+-- limits (adjust.lua) take the same KEYS and ARGV (ARGV[3]: the refund's
+-- cost) and give the same reply, that of a check of cost 0 afterwards; each
+-- algorithm file also defines `<name>_refund(key, now, limit, window, cost,
+-- burst, pad_ms)`, which writes the refund and returns nothing.
 --
 -- Every algorithm is a function
 --   name(key, now, limit, window, cost, burst, pad_ms, dry)

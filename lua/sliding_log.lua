@@ -148,3 +148,42 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
   -- max(0, ...): the limit may have been lowered since these were logged.
   return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
 end
+
+-- Refund (sliding_log.rs, refund): removes the `cost` newest units still in
+-- the window, from the newest entry back, splitting the last one touched,
+-- and keeps the running total right. Expired entries stay for the next
+-- check to trim. One read of the whole log: O(entries), at most 127.
+local function sliding_log_refund(key, now, limit, window, cost, burst, pad_ms)
+  local members = redis.call('ZRANGE', key, 0, -1)
+  if #members < 2 then
+    return
+  end
+  local total = members[#members]
+  local _, count = split(total)
+  local len = #members - 1
+  local left = cost
+  local i = len
+  while left > 0 and i >= 1 do
+    local ts, n = split(members[i])
+    if now - window >= 0 and ts <= now - window then
+      break
+    end
+    local taken = math.min(left, n)
+    redis.call('ZREM', key, members[i])
+    if n > taken then
+      redis.call('ZADD', key, int(ts), entry(ts, n - taken))
+    else
+      len = len - 1
+    end
+    left, count = left - taken, count - taken
+    i = i - 1
+  end
+  if left == cost then
+    return
+  end
+  -- Without entries the total goes too, and with it the key.
+  redis.call('ZREM', key, total)
+  if len > 0 then
+    redis.call('ZADD', key, '+inf', 'n:' .. int(count))
+  end
+end

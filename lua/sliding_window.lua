@@ -80,3 +80,24 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   end
   return {allowed and 1 or 0, remaining, retry, reset, commit}
 end
+
+-- Refund (sliding_window.rs, refund): up to `cost` from the current
+-- window's count first, then from the previous one's. Written (rolled to
+-- this window) only if something was given back; the expiry the last
+-- spend set still covers every count left.
+local function sliding_window_refund(key, now, limit, window, cost, burst, pad_ms)
+  local index = idiv(now, window)
+  local state = redis.call('HMGET', key, 'i', 'p', 'c')
+  local stored = tonumber(state[1])
+  local prev, curr = 0, 0
+  if stored == index then
+    prev, curr = tonumber(state[2]), tonumber(state[3])
+  elseif stored ~= nil and stored + 1 == index then
+    prev = tonumber(state[3])
+  end
+  local from_curr = math.min(cost, curr)
+  local from_prev = math.min(cost - from_curr, prev)
+  if from_curr + from_prev > 0 then
+    redis.call('HSET', key, 'i', int(index), 'p', int(prev - from_prev), 'c', int(curr - from_curr))
+  end
+end

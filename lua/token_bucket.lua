@@ -72,3 +72,38 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   end
   return {allowed and 1 or 0, math.max(0, tokens), retry, reset, commit}
 end
+
+-- Refund (token_bucket.rs, refund): up to `cost` tokens back, up to `burst`
+-- (a debt is paid down first), after the same refill as a check. A full
+-- bucket restarts its clock now, as a refill that fills it does. The
+-- expiry is the time until full, as a spend sets it (0 deletes the key).
+local function token_bucket_refund(key, now, limit, window, cost, burst, pad_ms)
+  local interval = idiv(window, limit)
+  local state = redis.call('HMGET', key, 'u', 'a', 't')
+  local used, credited, left = tonumber(state[1]), tonumber(state[2]), tonumber(state[3])
+  if left ~= nil then
+    used = math.max(0, burst - left)
+  end
+  if used == nil or credited == nil then
+    return
+  end
+  used = math.min(used, burst + idiv(366 * 86400 * 1000000, interval))
+  local tokens = burst - used
+  if now > credited then
+    local earned = idiv(now - credited, interval)
+    tokens = tokens + earned
+    credited = credited + earned * interval
+    if tokens >= burst then
+      tokens, credited = burst, now
+    end
+  end
+  tokens = math.min(burst, tokens + cost)
+  if tokens == burst then
+    credited = now
+  end
+  redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited), 'i', int(interval))
+  if left ~= nil then
+    redis.call('HDEL', key, 't')
+  end
+  redis.call('PEXPIRE', key, ttl_ms(credited + (burst - tokens) * interval - now, pad_ms))
+end

@@ -22,6 +22,7 @@ use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::wait::timer::TokioTimer;
 use crate::metrics::Metrics;
 use crate::policies::{LoadError, Reloader};
 use crate::store::memory::MemoryStore;
@@ -42,6 +43,9 @@ pub enum StartError {
     /// `rls.config` is wrong (the CLI exits with EX_USAGE).
     #[error(transparent)]
     Rls(#[from] crate::rls::RlsLoadError),
+    /// `auth.tokens_file` is wrong (the CLI exits with EX_USAGE).
+    #[error(transparent)]
+    Tokens(#[from] crate::tokens::TokensError),
 }
 
 /// How long startup waits for Redis before serving degraded.
@@ -87,6 +91,7 @@ impl Application {
         // Before anything is spawned: an invalid policies file stops startup.
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let reloader = load_policies(&settings, &policies, &metrics)?;
+        let auth = crate::tokens::start(settings.auth.tokens_file.as_deref(), addr, &metrics)?;
         let grpc = bind_grpc(&settings, &metrics).await?;
 
         let mut background = Vec::new();
@@ -95,9 +100,22 @@ impl Application {
             Some(reloader) => watch::spawn(reloader, settings.policies_poll_interval),
             None => watch::spawn_without_file("policies file"),
         });
-        let (store, redis, local) = open_stores(backend, &settings, &mut background).await;
+        if let Some(reloader) = auth.reloader {
+            background.push(watch::spawn(reloader, settings.policies_poll_interval));
+        }
+        let stores = open_stores(backend, &settings, &mut background).await;
+        let Stores {
+            store,
+            redis,
+            redis_connected,
+            local,
+        } = stores;
         let limiter = build_limiter(store, local, &settings, probe_interval, &metrics);
         let limiter = Arc::new(limiter);
+        if let Some(redis) = &redis {
+            let task = listen_for_invalidations(redis, &limiter, redis_connected, probe_interval);
+            background.extend(task.await?);
+        }
         // One probe before serving: a healthy Redis is ready from the first
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;
@@ -119,7 +137,13 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
+        let bearer = http::bearer::Bearer {
+            tokens: auth.tokens,
+            protect_metrics: settings.auth.protect_metrics,
+            metrics: metrics.clone(),
+        };
         let router = http::router(AppState {
+            bearer,
             limiter,
             metrics,
             bounds: settings.limits,
@@ -250,14 +274,24 @@ async fn bind_http(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartE
     Ok((listener, addr))
 }
 
-/// The main store as an `Arc<dyn Store>`, the Redis handle (kept for
-/// shutdown) and, in front of Redis, the local fallback store; the embedded
-/// stores' sweepers go into `background`.
+/// What [`open_stores`] opened.
+struct Stores {
+    store: Arc<dyn Store>,
+    /// The Redis handle, kept for shutdown and the invalidation listener.
+    redis: Option<RedisStore>,
+    /// Redis answered within [`STARTUP_CONNECT_WAIT`].
+    redis_connected: bool,
+    /// In front of Redis, the local fallback store.
+    local: Option<MemoryStore>,
+}
+
+/// The main store and, in front of Redis, the local fallback store; the
+/// embedded stores' sweepers go into `background`.
 async fn open_stores(
     backend: Backend,
     settings: &Settings,
     background: &mut Vec<JoinHandle<()>>,
-) -> (Arc<dyn Store>, Option<RedisStore>, Option<MemoryStore>) {
+) -> Stores {
     // Local fallback only makes sense in front of Redis: the embedded
     // store as the main store is never unreachable. Kept whenever Redis
     // is, since a policy may choose `local` whatever the service's mode
@@ -270,15 +304,46 @@ async fn open_stores(
     match backend {
         Backend::Memory(store) => {
             background.push(store.spawn_sweeper(settings.memory.sweep_interval));
-            (Arc::new(store), None, local)
+            Stores {
+                store: Arc::new(store),
+                redis: None,
+                redis_connected: false,
+                local,
+            }
         }
         Backend::Redis(store) => {
-            if !store.wait_connected(STARTUP_CONNECT_WAIT).await {
+            let redis_connected = store.wait_connected(STARTUP_CONNECT_WAIT).await;
+            if !redis_connected {
                 warn!("redis not reachable at startup: serving by the failure policy until it is");
             }
-            (Arc::new(store.clone()), Some(store), local)
+            Stores {
+                store: Arc::new(store.clone()),
+                redis: Some(store),
+                redis_connected,
+                local,
+            }
         }
     }
+}
+
+/// With a deny cache in front of Redis, the listener that drops cached
+/// denials when any instance resets or refunds a key.
+async fn listen_for_invalidations(
+    redis: &RedisStore,
+    limiter: &Limiter,
+    redis_connected: bool,
+    probe_interval: Duration,
+) -> Result<Option<JoinHandle<()>>, StartError> {
+    let Some(sink) = limiter.invalidation_sink() else {
+        return Ok(None);
+    };
+    let mut listener = redis.spawn_invalidation_listener(sink, probe_interval)?;
+    // Like the connection: a healthy instance uses its deny cache from the
+    // first request.
+    if redis_connected && !listener.wait_subscribed(STARTUP_CONNECT_WAIT).await {
+        warn!("not subscribed to the invalidation channel yet: deny cache off until it is");
+    }
+    Ok(Some(listener.task))
 }
 
 /// The limiter over `store`: the breaker, the local fallback, the deny cache.
@@ -294,7 +359,8 @@ fn build_limiter(
         ..settings.breaker
     };
     let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
-        .with_breaker(breaker, Arc::new(MonotonicClock::default()));
+        .with_breaker(breaker, Arc::new(MonotonicClock::default()))
+        .with_waiting(settings.limits.max_waiters, Arc::new(TokioTimer::default()));
     if let Some(local) = local {
         limiter = limiter.with_local_store(local);
     }

@@ -31,10 +31,10 @@ pub enum Command {
     /// Print the OpenAPI document (YAML), as committed in openapi.yaml.
     Openapi,
     /// Print the exact Lua script ratekeeper runs for one check (of one or
-    /// more limits) or for a batch of checks, e.g. to pre-load it or to
-    /// benchmark it on its own.
+    /// more limits), a batch of checks, a reset or a refund, e.g. to
+    /// pre-load it or to benchmark it on its own.
     Script {
-        #[arg(value_parser = ["check", "batch"])]
+        #[arg(value_parser = ["check", "batch", "reset", "refund"])]
         name: String,
     },
     /// Work with a policies file offline.
@@ -257,6 +257,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
     let app = match Application::build(settings).await {
         Ok(app) => app,
         Err(StartError::Policies(error)) => {
+            tracing::error!(%error, "cannot start: {error}");
+            eprintln!("ratekeeper: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
+        Err(StartError::Tokens(error)) => {
             tracing::error!(%error, "cannot start: {error}");
             eprintln!("ratekeeper: {error}");
             return ExitCode::from(EX_USAGE);

@@ -15,12 +15,16 @@
 //!   whole.
 //! - [`watch`]: reloading a config path (the policies file, `rls.config`)
 //!   on file events, SIGHUP and a slow poll.
+//! - [`tokens`]: the bearer tokens file (`auth.tokens_file`): reading it,
+//!   swapping it in whole, reloading it like the policies file.
 //! - [`rls`]: the Envoy RLS v3 gRPC server and its `rls.config` files.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
-//! - [`limiter`]: runs a check on the store; the circuit breakers, the local
+//! - [`limiter`]: runs a check on the store, and resets and refunds (never
+//!   answered by the failure policy); the circuit breakers, the local
 //!   fallback, and [`limiter::deny_cache`], which answers repeated denials
-//!   locally, exactly, without a store call.
+//!   locally, exactly, without a store call; [`limiter::wait`], checks that
+//!   wait for their `retry_after` (`wait_ms`), in a line per key.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
 //!   the embedded in-memory store.
 //! - [`domain`]: rules, decisions, the failure policy and the five
@@ -38,6 +42,7 @@ pub mod policies;
 pub mod rls;
 pub mod store;
 pub mod telemetry;
+pub mod tokens;
 pub mod watch;
 
 /// The deny cache lives in the limiter; this path is kept for callers.

@@ -14,6 +14,10 @@ use prometheus::{
 use crate::domain::{Algorithm, Check, Decision, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
 
+mod auth;
+pub use auth::AuthFailure;
+use auth::auth_metrics;
+
 /// The `limit` label of an inline check's limit: its position (the
 /// configured maximum caps the count; the last label covers any beyond).
 const POSITIONS: [&str; 32] = [
@@ -40,6 +44,8 @@ pub struct Metrics {
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
     degraded: [IntCounter; FailureMode::ALL.len()],
     backend_errors: IntCounterVec,
+    /// `ratekeeper_adjustments_total{op, result}`: resets and refunds.
+    adjustments: IntCounterVec,
     pub check_duration: Histogram,
     pub backend_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
@@ -50,6 +56,16 @@ pub struct Metrics {
     evictions_sync: std::sync::Mutex<()>,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
+    /// `ratekeeper_invalidations_sent_total{result="ok"|"error"}`.
+    pub invalidations_sent_ok: IntCounter,
+    pub invalidations_sent_error: IntCounter,
+    /// Invalidations received on the channel (this instance's own included).
+    pub invalidations_received: IntCounter,
+    /// 1 while subscribed to the invalidation channel (the deny cache is
+    /// in use), 0 otherwise.
+    pub invalidation_subscribed: IntGauge,
+    /// Times the subscription was lost (the deny cache was dropped).
+    pub invalidation_subscription_lost: IntCounter,
     /// 1 while the store answers, 0 while the failure policy answers.
     pub store_up: IntGauge,
     /// `ratekeeper_breaker_state{state}`: failure domains per breaker state,
@@ -72,7 +88,26 @@ pub struct Metrics {
     pub rls_reloads_error: IntCounter,
     pub rls_domains_loaded: IntGauge,
     pub rls_last_reload: Gauge,
+    /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
+    auth_failures: [IntCounter; 3],
+    /// `ratekeeper_auth_reloads_total{result="ok"|"error"}`.
+    pub auth_reloads_ok: IntCounter,
+    pub auth_reloads_error: IntCounter,
+    /// `ratekeeper_auth_tokens{scope}`: tokens in force per scope.
+    auth_tokens: [IntGauge; 2],
+    /// Checks waiting for their retry (`wait_ms`) now.
+    pub waiters: IntGauge,
+    /// Checks that asked to wait but were answered at once because
+    /// `limits.max_waiters` were waiting.
+    pub wait_rejected: IntCounter,
+    /// How long checks that waited took, waiting included.
+    pub wait_duration: Histogram,
 }
+
+/// Waits run from a few milliseconds to `limits.max_wait` (10 s by default).
+const WAIT_BUCKETS: &[f64] = &[
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
+];
 
 impl Metrics {
     pub fn new() -> Metrics {
@@ -105,6 +140,14 @@ impl Metrics {
             &["kind"],
         )
         .expect("valid metric");
+        let adjustments = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_adjustments_total",
+                "Resets and refunds (op: reset|refund) by result: ok, or error (the store could not apply it; answered 503 or 500).",
+            ),
+            &["op", "result"],
+        )
+        .expect("valid metric");
         let check_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "ratekeeper_check_duration_seconds",
@@ -134,6 +177,34 @@ impl Metrics {
         let deny_cache_hits = IntCounter::new(
             "ratekeeper_deny_cache_hits_total",
             "Denials answered by the local deny cache without asking the store.",
+        )
+        .expect("valid metric");
+        let invalidations_sent = IntCounterVec::new(
+            Opts::new(
+                "ratekeeper_invalidations_sent_total",
+                "Invalidations published after a reset or refund, by result (ok|error): an error \
+                 leaves other instances' cached denials of that key for up to 1 s.",
+            ),
+            &["result"],
+        )
+        .expect("valid metric");
+        let invalidations_sent_ok = invalidations_sent.with_label_values(&["ok"]);
+        let invalidations_sent_error = invalidations_sent.with_label_values(&["error"]);
+        let invalidations_received = IntCounter::new(
+            "ratekeeper_invalidations_received_total",
+            "Invalidations received on the Redis channel, this instance's own included.",
+        )
+        .expect("valid metric");
+        let invalidation_subscribed = IntGauge::new(
+            "ratekeeper_invalidation_subscribed",
+            "1 while subscribed to the Redis invalidation channel (the deny cache is in use); \
+             0 while the subscription is lost (the deny cache is dropped and unused), and \
+             always 0 without Redis or without a deny cache.",
+        )
+        .expect("valid metric");
+        let invalidation_subscription_lost = IntCounter::new(
+            "ratekeeper_invalidation_subscription_lost_total",
+            "Times the invalidation subscription was lost and the deny cache dropped.",
         )
         .expect("valid metric");
         let store_up = IntGauge::new(
@@ -205,14 +276,39 @@ impl Metrics {
             "Unix time of the last good load of rls.config; 0 before any.",
         )
         .expect("valid metric");
+        let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
+            auth_metrics();
+        let waiters = IntGauge::new(
+            "ratekeeper_waiters",
+            "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
+        )
+        .expect("valid metric");
+        let wait_rejected = IntCounter::new(
+            "ratekeeper_wait_rejected_total",
+            "Checks that asked to wait (wait_ms) but were answered at once because limits.max_waiters were waiting.",
+        )
+        .expect("valid metric");
+        let wait_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "ratekeeper_wait_duration_seconds",
+                "Time to answer a check that waited in line (wait_ms), waiting included.",
+            )
+            .buckets(WAIT_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
 
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(degraded_vec),
             Box::new(backend_errors.clone()),
+            Box::new(adjustments.clone()),
             Box::new(check_duration.clone()),
             Box::new(backend_duration.clone()),
             Box::new(deny_cache_hits.clone()),
+            Box::new(invalidations_sent),
+            Box::new(invalidations_received.clone()),
+            Box::new(invalidation_subscribed.clone()),
+            Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
             Box::new(store_evictions.clone()),
             Box::new(store_up.clone()),
@@ -226,7 +322,13 @@ impl Metrics {
             Box::new(rls_reloads),
             Box::new(rls_domains_loaded.clone()),
             Box::new(rls_last_reload.clone()),
-        ] {
+            Box::new(waiters.clone()),
+            Box::new(wait_rejected.clone()),
+            Box::new(wait_duration.clone()),
+        ]
+        .into_iter()
+        .chain(auth_vecs)
+        {
             registry
                 .register(collector)
                 .expect("metric names are unique");
@@ -246,9 +348,15 @@ impl Metrics {
             })),
             degraded,
             backend_errors,
+            adjustments,
             check_duration,
             backend_duration,
             deny_cache_hits,
+            invalidations_sent_ok,
+            invalidations_sent_error,
+            invalidations_received,
+            invalidation_subscribed,
+            invalidation_subscription_lost,
             store_keys,
             store_evictions,
             evictions_sync: std::sync::Mutex::new(()),
@@ -265,7 +373,25 @@ impl Metrics {
             rls_reloads_error,
             rls_domains_loaded,
             rls_last_reload,
+            auth_failures,
+            auth_reloads_ok,
+            auth_reloads_error,
+            auth_tokens,
+            waiters,
+            wait_rejected,
+            wait_duration,
         }
+    }
+
+    /// Counts a request refused by bearer authentication.
+    pub fn record_auth_failure(&self, reason: AuthFailure) {
+        self.auth_failures[reason as usize].inc();
+    }
+
+    /// The tokens in force, per scope (counts only, never a token).
+    pub fn set_tokens_loaded(&self, check: usize, admin: usize) {
+        self.auth_tokens[0].set(check as i64);
+        self.auth_tokens[1].set(admin as i64);
     }
 
     /// Counts one check. Every label is bounded: policy and limit names
@@ -335,6 +461,12 @@ impl Metrics {
     /// A breaker in `state` was dropped with its limiter.
     pub fn forget_breaker(&self, state: BreakerState) {
         self.breaker_state[state as usize].dec();
+    }
+
+    /// Counts one reset or refund; `op` is [`Adjustment::as_str`](crate::limiter::Adjustment::as_str).
+    pub fn record_adjustment(&self, op: &'static str, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.adjustments.with_label_values(&[op, result]).inc();
     }
 
     pub fn record_backend_error(&self, kind: &str) {

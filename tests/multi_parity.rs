@@ -22,12 +22,14 @@ use support::{RedisServer, unique_key};
 
 #[path = "multi_parity/case.rs"]
 mod case;
-use case::{Case, capacity, case, rule, runner, runtime, simulated_redis};
+use case::{Case, adjusted, capacity, case, rule, runner, runtime, simulated_redis};
 
 #[path = "multi_parity/reload.rs"]
 mod reload;
 
-/// `check.lua` (one EVALSHA per check) against `apply_all`.
+/// `check.lua` (one EVALSHA per check) against `apply_all`, with resets
+/// and refunds (`adjust.lua` against `reset_all` and `refund_all`) among
+/// the checks.
 #[test]
 fn multi_limit_lua_matches_rust() {
     let server = RedisServer::start();
@@ -35,15 +37,24 @@ fn multi_limit_lua_matches_rust() {
     let clock = ManualClock::new(0);
     let store = simulated_redis(&runtime, &server, "multi:", &clock);
     runner(1_000)
-        .run(&case(), |case| {
+        .run(&adjusted(), |case| {
             let expected = case.rust();
             let key = unique_key("m");
             for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
+                let op = case.op(i);
                 let got = runtime
-                    .block_on(store.check(&case.check(&key, cost)))
+                    .block_on(op.run(&store, &case.check(&key, cost)))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                prop_assert_eq!(&got, want, "step {} (t={}, cost={})", i, now, cost);
+                prop_assert_eq!(
+                    &got,
+                    want,
+                    "step {} ({:?} at t={}, cost={})",
+                    i,
+                    op,
+                    now,
+                    cost
+                );
             }
             Ok(())
         })

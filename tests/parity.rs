@@ -1,9 +1,10 @@
 //! The Lua scripts and the Rust functions must give identical answers.
 //!
 //! Property tests drive random rules and random sequences of (time step,
-//! cost) through the scripts on a real Redis (time passed as an argument)
-//! and through the pure Rust functions, and require the same
-//! allowed/remaining/retry_after/reset_after at every step.
+//! cost), with resets and refunds among the checks, through the scripts on
+//! a real Redis (time passed as an argument) and through the pure Rust
+//! functions, and require the same allowed/remaining/retry_after/reset_after
+//! at every step.
 
 mod support;
 
@@ -16,7 +17,11 @@ use ratekeeper::domain::algorithms::State;
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome, Rule};
 use ratekeeper::store::Store;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use support::ops::{Op, ops};
 use support::{RedisServer, unique_key};
+
+#[path = "parity/cache.rs"]
+mod cache;
 
 /// Around 2026 in microseconds: large enough to exercise Lua's number range.
 const EPOCH_2026_US: u64 = 1_767_225_600_000_000;
@@ -27,6 +32,8 @@ struct Case {
     start_us: u64,
     /// (time step in µs, cost); a negative step is a clock stepping back.
     steps: Vec<(i64, u64)>,
+    /// What step `i` does (a check where `ops` is shorter): see [`adjusted`].
+    ops: Vec<Op>,
 }
 
 fn windows_ms() -> impl Strategy<Value = u64> {
@@ -106,8 +113,17 @@ fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
                 rule,
                 start_us: EPOCH_2026_US + offset as u64,
                 steps,
+                ops: Vec::new(),
             }
         })
+    })
+}
+
+/// `cases` with resets and refunds among their checks.
+fn adjusted(cases: impl Strategy<Value = Case>) -> impl Strategy<Value = Case> {
+    (cases, ops(300)).prop_map(|(case, mut ops)| {
+        ops.truncate(case.steps.len());
+        Case { ops, ..case }
     })
 }
 
@@ -118,6 +134,10 @@ impl Case {
             *now = now.saturating_add_signed(*step);
             Some((*now, *cost))
         })
+    }
+
+    fn op(&self, step: usize) -> Op {
+        self.ops.get(step).copied().unwrap_or(Op::Check)
     }
 
     /// The same case with the clock never stepping back.
@@ -132,9 +152,10 @@ impl Case {
 }
 
 fn rust_outcomes(case: &Case) -> Vec<Outcome> {
-    let mut state = State::fresh(case.rule.algorithm);
+    let mut state = [State::fresh(case.rule.algorithm)];
     case.timeline()
-        .map(|(now, cost)| state.apply(&case.rule, now, cost))
+        .enumerate()
+        .map(|(i, (now, cost))| case.op(i).rust(&mut state, &[&case.rule], now, cost)[0])
         .collect()
 }
 
@@ -180,8 +201,9 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
+/// Checks, resets and refunds, Lua against Rust.
 fn run_parity(algorithm: Algorithm, cases: u32) {
-    run_parity_of(case(algorithm), cases);
+    run_parity_of(adjusted(case(algorithm)), cases);
 }
 
 fn run_parity_of(strategy: impl Strategy<Value = Case>, cases: u32) {
@@ -198,14 +220,16 @@ fn run_parity_of(strategy: impl Strategy<Value = Case>, cases: u32) {
             for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
                 let check = Check::single(key.clone(), case.rule, cost);
+                let op = case.op(i);
                 let got = runtime
-                    .block_on(store.check(&check))
+                    .block_on(op.run(&store, &check))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(
                     got,
                     vec![*want],
-                    "step {} (t={}, cost={}) of {:?}",
+                    "step {} ({:?} at t={}, cost={}) of {:?}",
                     i,
+                    op,
                     now,
                     cost,
                     case.rule
@@ -268,6 +292,7 @@ fn long_log_case() -> impl Strategy<Value = Case> {
                     rule,
                     start_us: EPOCH_2026_US + offset as u64,
                     steps,
+                    ops: Vec::new(),
                 },
             )
         })
@@ -275,7 +300,7 @@ fn long_log_case() -> impl Strategy<Value = Case> {
 
 #[test]
 fn a_long_sliding_log_lua_matches_rust() {
-    run_parity_of(long_log_case(), 60);
+    run_parity_of(adjusted(long_log_case()), 60);
 }
 
 #[test]
@@ -318,87 +343,6 @@ proptest! {
     }
 }
 
-/// The deny cache answers exactly as the store would: the same random
-/// sequences (clock moving forward; the cache measures on a monotonic clock)
-/// through limiter + cache + store and through the pure functions must give
-/// identical decisions, for the embedded store and for Redis.
-fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisServer>) {
-    use ratekeeper::deny_cache::DenyCache;
-    use ratekeeper::domain::Decision;
-    use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
-    use ratekeeper::metrics::Metrics;
-    use ratekeeper::store::memory::MemoryStore;
-
-    let runtime = runtime();
-    let clock = ManualClock::new(0);
-    let store: Arc<dyn Store> = match redis {
-        Some(server) => Arc::new(simulated_redis(&runtime, server.url(), "cache:", &clock)),
-        None => Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
-    };
-    let policy = FailurePolicy {
-        mode: FailureMode::Open,
-        closed_retry_after: Duration::from_secs(1),
-    };
-    let metrics = Arc::new(Metrics::new());
-    let limiter = Limiter::new(store, policy, metrics.clone())
-        .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone())));
-    runtime.block_on(limiter.probe());
-
-    let mut runner = runner(cases);
-    runner
-        .run(&case(algorithm), |case| {
-            let case = case.forward();
-            let expected = rust_outcomes(&case);
-            let key = unique_key("dc");
-            for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
-                clock.set_us(now);
-                let check = Check::single(key.clone(), case.rule, cost);
-                let got = runtime
-                    .block_on(limiter.check(&check))
-                    .map_err(|e| TestCaseError::fail(e.to_string()))?;
-                let want = Decision::from_outcomes(&check, &[*want]);
-                prop_assert_eq!(
-                    got,
-                    want,
-                    "step {} (t={}, cost={}) of {:?}",
-                    i,
-                    now,
-                    cost,
-                    case.rule
-                );
-            }
-            Ok(())
-        })
-        .unwrap();
-    if algorithm.has_burst() {
-        assert_eq!(
-            metrics.deny_cache_hits.get(),
-            0,
-            "token_bucket and gcra are never cached"
-        );
-    } else {
-        assert!(
-            metrics.deny_cache_hits.get() > 0,
-            "the sequences exercised the cache"
-        );
-    }
-}
-
-#[test]
-fn deny_cache_answers_exactly_as_the_embedded_store() {
-    for algorithm in Algorithm::ALL {
-        run_deny_cache_parity(algorithm, 150, None);
-    }
-}
-
-#[test]
-fn deny_cache_answers_exactly_as_redis() {
-    let redis = RedisServer::start();
-    for algorithm in Algorithm::ALL {
-        run_deny_cache_parity(algorithm, 60, Some(&redis));
-    }
-}
-
 /// The batch script applies a batch's checks in order, each exactly as it
 /// would run alone: the random sequences, with the checks that share an
 /// instant sent as one batch, must match the Rust functions step by step.
@@ -438,79 +382,4 @@ fn batch_script_matches_single_checks() {
     for algorithm in Algorithm::ALL {
         run_batch_parity(algorithm, 100, &redis);
     }
-}
-
-/// Two rules (different limits and bursts, same window) on one key, checks
-/// interleaved at random: the deny cache may never change a decision, and
-/// its retry_after may only be shorter than the store's (another rule's
-/// allowed traffic can push the true wait later; never earlier).
-#[test]
-fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
-    use ratekeeper::deny_cache::DenyCache;
-    use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
-    use ratekeeper::metrics::Metrics;
-    use ratekeeper::store::memory::MemoryStore;
-
-    let runtime = runtime();
-    let strategy = prop::sample::select(Algorithm::ALL.to_vec()).prop_flat_map(|algorithm| {
-        (
-            case(algorithm),
-            rule(algorithm),
-            prop::collection::vec(any::<bool>(), 40),
-        )
-    });
-    let mut runner = runner(400);
-    runner
-        .run(&strategy, |(case, other, picks)| {
-            let window_us = case.rule.window_us;
-            let other = Rule { window_us, ..other };
-            // The other rule must itself be valid for this window.
-            if other.algorithm.has_burst()
-                && (other.limit > window_us
-                    || other.burst * (window_us / other.limit) > 366 * 86_400 * 1_000_000)
-            {
-                return Ok(());
-            }
-            let clock = ManualClock::new(0);
-            let policy = FailurePolicy {
-                mode: FailureMode::Open,
-                closed_retry_after: Duration::from_secs(1),
-            };
-            let store =
-                |clock: &ManualClock| Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000));
-            let cached = Limiter::new(store(&clock), policy, Arc::new(Metrics::new()))
-                .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone())));
-            let plain = Limiter::new(store(&clock), policy, Arc::new(Metrics::new()));
-            runtime.block_on(async {
-                cached.probe().await;
-                plain.probe().await;
-            });
-            let case = case.forward();
-            for (i, ((now, cost), pick)) in case.timeline().zip(&picks).enumerate() {
-                clock.set_us(now);
-                let rule = if *pick { other } else { case.rule };
-                let max_cost = if rule.algorithm.has_burst() {
-                    rule.burst
-                } else {
-                    rule.limit
-                };
-                let check = Check::single("shared", rule, cost.min(max_cost));
-                let (a, b) = runtime.block_on(async {
-                    (
-                        cached.check(&check).await.unwrap(),
-                        plain.check(&check).await.unwrap(),
-                    )
-                });
-                prop_assert_eq!(a.allowed, b.allowed, "step {}: {:?}", i, check);
-                prop_assert!(
-                    a.retry_after_ms <= b.retry_after_ms,
-                    "step {}: cached {:?} store {:?}",
-                    i,
-                    a,
-                    b
-                );
-            }
-            Ok(())
-        })
-        .unwrap();
 }

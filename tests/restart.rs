@@ -86,6 +86,14 @@ impl Store for Noting {
         result
     }
 
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.inner.reset(check).await
+    }
+
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.inner.refund(check).await
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         self.inner.ping().await
     }

@@ -20,6 +20,7 @@ use support::venv::{pip_tool, python_of};
 const MAX_EXAMPLES: &str = "1000";
 const SCHEMATHESIS: &str = "schemathesis>=4.32,<5";
 const RUN_LIMIT: Duration = Duration::from_secs(300);
+const ADMIN_TOKEN: &str = "schemathesis-admin-token-0123456789";
 
 /// The `st` script in our virtualenv, installed on first use; run it with
 /// the venv's Python ([`python_of`]).
@@ -41,9 +42,15 @@ fn schemathesis_finds_nothing() {
          { name = \"daily\", algorithm = \"fixed_window\", limit = 1000000000000, window = \"1d\" },\n]\n",
     )
     .unwrap();
+    // With bearer tokens on, as the document's security says: schemathesis
+    // sends the admin token, and its ignored_auth check finds that requests
+    // without it (or with a wrong one) are refused.
+    let tokens = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-tokens");
+    std::fs::write(&tokens, format!("admin {ADMIN_TOKEN}\n")).unwrap();
     let (_service, addr) = support::binary::serve(&[
         ("RATEKEEPER_LOG__LEVEL", "warn,ratekeeper::app=info"),
         ("RATEKEEPER_POLICIES__FILE", policies.to_str().unwrap()),
+        ("RATEKEEPER_AUTH__TOKENS_FILE", tokens.to_str().unwrap()),
     ]);
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let hooks = root.join("tests").join("schemathesis");
@@ -54,6 +61,7 @@ fn schemathesis_finds_nothing() {
         .args(["--url", &format!("http://{addr}")])
         .args(["--checks", "all", "--max-examples", MAX_EXAMPLES])
         .args(["--no-color", "--request-timeout", "5"])
+        .args(["--header", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
         .env("SCHEMATHESIS_HOOKS", "ratekeeper_hooks")
         .env("PYTHONPATH", &hooks)
         .env("PYTHONDONTWRITEBYTECODE", "1")

@@ -19,8 +19,8 @@ use reader::Reader;
 use redis::read_redis;
 pub use redis::{RedisSettings, redact_url};
 
-use crate::domain::Bounds;
 use crate::domain::forward::IpNet;
+use crate::domain::{Bounds, parse_duration_us};
 use crate::domain::{FailureMode, FailurePolicy};
 use crate::limiter::breaker::BreakerConfig;
 
@@ -50,6 +50,7 @@ pub struct Settings {
     pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
     pub log: LogSettings,
+    pub auth: AuthSettings,
     /// `RATEKEEPER_*` environment variables that are not of the
     /// `RATEKEEPER_<SECTION>__<KEY>` shape and were ignored (logged at debug
     /// once telemetry is up).
@@ -75,6 +76,15 @@ pub struct ServerSettings {
     /// Peers whose `X-Forwarded-For`/`X-Real-IP` are believed by
     /// `/v1/auth` (empty: nobody's).
     pub trusted_proxies: Vec<IpNet>,
+}
+
+/// Bearer-token authentication (`[auth]`).
+#[derive(Debug, Clone, Default)]
+pub struct AuthSettings {
+    /// Lines of `<scope> <token>`; `None`: no authentication.
+    pub tokens_file: Option<PathBuf>,
+    /// `/metrics` needs a token too (any scope).
+    pub protect_metrics: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -142,6 +152,8 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_key_bytes",
     "limits.max_sliding_log_limit",
     "limits.max_limits_per_check",
+    "limits.max_wait",
+    "limits.max_waiters",
     "policies.file",
     "policies.poll_interval",
     "grpc.listen",
@@ -166,6 +178,8 @@ const KNOWN_KEYS: &[&str] = &[
     "memory.max_keys",
     "log.format",
     "log.level",
+    "auth.tokens_file",
+    "auth.protect_metrics",
 ];
 
 impl Settings {
@@ -226,6 +240,14 @@ impl Settings {
             // The bound on one script call's work: each limit is a few
             // Redis commands.
             r.parse("limits.max_limits_per_check", |s| int_in(s, 1, 32)),
+            // "0s" turns waiting off (any wait_ms above 0 is refused); a
+            // waiter holds a connection, so an hour is plenty.
+            r.parse("limits.max_wait", |s| match parse_duration_us(s) {
+                Ok(us) if us <= MAX_WAIT_US => Ok(us / 1_000),
+                Ok(_) => Err("must be at most 1h".to_string()),
+                Err(m) => Err(m),
+            }),
+            r.parse("limits.max_waiters", |s| int_in(s, 0, 10_000_000)),
         );
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
@@ -270,6 +292,8 @@ impl Settings {
             }),
         );
 
+        let auth = read_auth(&mut r);
+
         let assembled = (|| {
             Some(Settings {
                 server: ServerSettings {
@@ -286,6 +310,8 @@ impl Settings {
                     max_key_bytes: limits.0? as usize,
                     max_sliding_log_limit: limits.1?,
                     max_limits_per_check: limits.2? as usize,
+                    max_wait_ms: limits.3?,
+                    max_waiters: limits.4? as usize,
                 },
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,
@@ -306,6 +332,7 @@ impl Settings {
                     format: log.0?,
                     level: log.1?,
                 },
+                auth: auth?,
                 ignored_env: Vec::new(),
             })
         })();
@@ -385,6 +412,33 @@ fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
         ..BreakerConfig::default()
     })
 }
+
+/// The `[auth]` section; `None` when a key is invalid.
+fn read_auth(r: &mut Reader) -> Option<AuthSettings> {
+    let tokens_file = r.parse("auth.tokens_file", |s| {
+        Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
+    });
+    let protect_metrics = r.parse("auth.protect_metrics", |s| match s {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("must be true or false".into()),
+    });
+    let (tokens_file, protect_metrics) = (tokens_file?, protect_metrics?);
+    if protect_metrics && tokens_file.is_none() {
+        // Without tokens nothing is protected: refuse rather than leave
+        // /metrics open while the setting says otherwise.
+        r.problems
+            .push("auth.protect_metrics: needs auth.tokens_file (no tokens, no protection)".into());
+        return None;
+    }
+    Some(AuthSettings {
+        tokens_file,
+        protect_metrics,
+    })
+}
+
+/// Longest `limits.max_wait`.
+const MAX_WAIT_US: u64 = 3_600_000_000;
 
 fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
     match s.parse::<u64>() {

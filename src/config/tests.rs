@@ -226,3 +226,58 @@ fn trusted_proxies_default_empty_and_read_from_the_environment() {
     let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
     assert!(err.to_string().contains("server.trusted_proxies"), "{err}");
 }
+
+#[test]
+fn auth_keys_from_the_environment() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert!(s.auth.tokens_file.is_none());
+    assert!(!s.auth.protect_metrics);
+    let vars = [
+        (
+            "RATEKEEPER_AUTH__TOKENS_FILE",
+            "/run/secrets/ratekeeper/tokens",
+        ),
+        ("RATEKEEPER_AUTH__PROTECT_METRICS", "true"),
+    ];
+    let s = Settings::load_from(&Overrides::default(), env(&vars)).unwrap();
+    let file = s.auth.tokens_file.as_deref().unwrap();
+    assert_eq!(file, std::path::Path::new("/run/secrets/ratekeeper/tokens"));
+    assert!(s.auth.protect_metrics);
+    // Protecting /metrics without tokens would protect nothing.
+    let vars = [("RATEKEEPER_AUTH__PROTECT_METRICS", "true")];
+    let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
+    assert!(err.to_string().contains("needs auth.tokens_file"), "{err}");
+    let vars = [("RATEKEEPER_AUTH__PROTECT_METRICS", "yes")];
+    let err = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
+    assert!(err.to_string().contains("auth.protect_metrics"), "{err}");
+}
+
+#[test]
+fn max_wait_and_max_waiters_default_and_are_bounded() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert_eq!(
+        (s.limits.max_wait_ms, s.limits.max_waiters),
+        (10_000, 10_000)
+    );
+    let s = Settings::load_from(
+        &Overrides::default(),
+        env(&[
+            ("RATEKEEPER_LIMITS__MAX_WAIT", "0s"),
+            ("RATEKEEPER_LIMITS__MAX_WAITERS", "0"),
+        ]),
+    )
+    .unwrap();
+    assert_eq!((s.limits.max_wait_ms, s.limits.max_waiters), (0, 0));
+    let error = Settings::load_from(
+        &Overrides::default(),
+        env(&[
+            ("RATEKEEPER_LIMITS__MAX_WAIT", "2h"),
+            ("RATEKEEPER_LIMITS__MAX_WAITERS", "-1"),
+        ]),
+    )
+    .unwrap_err();
+    let problems = error.problems.join("\n");
+    assert!(problems.contains("limits.max_wait"), "{problems}");
+    assert!(problems.contains("must be at most 1h"), "{problems}");
+    assert!(problems.contains("limits.max_waiters"), "{problems}");
+}

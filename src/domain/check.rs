@@ -221,6 +221,19 @@ fn validate_key(key: &str, bounds: &Bounds) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// `wait_ms` of a check (absent: 0), at most `limits.max_wait`.
+pub fn validate_wait_ms(wait_ms: Option<u64>, bounds: &Bounds) -> Result<u64, ValidationError> {
+    let wait_ms = wait_ms.unwrap_or(0);
+    let max = bounds.max_wait_ms;
+    if wait_ms > max {
+        return Err(ValidationError::new(
+            "wait_ms",
+            format!("must be between 0 and {max} (limits.max_wait), got {wait_ms}"),
+        ));
+    }
+    Ok(wait_ms)
+}
+
 /// A list of limits holds 1 to `limits.max_limits_per_check`.
 pub fn validate_count(field: &str, n: usize, bounds: &Bounds) -> Result<(), ValidationError> {
     let max = bounds.max_limits_per_check;

@@ -13,6 +13,7 @@
 //! `retry_after_ms` is never early.
 
 pub mod algorithms;
+pub mod auth;
 mod check;
 mod clock;
 mod decision;
@@ -23,7 +24,9 @@ pub mod policy;
 pub mod rls;
 mod rule;
 
-pub use check::{Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count};
+pub use check::{
+    Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_wait_ms,
+};
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, parse_duration_us};

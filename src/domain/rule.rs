@@ -110,6 +110,11 @@ pub struct Bounds {
     pub max_sliding_log_limit: u64,
     /// How many limits one check (a policy, or an inline `limits` array) may hold.
     pub max_limits_per_check: usize,
+    /// Longest `wait_ms` a check may ask for (`limits.max_wait`).
+    pub max_wait_ms: u64,
+    /// Most checks waiting at once (`limits.max_waiters`); beyond it a
+    /// check is answered at once.
+    pub max_waiters: usize,
 }
 
 impl Default for Bounds {
@@ -118,6 +123,8 @@ impl Default for Bounds {
             max_key_bytes: 512,
             max_sliding_log_limit: 100_000,
             max_limits_per_check: 8,
+            max_wait_ms: 10_000,
+            max_waiters: 10_000,
         }
     }
 }

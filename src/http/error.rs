@@ -14,6 +14,7 @@ use utoipa::ToSchema;
 use super::MAX_BODY_BYTES;
 use super::server::BodyDeadline;
 use crate::domain::ValidationError;
+use crate::domain::auth::Scope;
 use crate::limiter::LimiterError;
 
 #[derive(Debug, thiserror::Error)]
@@ -39,9 +40,24 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("no such path; see /docs for the API")]
     NotFound,
+    /// No `Authorization: Bearer` header while tokens are configured.
+    #[error("this endpoint needs an `Authorization: Bearer <token>` header")]
+    MissingToken,
+    /// A bearer token that is not one of the configured ones. The message
+    /// never repeats it.
+    #[error("the bearer token is not valid")]
+    InvalidToken,
+    /// A good token whose scope does not cover the route.
+    #[error("this endpoint needs a token of scope {}", .0.as_str())]
+    InsufficientScope(Scope),
     /// The detail goes to the log, never to the client.
     #[error("internal error")]
     Internal(#[source] LimiterError),
+    /// A reset or refund the store could not apply (an outage, a timeout,
+    /// an open circuit breaker): never answered by the failure policy,
+    /// which would pretend it happened. The detail goes to the log.
+    #[error("the store is unavailable; the {0} may not have been applied, retry it")]
+    StoreUnavailable(&'static str, #[source] LimiterError),
 }
 
 /// The body of every error response.
@@ -54,8 +70,10 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable, snake_case: invalid_json, unsupported_media_type,
     /// invalid_request, unknown_policy, mixed_forms, payload_too_large, request_timeout,
-    /// method_not_allowed, not_found, internal; overloaded (503, too many
-    /// connections).
+    /// method_not_allowed, not_found, internal; store_unavailable (503, a
+    /// reset or refund the store could not apply); overloaded (503, too
+    /// many connections); missing_token and invalid_token (401),
+    /// insufficient_scope (403) with bearer authentication.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// What is wrong and what is allowed.
@@ -77,7 +95,13 @@ impl ApiError {
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::MissingToken => (StatusCode::UNAUTHORIZED, "missing_token"),
+            ApiError::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
+            ApiError::InsufficientScope(_) => (StatusCode::FORBIDDEN, "insufficient_scope"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
+            ApiError::StoreUnavailable(..) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
+            }
         }
     }
 }
@@ -94,7 +118,32 @@ impl IntoResponse for ApiError {
                 message: self.to_string(),
             },
         };
-        (status, Json(body)).into_response()
+        let mut response = (status, Json(body)).into_response();
+        if let Some(challenge) = self.challenge() {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, challenge);
+        }
+        response
+    }
+}
+
+impl ApiError {
+    /// RFC 6750 §3: the `WWW-Authenticate` challenge of an authentication
+    /// error; no error code when no token was given at all.
+    fn challenge(&self) -> Option<header::HeaderValue> {
+        let value = match self {
+            ApiError::MissingToken => r#"Bearer realm="ratekeeper""#,
+            ApiError::InvalidToken => r#"Bearer realm="ratekeeper", error="invalid_token""#,
+            ApiError::InsufficientScope(Scope::Admin) => {
+                r#"Bearer realm="ratekeeper", error="insufficient_scope", scope="admin""#
+            }
+            ApiError::InsufficientScope(Scope::Check) => {
+                r#"Bearer realm="ratekeeper", error="insufficient_scope", scope="check""#
+            }
+            _ => return None,
+        };
+        Some(header::HeaderValue::from_static(value))
     }
 }
 
@@ -116,6 +165,19 @@ impl From<ValidationError> for ApiError {
 impl From<LimiterError> for ApiError {
     fn from(e: LimiterError) -> Self {
         ApiError::Internal(e)
+    }
+}
+
+impl ApiError {
+    /// A reset or refund (`op`) that failed: 503 while the store is down
+    /// or slow (the caller retries), 500 for an error that is not an
+    /// outage, as for a check.
+    pub fn adjusting(op: &'static str, e: LimiterError) -> Self {
+        if e.0.is_transient() {
+            ApiError::StoreUnavailable(op, e)
+        } else {
+            ApiError::Internal(e)
+        }
     }
 }
 

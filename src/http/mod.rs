@@ -2,6 +2,7 @@
 //! every error to a JSON body. Nothing below this module knows about HTTP.
 
 mod auth;
+pub mod bearer;
 mod check;
 mod error;
 pub mod openapi;
@@ -14,7 +15,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::header;
-use axum::middleware::map_response;
+use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use utoipa_swagger_ui::SwaggerUi;
@@ -43,6 +44,8 @@ pub struct AppState {
     pub(crate) policies_json: Arc<policies::PoliciesJson>,
     /// `server.trusted_proxies`: whose forwarding headers `/v1/auth` believes.
     pub trusted_proxies: Arc<[IpNet]>,
+    /// Bearer-token authentication in front of every route.
+    pub bearer: bearer::Bearer,
 }
 
 pub fn router(state: AppState) -> Router {
@@ -55,6 +58,8 @@ pub fn router(state: AppState) -> Router {
     let docs = docs.layer(map_response(json_error_bodies));
     Router::new()
         .route("/v1/check", post(check::check))
+        .route("/v1/reset", post(check::reset))
+        .route("/v1/refund", post(check::refund))
         .route("/v1/auth/{policy}", any(auth::auth))
         .route("/v1/auth/{policy}/", any(auth::auth))
         .route("/v1/auth/{policy}/{*rest}", any(auth::auth))
@@ -66,6 +71,8 @@ pub fn router(state: AppState) -> Router {
         // axum answers these with empty or plain-text bodies; ours are JSON.
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .fallback(|| async { ApiError::NotFound })
+        // After every route and the fallbacks, so it runs before any of them.
+        .layer(from_fn_with_state(state.bearer.clone(), bearer::require))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(state)
 }

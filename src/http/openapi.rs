@@ -3,10 +3,15 @@
 //! `ratekeeper openapi`, and committed as `openapi.yaml` (a test fails when
 //! the committed file drifts from this).
 
-use utoipa::OpenApi;
+use utoipa::openapi::path::{Operation, PathItem};
+use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityRequirement, SecurityScheme};
+use utoipa::openapi::{Content, HeaderBuilder, Ref, ResponseBuilder};
+use utoipa::{Modify, OpenApi};
+
+use crate::domain::auth::Scope;
 
 use super::check::{
-    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, WindowSpec,
+    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
 };
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
@@ -36,13 +41,114 @@ struct ApiDoc;
 )]
 struct PoliciesDoc;
 
+/// `POST /v1/reset` and `/v1/refund`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::check::adjust::reset, super::check::adjust::refund),
+    components(schemas(ResetForms))
+)]
+struct AdjustDoc;
+
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(PoliciesDoc::openapi());
+    doc.merge(AdjustDoc::openapi());
+    // After the merges, so the operations merged in are covered too.
+    BearerAuth.modify(&mut doc);
     // The crate version would make the file change on every release bump
     // without any API change; pin the document's own version instead.
     doc.info.version = "1".into();
     doc
+}
+
+/// The name of the bearer security scheme in the document.
+const BEARER: &str = "bearer";
+
+/// `auth.tokens_file`: the bearer scheme, required by every `/v1`
+/// operation (the scope by [`super::bearer::required_scope`], the same
+/// table the middleware uses), with their 401 and, for admin routes, 403.
+struct BearerAuth;
+
+impl Modify for BearerAuth {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let scheme = Http::builder()
+            .scheme(HttpAuthScheme::Bearer)
+            .description(Some(
+                "A token of auth.tokens_file, when set (without it, no authentication). \
+                 Scope `check`: POST /v1/check and forward-auth; scope `admin`: also \
+                 reset, refund and GET /v1/policies.",
+            ))
+            .build();
+        doc.components
+            .get_or_insert_with(Default::default)
+            .add_security_scheme(BEARER, SecurityScheme::Http(scheme));
+        for (path, item) in doc.paths.paths.iter_mut() {
+            let Some(scope) = super::bearer::required_scope(path, false) else {
+                continue;
+            };
+            for operation in operations(item) {
+                require_bearer(operation, scope);
+            }
+        }
+    }
+}
+
+fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
+    [
+        &mut item.get,
+        &mut item.put,
+        &mut item.post,
+        &mut item.delete,
+        &mut item.options,
+        &mut item.head,
+        &mut item.patch,
+        &mut item.trace,
+    ]
+    .into_iter()
+    .filter_map(Option::as_mut)
+}
+
+fn require_bearer(operation: &mut Operation, scope: Scope) {
+    let no_scopes: [&str; 0] = [];
+    operation.security = Some(vec![SecurityRequirement::new(BEARER, no_scopes)]);
+    let error = |description: &str, challenge: &str| {
+        ResponseBuilder::new()
+            .description(description)
+            .header(
+                "WWW-Authenticate",
+                HeaderBuilder::new()
+                    .schema(utoipa::openapi::schema::Object::with_type(
+                        utoipa::openapi::schema::Type::String,
+                    ))
+                    .description(Some(challenge))
+                    .build(),
+            )
+            .content(
+                "application/json",
+                Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+            )
+            .build()
+    };
+    let responses = &mut operation.responses.responses;
+    responses.insert(
+        "401".into(),
+        error(
+            "No bearer token (missing_token), or not a valid one (invalid_token); \
+             only when auth.tokens_file is set",
+            r#"Bearer realm="ratekeeper"[, error="invalid_token"]"#,
+        )
+        .into(),
+    );
+    if scope == Scope::Admin {
+        responses.insert(
+            "403".into(),
+            error(
+                "A check token on an admin route (insufficient_scope)",
+                r#"Bearer realm="ratekeeper", error="insufficient_scope", scope="admin""#,
+            )
+            .into(),
+        );
+    }
 }
 
 /// The extension key that stands for JSON Schema's `not` (see [`NOT`]).

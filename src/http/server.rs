@@ -8,6 +8,16 @@
 //! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
 //! in-flight requests finish). Per process: at most `max_connections`;
 //! beyond it a canned 503 is written without reading the request.
+//!
+//! A client that closes its connection while its request is with the
+//! router (a check waiting with `wait_ms`) cancels the request: hyper's
+//! HTTP/1 dispatcher keeps reading while the response is pending
+//! (`mid_message_detect_eof` in hyper 1.x), and an EOF or reset there ends
+//! `serve_connection` with an error, so the task below returns and drops
+//! the handler's future (tests/wait.rs measures about 1 ms). A half-close
+//! counts as a close (hyper's `half_close` is off). Once bytes of a
+//! pipelined next request are buffered, hyper stops looking, and a close
+//! is only seen when this response is written.
 
 mod timed_io;
 

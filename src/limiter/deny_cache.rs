@@ -67,6 +67,18 @@
 //!   cached denial and push the key's `reset_after` later than the cached
 //!   one; the decision and `retry_after` stay safe.
 //!
+//! - "Unless something resets it": a reset or refund of the key ends a
+//!   denial early. [`invalidate`](DenyCache::invalidate) makes every entry
+//!   of that key (all policies and limits) stale, and refuses any later
+//!   recording of a store answer asked before it: the store may have
+//!   decided that one before the reset (see `invalidation.rs`). Other
+//!   instances learn of it through the store (`Limiter::invalidate`
+//!   publishes it; with Redis, a pub/sub channel). While an instance may
+//!   be missing invalidations (its subscription is lost), the cache is
+//!   [`suspend`](DenyCache::suspend)ed: dropped whole, answering and
+//!   recording nothing, and on [`resume`](DenyCache::resume) it refuses
+//!   whatever was asked before.
+//!
 //! Memory is bounded: a fixed-capacity concurrent map (quick_cache, S3-FIFO
 //! eviction), so a flood of distinct denied keys evicts rather than grows.
 
@@ -76,7 +88,10 @@ use std::time::Duration;
 use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
+use self::invalidation::Invalidations;
 use crate::domain::{Check, Clock, Limit, Outcome};
+
+mod invalidation;
 
 /// The longest an entry answers for, whatever the denial's length.
 pub const MAX_AGE: Duration = Duration::from_secs(1);
@@ -129,6 +144,8 @@ struct Recorded {
 #[derive(Debug, Clone)]
 struct Denial {
     limits: Arc<[Recorded]>,
+    /// When the store was asked: an invalidation at or after it ends the entry.
+    asked_at_us: u64,
     /// The entry answers until this instant: the earliest `until` of the
     /// denying limits, and at most `MAX_AGE` after it was recorded.
     valid_until_us: u64,
@@ -137,6 +154,7 @@ struct Denial {
 pub struct DenyCache {
     entries: Cache<DenyKey, Denial>,
     clock: Arc<dyn Clock>,
+    invalidations: Invalidations,
 }
 
 impl DenyCache {
@@ -145,6 +163,7 @@ impl DenyCache {
         DenyCache {
             entries: Cache::new(capacity.max(1)),
             clock,
+            invalidations: Invalidations::new(),
         }
     }
 
@@ -157,13 +176,15 @@ impl DenyCache {
     /// The store's answer for `check` (one outcome per limit), if a
     /// recorded denial still covers it.
     pub fn lookup(&self, check: &Check) -> Option<Vec<Outcome>> {
-        if check.cost > 1 {
+        if check.cost > 1 || !self.invalidations.is_active() {
             return None;
         }
         let key = DenyKeyRef::from(check);
         let denial = self.entries.get(&key)?;
         let now = self.clock.now_us();
-        if now >= denial.valid_until_us {
+        if now >= denial.valid_until_us
+            || self.invalidations.is_stale(&check.key, denial.asked_at_us)
+        {
             self.entries.remove(&key);
             return None;
         }
@@ -187,6 +208,11 @@ impl DenyCache {
     /// check, no denying limit is a bucket (token_bucket or gcra).
     pub fn record(&self, check: &Check, asked_at_us: u64, outcomes: &[Outcome]) {
         if check.cost > 1 || outcomes.iter().all(|o| o.allowed) {
+            return;
+        }
+        // Checked again on lookup: an invalidation may land between here
+        // and the insert.
+        if !self.invalidations.is_active() || self.invalidations.is_stale(&check.key, asked_at_us) {
             return;
         }
         let mut valid_until_us = asked_at_us + MAX_AGE.as_micros() as u64;
@@ -215,9 +241,41 @@ impl DenyCache {
             },
             Denial {
                 limits,
+                asked_at_us,
                 valid_until_us,
             },
         );
+    }
+
+    /// Ends every entry of the client `key`, whatever its policy and
+    /// limits, and refuses to record any store answer for it asked until
+    /// now. Call it once the key's state was changed (a reset, a refund).
+    pub fn invalidate(&self, key: &str) {
+        self.invalidations.mark(key, self.clock.now_us());
+    }
+
+    /// Ends every entry, and refuses to record any answer asked until now.
+    pub fn clear(&self) {
+        self.invalidations.clear(self.clock.now_us());
+        self.entries.clear();
+    }
+
+    /// Drops every entry and stops answering and recording until
+    /// [`resume`](Self::resume): while invalidations may be missed.
+    pub fn suspend(&self) {
+        self.invalidations.suspend(self.clock.now_us());
+        self.entries.clear();
+    }
+
+    /// Answers and records again, except store answers asked until now
+    /// (an invalidation may have been missed meanwhile).
+    pub fn resume(&self) {
+        self.invalidations.resume(self.clock.now_us());
+    }
+
+    /// Whether the cache is suspended (see [`suspend`](Self::suspend)).
+    pub fn is_suspended(&self) -> bool {
+        !self.invalidations.is_active()
     }
 
     pub fn len(&self) -> usize {
@@ -229,5 +287,7 @@ impl DenyCache {
     }
 }
 
+#[cfg(test)]
+mod invalidation_tests;
 #[cfg(test)]
 mod tests;

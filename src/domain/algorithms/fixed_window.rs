@@ -41,6 +41,16 @@ pub fn check(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64) 
     }
 }
 
+/// Gives back up to `cost` units of the current window's count, not below
+/// 0. A count of an earlier window is already gone: nothing to give back.
+/// The window's end stays the state's expiry (`lua/fixed_window.lua`,
+/// `fixed_window_refund`).
+pub fn refund(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64) {
+    if state.window_index == now_us / rule.window_us {
+        state.count -= cost.min(state.count);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;

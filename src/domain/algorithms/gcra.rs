@@ -94,6 +94,22 @@ pub fn check(state: &mut GcraState, rule: &Rule, now_us: u64, cost: u64) -> Outc
     }
 }
 
+/// Moves the TAT back by `cost × interval`, not before now. A key never
+/// seen has nothing to give back. A TAT back at now holds nothing: the
+/// state goes, as `gcra_refund` in the Lua deletes the key (a TAT of now
+/// kept would count as used if the clock then stepped back). Returns how
+/// long the state then lives, the expiry the Lua sets.
+pub fn refund(state: &mut GcraState, rule: &Rule, now_us: u64, cost: u64) -> Option<u64> {
+    state.tat?;
+    let interval = rule.emission_interval_us();
+    let tat = current_tat(state.tat, now_us, interval, rule.burst);
+    let back = tat
+        .saturating_sub(cost.saturating_mul(interval))
+        .max(now_us);
+    state.tat = (back > now_us).then(|| Tat::written(back, interval, now_us));
+    Some(back - now_us)
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;

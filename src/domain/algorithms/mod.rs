@@ -76,6 +76,31 @@ impl State {
         }
     }
 
+    /// Gives back up to `cost` units of the most recent spending, never
+    /// beyond full capacity; a state never seen is left alone. Returns
+    /// `Some(us)` when the state was rewritten to live `us` more (the
+    /// buckets: their Lua sets that expiry), `None` when the expiry stays
+    /// (the windows and the log only ever shrink, so the last spend's
+    /// expiry still covers them).
+    pub fn refund(&mut self, rule: &Rule, now_us: u64, cost: u64) -> Option<u64> {
+        // Nothing to give back, so nothing to rewrite (`refund_all` in the
+        // Lua skips a cost of 0 the same way).
+        if cost == 0 {
+            return None;
+        }
+        if !self.is(rule.algorithm) {
+            *self = State::fresh(rule.algorithm);
+        }
+        match self {
+            State::FixedWindow(s) => fixed_window::refund(s, rule, now_us, cost),
+            State::SlidingWindow(s) => sliding_window::refund(s, rule, now_us, cost),
+            State::SlidingLog(s) => sliding_log::refund(s, rule, now_us, cost),
+            State::TokenBucket(s) => return token_bucket::refund(s, rule, now_us, cost),
+            State::Gcra(s) => return gcra::refund(s, rule, now_us, cost),
+        }
+        None
+    }
+
     fn is(&self, algorithm: Algorithm) -> bool {
         matches!(
             (self, algorithm),
@@ -138,6 +163,28 @@ pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) 
     }
     outcomes
 }
+
+/// Deletes the state of every limit, then answers like a check of cost 0
+/// (`reset_all` in `lua/adjust.lua`).
+pub fn reset_all(states: &mut [State], rules: &[&Rule], now_us: u64) -> Vec<Outcome> {
+    for (state, rule) in states.iter_mut().zip(rules) {
+        *state = State::fresh(rule.algorithm);
+    }
+    apply_all(states, rules, now_us, 0)
+}
+
+/// Gives back up to `cost` units on every limit, each on its own (not all
+/// or nothing: a refund only ever makes room), then answers like a check
+/// of cost 0 (`refund_all` in `lua/adjust.lua`).
+pub fn refund_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) -> Vec<Outcome> {
+    for (state, rule) in states.iter_mut().zip(rules) {
+        state.refund(rule, now_us, cost);
+    }
+    apply_all(states, rules, now_us, 0)
+}
+
+#[cfg(test)]
+mod refund_tests;
 
 #[cfg(test)]
 mod apply_all_tests {

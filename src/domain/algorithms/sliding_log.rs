@@ -110,6 +110,29 @@ pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -
     }
 }
 
+/// Removes the `cost` newest units still in the window, from the newest
+/// entry back, splitting the last one it touches (`sliding_log_refund` in
+/// the Lua, which keeps the running total too). Expired entries are left
+/// for the next check to trim, as a look would leave them.
+pub fn refund(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) {
+    let cutoff = now_us.checked_sub(rule.window_us);
+    let mut left = cost;
+    while left > 0 {
+        let Some((ts, units)) = state.entries.back_mut() else {
+            break;
+        };
+        if cutoff.is_some_and(|c| *ts <= c) {
+            break;
+        }
+        let taken = left.min(*units);
+        *units -= taken;
+        left -= taken;
+        if *units == 0 {
+            state.entries.pop_back();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;

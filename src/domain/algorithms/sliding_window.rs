@@ -63,6 +63,21 @@ pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u6
     }
 }
 
+/// Gives back up to `cost` units: from the current window's count first,
+/// then from the previous one's. Writes (the rolled state) only if it gave
+/// something back, as `sliding_window_refund` in the Lua; the expiry the
+/// last spend set still covers every count left.
+pub fn refund(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) {
+    let mut state = rolled(stored, now_us / rule.window_us);
+    let from_curr = cost.min(state.curr);
+    let from_prev = (cost - from_curr).min(state.prev);
+    if from_curr + from_prev > 0 {
+        state.curr -= from_curr;
+        state.prev -= from_prev;
+        *stored = state;
+    }
+}
+
 /// The counters as of window `index`: the stored current window becomes the
 /// previous one if adjacent, and anything older is forgotten.
 fn rolled(state: &SlidingWindowState, index: u64) -> SlidingWindowState {

@@ -25,12 +25,12 @@ pub struct Bucket {
     pub credited_at_us: u64,
 }
 
-pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+/// The tokens in the bucket at `now_us` and the instant they are credited
+/// up to.
+fn refilled(bucket: Option<Bucket>, rule: &Rule, now_us: u64) -> (i64, u64) {
     let interval = rule.emission_interval_us();
     let burst = rule.burst as i64;
-    let (used, mut credited_at_us) = state
-        .bucket
-        .map_or((0, now_us), |b| (b.used, b.credited_at_us));
+    let (used, mut credited_at_us) = bucket.map_or((0, now_us), |b| (b.used, b.credited_at_us));
     // A limit lowered far below its usage owes at most 366 days of refill.
     let used = used.min(super::gcra::max_used(rule.burst, interval));
     // Negative after the burst was lowered below what was used: a debt.
@@ -45,6 +45,13 @@ pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) 
             credited_at_us = now_us;
         }
     }
+    (tokens, credited_at_us)
+}
+
+pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+    let interval = rule.emission_interval_us();
+    let burst = rule.burst as i64;
+    let (mut tokens, credited_at_us) = refilled(state.bucket, rule, now_us);
 
     let need = cost.max(1) as i64;
     let allowed = tokens >= need;
@@ -73,6 +80,27 @@ pub fn check(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) 
         retry_after_us,
         reset_after_us,
     }
+}
+
+/// Puts up to `cost` tokens back, up to `burst` (a debt is paid down
+/// first). A bucket never seen is full: nothing to give back. Returns how
+/// long the rewritten state lives (until the bucket is full again; 0 when
+/// it is full now), the expiry `token_bucket_refund` in the Lua sets.
+pub fn refund(state: &mut TokenBucketState, rule: &Rule, now_us: u64, cost: u64) -> Option<u64> {
+    state.bucket?;
+    let interval = rule.emission_interval_us();
+    let burst = rule.burst as i64;
+    let (tokens, mut credited_at_us) = refilled(state.bucket, rule, now_us);
+    let tokens = burst.min(tokens.saturating_add(cost as i64));
+    if tokens == burst {
+        // Full: as a refill that fills it, the clock restarts now.
+        credited_at_us = now_us;
+    }
+    state.bucket = Some(Bucket {
+        used: (burst - tokens) as u64,
+        credited_at_us,
+    });
+    Some(credited_at_us + (burst - tokens) as u64 * interval - now_us)
 }
 
 #[cfg(test)]

@@ -3,30 +3,33 @@
 //!
 //! Layout: `request` (the forms, telling them apart, their schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
-//! and headers), and here the handler and the errors
+//! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
+//! the same forms), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
+pub(super) mod adjust;
 mod fields;
 mod request;
 mod response;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use serde::de::IgnoredAny;
 
+pub use adjust::{refund, reset};
 pub use request::{
     AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
-    PolicyCheckRequest, WindowSpec,
+    PolicyCheckRequest, ResetForms, WindowSpec,
 };
 pub use response::{CheckResponse, LimitResponse};
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody};
-use crate::domain::{Check, PolicySet};
+use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
 #[utoipa::path(
@@ -50,7 +53,8 @@ use crate::domain::{Check, PolicySet};
         (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
         (status = 422, description = "A field is missing, of the wrong type or out of range (code invalid_request); \
             the policy is not loaded, or no policies file is (code unknown_policy, the message lists the loaded policies); \
-            the body mixes fields of two forms (code mixed_forms, the message names them)", body = ErrorBody),
+            the body mixes fields of two forms (code mixed_forms, the message names them); \
+            wait_ms is above limits.max_wait (code invalid_request)", body = ErrorBody),
         (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
     )
 )]
@@ -71,28 +75,80 @@ pub async fn check(State(state): State<AppState>, request: Request) -> Response 
 }
 
 async fn decide(state: &AppState, request: Request) -> Result<Response, ApiError> {
+    let Parsed {
+        form,
+        check,
+        wait_ms,
+        ..
+    } = parse(state, request).await?;
+    let wait_ms = validate_wait_ms(wait_ms, &state.bounds)?;
+    let waited = state
+        .limiter
+        .check_waiting(&check, Duration::from_millis(wait_ms))
+        .await?;
+    let decision = waited.decision;
+    let mut response = body_for(form, &decision);
+    // Only for requests that asked to wait: the others' bodies stay as
+    // they were (the single-rule form's byte for byte).
+    if wait_ms > 0 {
+        response.waited_ms = Some(waited.waited.as_millis() as u64);
+    }
+    Ok(response.into_response_for(&decision))
+}
+
+/// A body of one of the three forms, validated into a check (the same
+/// parsing for check, reset and refund).
+pub(super) struct Parsed {
+    pub form: Form,
+    pub check: Check,
+    /// Whether the body has a `cost` field (a reset takes none).
+    pub has_cost: bool,
+    /// `wait_ms` as given, not yet validated (only a check waits).
+    pub wait_ms: Option<u64>,
+}
+
+pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
     let JsonBody(body) = JsonBody::from_request(request, state).await?;
     // Not an object: the single-rule parser rejects it as it always did.
     let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
+    let has_cost = fields.as_ref().is_some_and(|f| f.contains_key("cost"));
     let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
-    let check = match form {
+    let (check, wait_ms) = match form {
         Form::SingleRule => {
             let request: CheckRequest = body.parse()?;
-            Check::new(request.into(), &state.bounds)?
+            let wait_ms = request.wait_ms;
+            (Check::new(request.into(), &state.bounds)?, wait_ms)
         }
         Form::Inline => {
             let request: InlineCheckRequest = body.parse()?;
             let limits = request.limits.into_iter().map(Into::into).collect();
-            Check::inline(request.key, limits, request.cost, &state.bounds)?
+            let check = Check::inline(request.key, limits, request.cost, &state.bounds)?;
+            (check, request.wait_ms)
         }
-        Form::Policy => policy_check(state, body.parse()?)?,
+        Form::Policy => {
+            let request: PolicyCheckRequest = body.parse()?;
+            let wait_ms = request.wait_ms;
+            (policy_check(state, request)?, wait_ms)
+        }
     };
-    let decision = state.limiter.check(&check).await?;
-    let response = match form {
-        Form::SingleRule => CheckResponse::single_rule(&decision),
-        Form::Policy | Form::Inline => CheckResponse::with_limits(&decision),
-    };
-    Ok(response.into_response_for(&decision))
+    Ok(Parsed {
+        form,
+        check,
+        has_cost,
+        wait_ms,
+    })
+}
+
+/// The response body and headers of `decision` in the shape of `form`.
+pub(super) fn respond(form: Form, decision: &Decision) -> Response {
+    body_for(form, decision).into_response_for(decision)
+}
+
+fn body_for(form: Form, decision: &Decision) -> CheckResponse {
+    match form {
+        Form::SingleRule => CheckResponse::single_rule(decision),
+        Form::Policy | Form::Inline => CheckResponse::with_limits(decision),
+    }
 }
 
 /// The policy form's check, under the policy set in force now. The set is

@@ -54,6 +54,15 @@ pub struct CheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
     pub burst: Option<u64>,
+    /// Blocking acquire: when denied, wait up to this many milliseconds
+    /// for the check to be allowed, trying again at each `retry_after_ms`;
+    /// answered as soon as it is allowed, or with the denial once the time
+    /// left cannot cover the next `retry_after_ms`. Nothing is spent
+    /// unless allowed. Default 0: answer at once. At most `limits.max_wait`
+    /// (default 10000); more is 422. Shadow and degraded answers never wait.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
 }
 
 impl From<CheckRequest> for CheckInput {
@@ -93,6 +102,15 @@ pub struct PolicyCheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0)]
     pub cost: Option<u64>,
+    /// Blocking acquire: when denied, wait up to this many milliseconds
+    /// for the check to be allowed, trying again at each `retry_after_ms`;
+    /// answered as soon as it is allowed, or with the denial once the time
+    /// left cannot cover the next `retry_after_ms`. Nothing is spent
+    /// unless allowed. Default 0: answer at once. At most `limits.max_wait`
+    /// (default 10000); more is 422. Shadow and degraded answers never wait.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
 }
 
 /// The inline form: several limits on one key, decided all or nothing.
@@ -120,6 +138,15 @@ pub struct InlineCheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0)]
     pub cost: Option<u64>,
+    /// Blocking acquire: when denied, wait up to this many milliseconds
+    /// for the check to be allowed, trying again at each `retry_after_ms`;
+    /// answered as soon as it is allowed, or with the denial once the time
+    /// left cannot cover the next `retry_after_ms`. Nothing is spent
+    /// unless allowed. Default 0: answer at once. At most `limits.max_wait`
+    /// (default 10000); more is 422. Shadow and degraded answers never wait.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
 }
 
 /// One limit of an inline check: the fields of the single-rule form, and a
@@ -225,32 +252,54 @@ impl ToSchema for CheckForms {
 
 impl PartialSchema for CheckForms {
     fn schema() -> RefOr<Schema> {
-        let policy = forbid(
-            PolicyCheckRequest::schema(),
-            &["limits", "limit", "window", "algorithm", "burst"],
-            "The policy form. Takes no limits of its own.",
-        );
-        let inline = forbid(
-            InlineCheckRequest::schema(),
-            &["policy", "limit", "window", "algorithm", "burst"],
-            "The inline multi-limit form. The rule fields go inside `limits`.",
-        );
-        let single = forbid(
-            CheckRequest::schema(),
-            &["policy", "limits"],
-            "The single-rule form: one limit, named `default` in the headers.",
-        );
-        OneOfBuilder::new()
-            .item(policy)
-            .item(inline)
-            .item(single)
-            .description(Some(
-                "One of three forms. A body with fields of two forms (`policy` with `limits` or a \
+        forms(&[])
+    }
+}
+
+/// The request body of `POST /v1/reset`: the three forms of a check
+/// without `cost`.
+pub struct ResetForms;
+
+impl ToSchema for ResetForms {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ResetRequest".into()
+    }
+}
+
+impl PartialSchema for ResetForms {
+    fn schema() -> RefOr<Schema> {
+        forms(&["cost"])
+    }
+}
+
+/// The three forms, each also forbidding `forbidden`.
+fn forms(forbidden: &[&str]) -> RefOr<Schema> {
+    let with = |fields: &[&'static str]| [fields, forbidden].concat();
+    let policy = forbid(
+        PolicyCheckRequest::schema(),
+        &with(&["limits", "limit", "window", "algorithm", "burst"]),
+        "The policy form. Takes no limits of its own.",
+    );
+    let inline = forbid(
+        InlineCheckRequest::schema(),
+        &with(&["policy", "limit", "window", "algorithm", "burst"]),
+        "The inline multi-limit form. The rule fields go inside `limits`.",
+    );
+    let single = forbid(
+        CheckRequest::schema(),
+        &with(&["policy", "limits"]),
+        "The single-rule form: one limit, named `default` in the headers.",
+    );
+    OneOfBuilder::new()
+        .item(policy)
+        .item(inline)
+        .item(single)
+        .description(Some(
+            "One of three forms. A body with fields of two forms (`policy` with `limits` or a \
                  rule field, `limits` with a rule field) is answered 422 with code `mixed_forms`, \
                  naming the fields.",
-            ))
-            .into()
-    }
+        ))
+        .into()
 }
 
 /// `schema` (an object) with `fields` declared as never valid, and a title.

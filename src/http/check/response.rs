@@ -15,7 +15,8 @@ use crate::domain::{Decision, LimitDecision};
 ///
 /// The single-rule form gets the first six fields only, exactly as before
 /// policies existed; the policy and inline forms also get `policy`,
-/// `shadow` and `limits`.
+/// `shadow` and `limits`. Every form gets `waited_ms` when the request
+/// asked to wait (`wait_ms` above 0), and only then.
 #[derive(Debug, Serialize, ToSchema)]
 #[schema(example = json!({"allowed": true, "limit": 100, "remaining": 99, "retry_after_ms": 0, "reset_after_ms": 60000, "degraded": false}))]
 pub struct CheckResponse {
@@ -54,6 +55,12 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub limits: Option<Vec<LimitResponse>>,
+    /// Requests with `wait_ms` above 0 only: milliseconds waited, from the
+    /// first try to the answer; 0 when answered without waiting (allowed at
+    /// once, or a denial the time left could not outlast).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub waited_ms: Option<u64>,
 }
 
 /// One limit's own decision.
@@ -102,6 +109,7 @@ impl CheckResponse {
             policy: None,
             shadow: None,
             limits: None,
+            waited_ms: None,
         }
     }
 

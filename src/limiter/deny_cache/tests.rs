@@ -200,3 +200,23 @@ fn a_multi_limit_denial_answers_until_its_first_denying_limit_could_pass() {
         "the first limit may pass now: ask the store"
     );
 }
+
+/// After a reset or refund clears the cache, neither a recorded denial nor
+/// one asked for before the clear (still in flight then) answers.
+#[test]
+fn clear_forgets_entries_and_denials_asked_before_it() {
+    let clock = ManualClock::new(1_000);
+    let cache = DenyCache::new(10, Arc::new(clock.clone()));
+    let c = check(1, 5);
+    cache.record(&c, 1_000, &[denied(500_000)]);
+    assert!(cache.lookup(&c).is_some());
+    let in_flight = cache.now_us();
+    clock.advance_us(10);
+    cache.clear();
+    assert!(cache.lookup(&c).is_none());
+    cache.record(&c, in_flight, &[denied(500_000)]);
+    assert!(cache.lookup(&c).is_none(), "asked before the clear");
+    clock.advance_us(10);
+    cache.record(&c, cache.now_us(), &[denied(500_000)]);
+    assert!(cache.lookup(&c).is_some(), "asked after it");
+}

@@ -191,14 +191,22 @@ impl MemoryStore {
     /// all its limits under one lock, all or nothing (see
     /// [`apply_all`]). One outcome per limit, in order.
     pub fn check_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        let inner = &self.inner;
-        // Every limit of a check lives in the shard of its client key, so
-        // one lock covers the whole check.
-        let shard = &inner.shards[inner.hasher.hash_one(check.key.as_str()) as usize % SHARDS];
-        let now = inner.clock.now_us();
-        let mut shard = lock(shard);
-        let map = &mut shard.map;
+        let now = self.inner.clock.now_us();
+        let mut shard = self.inner.shard_of(check);
+        Ok(self.inner.check_in(&mut shard.map, check, check.cost, now))
+    }
+}
 
+impl Inner {
+    /// The locked shard of `check`'s client key. Every limit of a check
+    /// lives there, so one lock covers the whole check.
+    fn shard_of(&self, check: &Check) -> MutexGuard<'_, ShardData> {
+        lock(&self.shards[self.hasher.hash_one(check.key.as_str()) as usize % SHARDS])
+    }
+
+    /// Runs `check` at `cost` on its locked shard's `map`.
+    fn check_in(&self, map: &mut Map, check: &Check, cost: u64, now: u64) -> Vec<Outcome> {
+        let inner = self;
         // Decide on copies of the limits' states (expired state is "never
         // seen", as after a Redis TTL), then store them back. Copies, not
         // states taken out of the map: a panic mid-decision leaves the map
@@ -212,11 +220,11 @@ impl MemoryStore {
             })
             .collect();
         let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();
-        let outcomes = apply_all(&mut states, &rules, now, check.cost);
+        let outcomes = apply_all(&mut states, &rules, now, cost);
         // Like Redis: state and its expiry change only when the check is
         // allowed and spends. Reads never shorten or drop state, which
         // matters when several rules share a key.
-        let writes = check.cost > 0 && outcomes.iter().all(|o| o.allowed);
+        let writes = cost > 0 && outcomes.iter().all(|o| o.allowed);
         if writes {
             // Room for the new keys first, so that making room cannot evict
             // a limit of this very check after its state was written back.
@@ -255,11 +263,9 @@ impl MemoryStore {
             // Otherwise nothing to remember: the store would not have
             // written either.
         }
-        Ok(outcomes)
+        outcomes
     }
-}
 
-impl Inner {
     /// Frees room in a full shard: expired state first, then, if that is
     /// not enough, the `1 / EVICT_FRACTION` of the shard nearest its reset.
     fn make_room(&self, map: &mut Map, now: u64) {
@@ -315,6 +321,14 @@ impl Store for MemoryStore {
         self.check_now(check)
     }
 
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.reset_now(check)
+    }
+
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.refund_now(check)
+    }
+
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
@@ -332,5 +346,6 @@ impl Store for MemoryStore {
     }
 }
 
+mod adjust;
 #[cfg(test)]
 mod tests;

@@ -24,7 +24,12 @@ impl Inner {
     }
 
     pub(super) async fn load_scripts(&self) -> Result<(), StoreError> {
-        for script in [&self.check_script, &self.batch_script] {
+        for script in [
+            &self.check_script,
+            &self.batch_script,
+            &self.reset_script,
+            &self.refund_script,
+        ] {
             script
                 .load(self.pool.next_connected())
                 .await
@@ -86,8 +91,35 @@ impl Inner {
 
     /// One EVALSHA of the check script: every limit of `check`, all or nothing.
     pub(super) async fn check_one(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.run_one(check, &self.check_script, scripts::CHECK)
+            .await
+    }
+
+    /// One EVALSHA of the reset or refund script (`lua/adjust.lua`): the
+    /// same keys and arguments as a check, the same reply.
+    pub(super) async fn adjust_one(
+        &self,
+        check: &Check,
+        refund: bool,
+    ) -> Result<Vec<Outcome>, StoreError> {
+        if refund {
+            self.run_one(check, &self.refund_script, scripts::REFUND)
+                .await
+        } else {
+            self.run_one(check, &self.reset_script, scripts::RESET)
+                .await
+        }
+    }
+
+    /// `script` with `check`'s keys and the check script's arguments.
+    async fn run_one(
+        &self,
+        check: &Check,
+        script: &Script,
+        source: &'static str,
+    ) -> Result<Vec<Outcome>, StoreError> {
         let reply: Vec<i64> = self
-            .run(check, &self.check_script, scripts::CHECK, || {
+            .run(check, script, source, || {
                 let keys: Vec<String> = check
                     .limits
                     .iter()

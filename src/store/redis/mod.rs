@@ -1,5 +1,7 @@
 //! The Redis store: every check, of one limit or several, is one `EVALSHA`
-//! of the check script (`lua/check.lua`), or shares one with a batch.
+//! of the check script (`lua/check.lua`), or shares one with a batch. A
+//! reset or refund is one `EVALSHA` of its own script (`lua/adjust.lua`),
+//! never batched: they are rare, and each must answer on its own.
 //!
 //! Why Lua and not MULTI/EXEC: a check reads, decides and writes; only a
 //! script does all three atomically in one round trip, so every instance
@@ -8,8 +10,10 @@
 //! Layout: `keys.rs` (key names and cluster slots), `calls.rs` (EVALSHA of
 //! one check or one batch), `batch.rs` (the micro-batcher task),
 //! `errors.rs` (outage or bug), `auth.rs` (refused credentials),
-//! `domains.rs` (which cluster node owns a slot) and `nodes.rs` (a client
-//! pool per cluster node, so one dead node stalls only its own keys).
+//! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
+//! pool per cluster node, so one dead node stalls only its own keys) and
+//! `invalidation.rs` (the pub/sub channel that keeps deny caches exact
+//! across instances).
 //!
 //! Timeouts and reconnects follow `shared/DEPENDENCIES.md`: fred's
 //! `default_command_timeout` (per-call options are ignored for EVALSHA),
@@ -22,6 +26,7 @@ mod batch;
 mod calls;
 mod domains;
 mod errors;
+mod invalidation;
 mod keys;
 mod nodes;
 
@@ -37,6 +42,7 @@ use tokio::sync::mpsc;
 use super::{Store, StoreError, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
 use errors::classify;
+pub use invalidation::{InvalidationListener, MAX_MESSAGE_BYTES};
 
 /// How to reach Redis and how to lay out keys.
 #[derive(Clone)]
@@ -73,6 +79,8 @@ pub(super) struct Inner {
     pool: Pool,
     check_script: Script,
     batch_script: Script,
+    reset_script: Script,
+    refund_script: Script,
     scripts_loaded: AtomicBool,
     /// Redis calls under way, direct or batched: with none, a check skips
     /// the batcher entirely, so a lone request pays nothing for batching.
@@ -105,6 +113,23 @@ pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool,
         .map_err(|e| StoreError::Backend(e.to_string()))
 }
 
+/// The client configuration `options.url` describes, for every client of
+/// the store.
+pub(super) fn client_config(options: &RedisOptions) -> Result<Config, StoreError> {
+    let mut config = Config {
+        fail_fast: false,
+        ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
+    };
+    // Rediscover a cluster through every node it last knew, not only the
+    // URL's: with the default, a client whose URL node dies stays down
+    // for good, even after a replica has taken over (fred only retries
+    // the configured endpoint). Not a cluster: nothing to set.
+    let _ = config
+        .server
+        .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
+    Ok(config)
+}
+
 /// Counts one Redis call for as long as it lives, error paths included.
 struct CallGuard<'a>(&'a AtomicUsize);
 
@@ -119,17 +144,7 @@ impl RedisStore {
     /// a service started before Redis answers by its failure policy meanwhile.
     /// Must be called inside a tokio runtime.
     pub fn connect(options: RedisOptions) -> Result<Self, StoreError> {
-        let mut config = Config {
-            fail_fast: false,
-            ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
-        };
-        // Rediscover a cluster through every node it last knew, not only the
-        // URL's: with the default, a client whose URL node dies stays down
-        // for good, even after a replica has taken over (fred only retries
-        // the configured endpoint). Not a cluster: nothing to set.
-        let _ = config
-            .server
-            .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
+        let config = client_config(&options)?;
         let clustered = config.server.is_clustered();
         let pool = build_pool(config.clone(), &options)?;
         let auth = auth::AuthWatch::spawn(&pool);
@@ -142,6 +157,8 @@ impl RedisStore {
             pool,
             check_script: Script::from_lua(scripts::CHECK),
             batch_script: Script::from_lua(scripts::BATCH),
+            reset_script: Script::from_lua(scripts::RESET),
+            refund_script: Script::from_lua(scripts::REFUND),
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
             clustered,
@@ -224,7 +241,7 @@ impl RedisStore {
 /// jitter, kept checks waiting 50–150 ms after a 25 ms restart, long enough
 /// for the queued ones to time out; some jitter still spreads the
 /// reconnects of many instances.
-fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
+pub(super) fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
     let mut policy = ReconnectPolicy::new_exponential(0, 10, max_delay_ms.max(10), 2);
     policy.set_jitter(10);
     policy
@@ -242,6 +259,17 @@ impl Store for RedisStore {
             }
             _ => self.inner.check_one(check).await,
         };
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    /// Never batched: a reset or refund is rare, and its own call.
+    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        let result = self.inner.adjust_one(check, false).await;
+        result.map_err(|e| self.inner.auth.explain(e))
+    }
+
+    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        let result = self.inner.adjust_one(check, true).await;
         result.map_err(|e| self.inner.auth.explain(e))
     }
 
@@ -263,5 +291,12 @@ impl Store for RedisStore {
             Some(domains) => domains.of(self.inner.slot_of(check)),
             None => 0,
         }
+    }
+
+    async fn publish_invalidation(&self, key: &str) -> Result<bool, StoreError> {
+        self.publish(key)
+            .await
+            .map(|_| true)
+            .map_err(|e| self.inner.auth.explain(e))
     }
 }

@@ -1,0 +1,190 @@
+//! Bearer tokens: the tokens file's format, and deciding what a presented
+//! token may do. Pure: the file is read, watched and swapped at the edge
+//! (`crate::auth`), and the header is taken apart in `crate::http`.
+//!
+//! A token is never kept in clear: each is held as its SHA-256 digest, and
+//! a presented token is hashed and compared with every digest in constant
+//! time, without stopping at a match. So neither the time taken nor its
+//! variation with the token's length tells an attacker how close a guess
+//! came, and a core dump or a `Debug` print holds no usable token.
+
+use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+/// The shortest token accepted, in bytes. 16 random bytes (128 bits, or
+/// 22 characters of base64) cannot be guessed over the network; anything
+/// shorter is more likely a placeholder or a password than a secret made
+/// for this, so the file is refused rather than warned about.
+pub const MIN_TOKEN_BYTES: usize = 16;
+
+/// The longest token accepted: a header of this size is already unusual.
+pub const MAX_TOKEN_BYTES: usize = 4096;
+
+/// What a token may call. `Admin` includes everything `Check` may.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Scope {
+    /// `POST /v1/check`, forward-auth (`/v1/auth/...`), and `/metrics`
+    /// when `auth.protect_metrics` is on.
+    Check,
+    /// Also reset, refund and `GET /v1/policies`.
+    Admin,
+}
+
+impl Scope {
+    pub const ALL: [Scope; 2] = [Scope::Check, Scope::Admin];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Check => "check",
+            Scope::Admin => "admin",
+        }
+    }
+
+    /// Whether a token of this scope may call what `required` guards.
+    pub fn covers(self, required: Scope) -> bool {
+        self >= required
+    }
+}
+
+/// A problem in a tokens file. Messages name the line, never the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenFileError {
+    #[error("line {line}: expected `<scope> <token>` (scope check or admin)")]
+    Shape { line: usize },
+    #[error("line {line}: unknown scope (expected check or admin)")]
+    UnknownScope { line: usize },
+    #[error(
+        "line {line}: the token is {len} bytes; tokens must be {MIN_TOKEN_BYTES} to \
+         {MAX_TOKEN_BYTES} bytes (make one with `openssl rand -hex 32`)"
+    )]
+    Length { line: usize, len: usize },
+    #[error(
+        "line {line}: the token has a character outside A-Z a-z 0-9 - . _ ~ + / \
+         (and trailing =), the characters of RFC 6750's b64token"
+    )]
+    Charset { line: usize },
+    #[error("line {line}: the same token as line {first}")]
+    Duplicate { line: usize, first: usize },
+    #[error("no tokens (a tokens file must hold at least one `<scope> <token>` line)")]
+    Empty,
+}
+
+/// One configured token: its digest and scope.
+#[derive(Clone)]
+struct Entry {
+    digest: [u8; 32],
+    scope: Scope,
+}
+
+/// The tokens in force.
+#[derive(Clone, Default)]
+pub struct TokenSet {
+    entries: Vec<Entry>,
+}
+
+impl std::fmt::Debug for TokenSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Counts only: even digests have no business in a log.
+        f.debug_struct("TokenSet")
+            .field("check", &self.count(Scope::Check))
+            .field("admin", &self.count(Scope::Admin))
+            .finish()
+    }
+}
+
+fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+/// RFC 6750's `b64token`: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" /
+/// "+" / "/" ) *"="`. Anything else could not be sent in the header as is.
+fn is_b64token(token: &str) -> bool {
+    let body = token.trim_end_matches('=');
+    !body.is_empty()
+        && body
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._~+/".contains(&b))
+}
+
+impl TokenSet {
+    /// Parses a tokens file: one `<scope> <token>` per line, separated by
+    /// spaces or tabs; blank lines and lines starting with `#` are skipped.
+    /// Every problem is reported by line number only.
+    pub fn parse(text: &str) -> Result<TokenSet, TokenFileError> {
+        let mut entries: Vec<Entry> = Vec::new();
+        let mut lines_of: Vec<usize> = Vec::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let content = raw.trim();
+            if content.is_empty() || content.starts_with('#') {
+                continue;
+            }
+            let mut fields = content.split_ascii_whitespace();
+            let (Some(scope), Some(token), None) = (fields.next(), fields.next(), fields.next())
+            else {
+                return Err(TokenFileError::Shape { line });
+            };
+            let scope = match scope {
+                "check" => Scope::Check,
+                "admin" => Scope::Admin,
+                _ => return Err(TokenFileError::UnknownScope { line }),
+            };
+            if !(MIN_TOKEN_BYTES..=MAX_TOKEN_BYTES).contains(&token.len()) {
+                let len = token.len();
+                return Err(TokenFileError::Length { line, len });
+            }
+            if !is_b64token(token) {
+                return Err(TokenFileError::Charset { line });
+            }
+            let digest = digest(token.as_bytes());
+            // Loading is not the hot path: a plain comparison is fine here.
+            if let Some(i) = entries.iter().position(|e| e.digest == digest) {
+                let first = lines_of[i];
+                return Err(TokenFileError::Duplicate { line, first });
+            }
+            entries.push(Entry { digest, scope });
+            lines_of.push(line);
+        }
+        if entries.is_empty() {
+            return Err(TokenFileError::Empty);
+        }
+        Ok(TokenSet { entries })
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Tokens of exactly this scope.
+    pub fn count(&self, scope: Scope) -> usize {
+        self.entries.iter().filter(|e| e.scope == scope).count()
+    }
+
+    /// The scope of the presented token, if it is one of ours. Every
+    /// configured digest is compared, in constant time, whatever matched.
+    pub fn scope_of(&self, presented: &[u8]) -> Option<Scope> {
+        let presented = digest(presented);
+        let mut found = subtle::Choice::from(0);
+        let mut admin = subtle::Choice::from(0);
+        for entry in &self.entries {
+            let hit = entry.digest.ct_eq(&presented);
+            found |= hit;
+            let is_admin = u8::from(entry.scope == Scope::Admin);
+            admin |= hit & subtle::Choice::from(is_admin);
+        }
+        // Tokens are unique, so at most one entry matched.
+        let scope = u8::conditional_select(&0, &1, admin);
+        bool::from(found).then_some(if scope == 1 {
+            Scope::Admin
+        } else {
+            Scope::Check
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

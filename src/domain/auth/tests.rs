@@ -1,0 +1,100 @@
+use super::*;
+
+const CHECK: &str = "chk_0123456789abcdef";
+const ADMIN: &str = "adm_0123456789abcdef";
+
+fn set() -> TokenSet {
+    TokenSet::parse(&format!(
+        "# comment\n\ncheck {CHECK}\n   \n\tadmin\t{ADMIN}  \n"
+    ))
+    .unwrap()
+}
+
+#[test]
+fn parses_scopes_comments_and_blank_lines() {
+    let set = set();
+    assert_eq!(set.len(), 2);
+    assert_eq!(set.count(Scope::Check), 1);
+    assert_eq!(set.count(Scope::Admin), 1);
+    assert_eq!(set.scope_of(CHECK.as_bytes()), Some(Scope::Check));
+    assert_eq!(set.scope_of(ADMIN.as_bytes()), Some(Scope::Admin));
+}
+
+#[test]
+fn unknown_and_near_miss_tokens_have_no_scope() {
+    let set = set();
+    for wrong in [
+        "",
+        "chk_0123456789abcde",
+        "chk_0123456789abcdeF",
+        "chk_0123456789abcdef0",
+        "Bearer chk_0123456789abcdef",
+    ] {
+        assert_eq!(set.scope_of(wrong.as_bytes()), None, "{wrong}");
+    }
+    assert_eq!(TokenSet::default().scope_of(CHECK.as_bytes()), None);
+}
+
+#[test]
+fn admin_covers_check_and_not_the_reverse() {
+    assert!(Scope::Admin.covers(Scope::Check));
+    assert!(Scope::Admin.covers(Scope::Admin));
+    assert!(Scope::Check.covers(Scope::Check));
+    assert!(!Scope::Check.covers(Scope::Admin));
+}
+
+/// Every error names the line and never holds the token's text.
+#[test]
+fn errors_name_the_line_never_the_token() {
+    let secret = "s3cr3t_s3cr3t_s3cr3t";
+    let cases = [
+        (
+            format!("check {CHECK}\nwrite {secret}"),
+            "line 2: unknown scope",
+        ),
+        (format!("check {secret} extra"), "line 1: expected"),
+        (secret.to_string(), "line 1: expected"),
+        (
+            "check short_s3cr3t".to_string(),
+            "line 1: the token is 12 bytes",
+        ),
+        (
+            format!("\n\nadmin {secret}\"x"),
+            "line 3: the token has a character",
+        ),
+        (
+            format!("check {secret}\nadmin {secret}"),
+            "line 2: the same token as line 1",
+        ),
+        ("# nothing\n\n".to_string(), "no tokens"),
+    ];
+    for (text, expected) in cases {
+        let error = TokenSet::parse(&text).unwrap_err().to_string();
+        assert!(error.starts_with(expected), "{error:?} for {text:?}");
+        assert!(!error.contains("s3cr3t"), "{error:?} echoes the token");
+    }
+}
+
+#[test]
+fn length_bounds() {
+    let at = |n: usize| TokenSet::parse(&format!("check {}", "a".repeat(n)));
+    assert!(at(MIN_TOKEN_BYTES - 1).is_err());
+    assert!(at(MIN_TOKEN_BYTES).is_ok());
+    assert!(at(MAX_TOKEN_BYTES).is_ok());
+    assert!(at(MAX_TOKEN_BYTES + 1).is_err());
+}
+
+#[test]
+fn b64token_charset() {
+    assert!(is_b64token("abcXYZ019-._~+/=="));
+    assert!(!is_b64token("===="));
+    assert!(!is_b64token("ab=cd"));
+    assert!(!is_b64token("abc,def"));
+    assert!(!is_b64token("abcé"));
+}
+
+#[test]
+fn debug_shows_counts_only() {
+    let shown = format!("{:?}", set());
+    assert_eq!(shown, "TokenSet { check: 1, admin: 1 }");
+}

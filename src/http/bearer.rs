@@ -1,0 +1,162 @@
+//! Bearer-token authentication (`auth.tokens_file`), in front of every
+//! route: which scope a path needs, and the middleware that checks the
+//! `Authorization: Bearer` header against the tokens in force.
+//!
+//! The scope is chosen from the request's path, before routing, so that a
+//! path no route matches under `/v1` is refused like any other (admin by
+//! default: a route added later without a line in [`ROUTES`] is closed, not
+//! open). A request that passes goes on without its `Authorization`
+//! header, so no handler can put the token in a key, a log line or a body.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use super::ApiError;
+use crate::domain::auth::{Scope, TokenSet};
+use crate::metrics::{AuthFailure, Metrics};
+
+/// How a line of [`ROUTES`] matches a path.
+enum Pattern {
+    Exact(&'static str),
+    /// The path starts with this.
+    Prefix(&'static str),
+}
+
+/// The scope each `/v1` route needs; the first matching line wins. A new
+/// route is one line here.
+const ROUTES: &[(Pattern, Scope)] = &[
+    (Pattern::Exact("/v1/check"), Scope::Check),
+    (Pattern::Prefix("/v1/auth/"), Scope::Check),
+    (Pattern::Exact("/v1/reset"), Scope::Admin),
+    (Pattern::Exact("/v1/refund"), Scope::Admin),
+    (Pattern::Exact("/v1/policies"), Scope::Admin),
+];
+
+/// What every other path under `/v1` needs.
+const V1_DEFAULT: Scope = Scope::Admin;
+
+/// The scope `path` needs, or `None` when it is open to anyone:
+/// `/healthz`, `/readyz`, `/docs`, `/openapi.json`, and `/metrics` unless
+/// `protect_metrics` (then any token: a scraper can hold a `check` one).
+pub fn required_scope(path: &str, protect_metrics: bool) -> Option<Scope> {
+    if path == "/metrics" {
+        return protect_metrics.then_some(Scope::Check);
+    }
+    if path != "/v1" && !path.starts_with("/v1/") {
+        return None;
+    }
+    let matched = ROUTES.iter().find(|(pattern, _)| match pattern {
+        Pattern::Exact(p) => path == *p,
+        Pattern::Prefix(p) => path.starts_with(p),
+    });
+    Some(matched.map_or(V1_DEFAULT, |(_, scope)| *scope))
+}
+
+/// What the middleware needs: the tokens in force (`None`: no
+/// `auth.tokens_file`, everything open as before).
+#[derive(Clone)]
+pub struct Bearer {
+    pub tokens: Option<Arc<ArcSwap<TokenSet>>>,
+    pub protect_metrics: bool,
+    pub metrics: Arc<Metrics>,
+}
+
+/// The token of an `Authorization: Bearer <token>` header (the scheme is
+/// case-insensitive, RFC 9110 §11.1). `None`: no header, or another scheme
+/// (no bearer credentials at all); `Some(b"")`: `Bearer` with nothing.
+fn presented(headers: &HeaderMap) -> Option<&[u8]> {
+    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+    let (scheme, rest) =
+        value.split_at(value.iter().position(|&b| b == b' ').unwrap_or(value.len()));
+    if !scheme.eq_ignore_ascii_case(b"bearer") {
+        return None;
+    }
+    Some(rest.trim_ascii())
+}
+
+/// Lets the request through when its token covers the path's scope, or
+/// answers 401 (no token, or not one of ours) or 403 (too narrow a scope).
+pub async fn require(State(bearer): State<Bearer>, mut request: Request, next: Next) -> Response {
+    let Some(tokens) = &bearer.tokens else {
+        return next.run(request).await;
+    };
+    let Some(required) = required_scope(request.uri().path(), bearer.protect_metrics) else {
+        return next.run(request).await;
+    };
+    let refused = match presented(request.headers()) {
+        None => Some((AuthFailure::Missing, ApiError::MissingToken)),
+        Some(token) => match tokens.load().scope_of(token) {
+            None => Some((AuthFailure::Invalid, ApiError::InvalidToken)),
+            Some(scope) if !scope.covers(required) => {
+                Some((AuthFailure::Scope, ApiError::InsufficientScope(required)))
+            }
+            Some(_) => None,
+        },
+    };
+    if let Some((reason, error)) = refused {
+        bearer.metrics.record_auth_failure(reason);
+        return error.into_response();
+    }
+    request.headers_mut().remove(header::AUTHORIZATION);
+    next.run(request).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_by_path() {
+        let open = |p| required_scope(p, false);
+        assert_eq!(open("/v1/check"), Some(Scope::Check));
+        assert_eq!(open("/v1/auth/api"), Some(Scope::Check));
+        assert_eq!(open("/v1/auth/api/orders/1"), Some(Scope::Check));
+        assert_eq!(open("/v1/reset"), Some(Scope::Admin));
+        assert_eq!(open("/v1/refund"), Some(Scope::Admin));
+        assert_eq!(open("/v1/policies"), Some(Scope::Admin));
+        // Unknown /v1 paths, near misses included, need a token too.
+        for path in [
+            "/v1",
+            "/v1/",
+            "/v1/nope",
+            "/v1/check/",
+            "/v1//check",
+            "/v1/auth",
+        ] {
+            assert_eq!(open(path), Some(Scope::Admin), "{path}");
+        }
+        for path in [
+            "/healthz",
+            "/readyz",
+            "/metrics",
+            "/docs/",
+            "/openapi.json",
+            "/",
+            "/v10",
+        ] {
+            assert_eq!(open(path), None, "{path}");
+        }
+        assert_eq!(required_scope("/metrics", true), Some(Scope::Check));
+    }
+
+    #[test]
+    fn bearer_header_parsing() {
+        let with = |v: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, v.parse().unwrap());
+            presented(&h).map(<[u8]>::to_vec)
+        };
+        assert_eq!(with("Bearer abc"), Some(b"abc".to_vec()));
+        assert_eq!(with("bearer  abc "), Some(b"abc".to_vec()));
+        assert_eq!(with("BEARER abc"), Some(b"abc".to_vec()));
+        assert_eq!(with("Bearer"), Some(Vec::new()));
+        assert_eq!(with("Basic dXNlcjpwYXNz"), None);
+        assert_eq!(with("Bearerabc"), None);
+        assert_eq!(presented(&HeaderMap::new()), None);
+    }
+}

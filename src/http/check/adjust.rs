@@ -1,0 +1,107 @@
+//! `POST /v1/reset` and `POST /v1/refund`: the three forms of a check
+//! (parsed and validated by the same code), answered with the body of a
+//! check of cost 0 afterwards.
+
+use axum::extract::{Request, State};
+use axum::response::{IntoResponse, Response};
+
+use super::request::{CheckForms, ResetForms};
+use super::response::CheckResponse;
+use super::{Parsed, parse, respond};
+use crate::http::AppState;
+use crate::http::error::{ApiError, ErrorBody};
+use crate::limiter::Adjustment;
+
+/// Delete a key's state for the limits of a check, then report them.
+///
+/// The body is any of the three forms of `POST /v1/check` without `cost`
+/// (a `cost` is answered 422). Every limit's state for the key is deleted
+/// atomically; the answer is that of a check of cost 0 afterwards, so every
+/// limit shows full capacity. Never answered by the failure policy: if the
+/// store cannot apply it, 503 `store_unavailable`, and the caller retries
+/// (a reset is idempotent).
+#[utoipa::path(
+    post,
+    path = "/v1/reset",
+    tag = "limits",
+    request_body(content = ResetForms, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Reset; the state afterwards, as a check of cost 0 reports it", body = CheckResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within server.body_read_timeout", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
+        (status = 422, description = "As for /v1/check (invalid_request, unknown_policy, mixed_forms); also a `cost` field (invalid_request)", body = ErrorBody),
+        (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
+        (status = 503, description = "The store is unreachable, too slow, or its circuit breaker is open (code store_unavailable): the reset may not have happened; retry", body = ErrorBody),
+    )
+)]
+pub async fn reset(State(state): State<AppState>, request: Request) -> Response {
+    adjust(&state, Adjustment::Reset, request)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+/// Give back units a key spent, then report its limits.
+///
+/// The body is any of the three forms of `POST /v1/check`; `cost` (default
+/// 1, validated as a check's) is how many units to give back on every limit,
+/// each on its own: fixed_window takes them off the current window's count;
+/// sliding_window off the current window's count, then the previous one's;
+/// sliding_log removes the `cost` newest units in the window; token_bucket
+/// adds tokens; gcra moves its TAT back by `cost` intervals, not before
+/// now. Never beyond full capacity, and a key without state is left alone
+/// (200). The answer is that of a check of cost 0 afterwards. Never answered
+/// by the failure policy: if the store cannot apply it, 503
+/// `store_unavailable` (a retry may give back twice if the first attempt
+/// did reach the store).
+#[utoipa::path(
+    post,
+    path = "/v1/refund",
+    tag = "limits",
+    request_body(content = CheckForms, content_type = "application/json"),
+    responses(
+        (status = 200, description = "Refunded; the state afterwards, as a check of cost 0 reports it", body = CheckResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within server.body_read_timeout", body = ErrorBody),
+        (status = 413, description = "Body over 64 KiB", body = ErrorBody),
+        (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
+        (status = 422, description = "As for /v1/check (invalid_request, unknown_policy, mixed_forms)", body = ErrorBody),
+        (status = 500, description = "The store answered with an error that is not an outage", body = ErrorBody),
+        (status = 503, description = "The store is unreachable, too slow, or its circuit breaker is open (code store_unavailable): the refund may not have happened", body = ErrorBody),
+    )
+)]
+pub async fn refund(State(state): State<AppState>, request: Request) -> Response {
+    adjust(&state, Adjustment::Refund, request)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn adjust(state: &AppState, op: Adjustment, request: Request) -> Result<Response, ApiError> {
+    let Parsed {
+        form,
+        mut check,
+        has_cost,
+        wait_ms,
+    } = parse(state, request).await?;
+    if wait_ms.is_some_and(|w| w > 0) {
+        return Err(ApiError::InvalidRequest(format!(
+            "wait_ms: only a check waits; a {} is applied at once",
+            op.as_str()
+        )));
+    }
+    let result = match op {
+        Adjustment::Reset => {
+            if has_cost {
+                return Err(ApiError::InvalidRequest(
+                    "cost: a reset takes no cost; it deletes the key's state".into(),
+                ));
+            }
+            check.cost = 0;
+            state.limiter.reset(&check).await
+        }
+        Adjustment::Refund => state.limiter.refund(&check).await,
+    };
+    let decision = result.map_err(|e| ApiError::adjusting(op.as_str(), e))?;
+    Ok(respond(form, &decision))
+}

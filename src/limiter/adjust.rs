@@ -1,0 +1,91 @@
+//! Reset and refund: the store's answer or an error, never the failure
+//! policy's. A fake answer would tell the caller that capacity came back
+//! when nothing changed (or hide that it did), so an outage is reported
+//! as such and the caller retries.
+
+use std::time::Instant;
+
+use super::{Limiter, LimiterError};
+use crate::domain::{Check, Decision};
+use crate::store::StoreError;
+
+/// What a reset or refund does to a check's state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Adjustment {
+    /// Deletes the state of every limit.
+    Reset,
+    /// Gives back up to `cost` units on every limit.
+    Refund,
+}
+
+impl Adjustment {
+    /// A bounded label for `ratekeeper_adjustments_total{op}`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Adjustment::Reset => "reset",
+            Adjustment::Refund => "refund",
+        }
+    }
+}
+
+impl Limiter {
+    /// Deletes the state of every limit of `check` and answers like a
+    /// check of cost 0 afterwards.
+    pub async fn reset(&self, check: &Check) -> Result<Decision, LimiterError> {
+        self.adjust(Adjustment::Reset, check).await
+    }
+
+    /// Gives back up to `check.cost` units on every limit of `check` and
+    /// answers like a check of cost 0 afterwards.
+    pub async fn refund(&self, check: &Check) -> Result<Decision, LimiterError> {
+        self.adjust(Adjustment::Refund, check).await
+    }
+
+    /// Asks the store, bypassing the deny cache for the answer (a denial
+    /// it holds may be what this ends). The store's timeouts bound the
+    /// wait, and an open circuit breaker answers at once: either way an
+    /// error, which the HTTP layer turns into a 503.
+    async fn adjust(&self, op: Adjustment, check: &Check) -> Result<Decision, LimiterError> {
+        let result = self.adjust_store(op, check).await;
+        self.metrics.record_adjustment(op.as_str(), result.is_ok());
+        // Even after an error: the script may have run before the reply
+        // was lost, so a cached denial may be stale now, here and on every
+        // other instance.
+        self.invalidate(&check.key).await;
+        match result {
+            Ok(outcomes) => Ok(Decision::from_outcomes(check, &outcomes)),
+            Err(error) => {
+                if error.is_transient() {
+                    tracing::warn!(%error, op = op.as_str(), "store could not adjust");
+                } else {
+                    tracing::error!(%error, op = op.as_str(), "store error");
+                }
+                Err(error.into())
+            }
+        }
+    }
+
+    async fn adjust_store(
+        &self,
+        op: Adjustment,
+        check: &Check,
+    ) -> Result<Vec<crate::domain::Outcome>, StoreError> {
+        let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
+            return Err(StoreError::Unavailable("circuit breaker open".into()));
+        };
+        let started = Instant::now();
+        let result = match op {
+            Adjustment::Reset => self.store.reset(check).await,
+            Adjustment::Refund => self.store.refund(check).await,
+        };
+        self.metrics
+            .backend_duration
+            .observe(started.elapsed().as_secs_f64());
+        self.breakers.record(permit, result.as_ref().err());
+        if let Err(error) = &result {
+            // Only errors of a call made: an open breaker made none.
+            self.metrics.record_backend_error(error.kind());
+        }
+        result
+    }
+}

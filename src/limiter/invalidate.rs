@@ -1,0 +1,90 @@
+//! Reset and refund end cached denials on every instance at once: this
+//! instance's deny cache at once, the others' through the store (with
+//! Redis, the pub/sub channel of `store/redis/invalidation.rs`), whose
+//! listener feeds [`CacheSink`].
+
+use std::sync::Arc;
+
+use super::Limiter;
+use super::deny_cache::DenyCache;
+use crate::metrics::Metrics;
+use crate::store::InvalidationSink;
+
+impl Limiter {
+    /// Ends every cached denial of the client `key` (all its policies and
+    /// limits) on this instance, and publishes the invalidation so every
+    /// other instance drops its own. Call it right *after* the key's state
+    /// changed in the store (a reset, a refund), never before: a check
+    /// asking the store in between would cache the old state again. A
+    /// denial this instance asked for before the call and records after
+    /// it is refused (see `deny_cache.rs`).
+    ///
+    /// Infallible for the caller: the state change has happened either
+    /// way. If publishing fails (counted as
+    /// `ratekeeper_invalidations_sent_total{result="error"}` and logged),
+    /// other instances may answer their cached denials of `key` for up to
+    /// `deny_cache::MAX_AGE` (1 s), unless they lost their subscription
+    /// too (then they use no cache).
+    pub async fn invalidate(&self, key: &str) {
+        if let Some(cache) = &self.deny_cache {
+            cache.invalidate(key);
+        }
+        match self.store.publish_invalidation(key).await {
+            Ok(true) => self.metrics.invalidations_sent_ok.inc(),
+            Ok(false) => {}
+            Err(error) => {
+                self.metrics.invalidations_sent_error.inc();
+                tracing::warn!(%error, "cannot publish an invalidation: other instances may keep cached denials of the key for up to 1 s");
+            }
+        }
+    }
+
+    /// What the store's invalidation listener reports to: `None` without a
+    /// deny cache (nothing to invalidate).
+    pub fn invalidation_sink(&self) -> Option<Arc<dyn InvalidationSink>> {
+        let cache = self.deny_cache.clone()?;
+        Some(Arc::new(CacheSink {
+            cache,
+            metrics: self.metrics.clone(),
+        }))
+    }
+
+    /// Whether the deny cache is off until the subscription is back.
+    pub fn deny_cache_suspended(&self) -> bool {
+        self.deny_cache.as_ref().is_some_and(|c| c.is_suspended())
+    }
+}
+
+/// The deny cache as the listener sees it.
+struct CacheSink {
+    cache: Arc<DenyCache>,
+    metrics: Arc<Metrics>,
+}
+
+impl InvalidationSink for CacheSink {
+    // Counted after the cache changed, so whoever sees the count also
+    // sees the invalidation (tests/invalidation.rs relies on it).
+    fn invalidated(&self, key: &str) {
+        self.cache.invalidate(key);
+        self.metrics.invalidations_received.inc();
+    }
+
+    fn invalidated_all(&self) {
+        self.cache.clear();
+        self.metrics.invalidations_received.inc();
+    }
+
+    fn subscribed(&self, up: bool) {
+        if up {
+            self.cache.resume();
+            self.metrics.invalidation_subscribed.set(1);
+        } else {
+            let was_up = self.metrics.invalidation_subscribed.get() == 1;
+            self.cache.suspend();
+            self.metrics.invalidation_subscribed.set(0);
+            if was_up {
+                self.metrics.invalidation_subscription_lost.inc();
+            }
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Blocking acquire: a check that, when denied, waits for its
+//! `retry_after` and tries again, for at most the time it was given.
+//!
+//! - Nothing is spent until the check is allowed: every try is an ordinary
+//!   check, and a denied check spends nothing.
+//! - A try that the remaining time cannot cover is not slept on: the
+//!   denial is the answer at once.
+//! - Degraded answers (the store is down, the failure policy answered) and
+//!   shadow checks never wait: waiting would not make them any truer.
+//! - Waiters on one check identity stand in a local line ([`queue`]): only
+//!   the head asks the store, so a freed unit goes to the longest waiter
+//!   and the store sees about one failed try per granted waiter, not one
+//!   per waiter per freed unit.
+//! - The wait is an ordinary future: when the client goes away and the
+//!   request's future is dropped, its ticket leaves the line and nothing
+//!   more is asked of the store.
+//! - At most `limits.max_waiters` wait at once; beyond that a check is
+//!   answered at once as if it had not asked to wait.
+
+pub mod queue;
+#[cfg(test)]
+mod tests;
+pub mod timer;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use self::queue::{QueueKey, Ticket, Waiters};
+use self::timer::Timer;
+use super::{Limiter, LimiterError};
+use crate::domain::{Check, Decision};
+
+/// A waiting check's answer and how long it waited.
+#[derive(Debug, Clone)]
+pub struct Waited {
+    pub decision: Decision,
+    /// Zero when answered without standing in line (its first try
+    /// answered, or it could not wait); otherwise from the first try to the
+    /// answer.
+    pub waited: Duration,
+}
+
+/// The waiting side of a limiter: its lines and the time it sleeps on.
+pub struct Waiting {
+    pub(super) waiters: Waiters,
+    pub(super) timer: Arc<dyn Timer>,
+}
+
+impl Limiter {
+    /// Checks, and while denied waits for the check's `retry_after` and
+    /// tries again, for at most `wait`. `wait` zero is [`check`](Self::check).
+    /// The answer is counted in `ratekeeper_checks_total` once, whatever
+    /// the number of tries.
+    pub async fn check_waiting(
+        &self,
+        check: &Check,
+        wait: Duration,
+    ) -> Result<Waited, LimiterError> {
+        let waited = self.wait_for(check, wait).await?;
+        self.metrics.record_decision(check, &waited.decision);
+        Ok(waited)
+    }
+
+    async fn wait_for(&self, check: &Check, wait: Duration) -> Result<Waited, LimiterError> {
+        let timer = self.waiting.timer.clone();
+        let started = timer.now_us();
+        let deadline = started.saturating_add(wait.as_micros() as u64);
+        // Answered without standing in line: nothing waited.
+        let answer = |decision: Decision| Waited {
+            decision,
+            waited: Duration::ZERO,
+        };
+        if wait.is_zero() || check.shadow {
+            return Ok(answer(self.decide(check).await?));
+        }
+        let key = QueueKey::of(check);
+        // With others already in line, asking the store first would jump
+        // the line (and add a try per arrival); without, most checks pass
+        // at once and never join.
+        let first = match self.waiting.waiters.ahead(&key) {
+            None => {
+                let decision = self.decide(check).await?;
+                if !worth_waiting(&decision, timer.now_us(), deadline) {
+                    return Ok(answer(decision));
+                }
+                Some(decision)
+            }
+            // The head itself will not try before the deadline.
+            Some(next_try) if next_try > deadline => {
+                return Ok(answer(self.decide(check).await?));
+            }
+            Some(_) => None,
+        };
+        let Some(ticket) = self.waiting.waiters.join(key) else {
+            // Over limits.max_waiters: as if wait_ms were 0.
+            let decision = match first {
+                Some(decision) => decision,
+                None => self.decide(check).await?,
+            };
+            return Ok(answer(decision));
+        };
+        let decision = self.wait_in_line(check, ticket, first, deadline).await?;
+        let waited = Duration::from_micros(timer.now_us().saturating_sub(started));
+        self.metrics.wait_duration.observe(waited.as_secs_f64());
+        Ok(Waited { decision, waited })
+    }
+
+    /// Waits for the head of the line (or the deadline), then tries at
+    /// each `retry_after` while the time left covers it.
+    async fn wait_in_line(
+        &self,
+        check: &Check,
+        mut ticket: Ticket<'_>,
+        mut last: Option<Decision>,
+        deadline: u64,
+    ) -> Result<Decision, LimiterError> {
+        let timer = &self.waiting.timer;
+        if !ticket.is_head() {
+            let turn = tokio::select! {
+                turn = ticket.turn(deadline) => turn,
+                () = timer.sleep_until(deadline) => false,
+            };
+            if !turn {
+                // Out of time in line (or the head's next try is already
+                // past the deadline): leave it, and answer as the store
+                // does now (one try, which may even pass).
+                drop(ticket);
+                return self.decide(check).await;
+            }
+            last = None;
+        }
+        loop {
+            let decision = match last.take() {
+                Some(decision) => decision,
+                None => {
+                    ticket.plan(None);
+                    self.decide(check).await?
+                }
+            };
+            let now = timer.now_us();
+            if !worth_waiting(&decision, now, deadline) {
+                return Ok(decision);
+            }
+            let at = now + retry_us(&decision);
+            ticket.plan(Some(at));
+            timer.sleep_until(at).await;
+        }
+    }
+}
+
+/// A denial that time alone can end before `deadline`.
+fn worth_waiting(decision: &Decision, now_us: u64, deadline_us: u64) -> bool {
+    !decision.allowed && !decision.degraded && now_us + retry_us(decision) <= deadline_us
+}
+
+/// At least 1 ms, so a denial without a wait never spins.
+fn retry_us(decision: &Decision) -> u64 {
+    decision.retry_after_ms.max(1).saturating_mul(1_000)
+}

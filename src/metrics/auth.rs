@@ -1,0 +1,76 @@
+//! The bearer-authentication metrics (see [`crate::tokens`]).
+
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+
+/// Why a request was refused by bearer authentication: the bounded
+/// `reason` label of `ratekeeper_auth_failures_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthFailure {
+    /// No `Authorization: Bearer` header.
+    Missing,
+    /// A token that is not one of ours.
+    Invalid,
+    /// A good token whose scope does not cover the route (403).
+    Scope,
+}
+
+impl AuthFailure {
+    pub(super) const ALL: [AuthFailure; 3] = [
+        AuthFailure::Missing,
+        AuthFailure::Invalid,
+        AuthFailure::Scope,
+    ];
+
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            AuthFailure::Missing => "missing",
+            AuthFailure::Invalid => "invalid",
+            AuthFailure::Scope => "scope",
+        }
+    }
+}
+
+pub(super) type Collectors = Vec<Box<dyn prometheus::core::Collector>>;
+
+/// The bearer-authentication metrics: the collectors to register, then the
+/// resolved handles.
+pub(super) fn auth_metrics() -> (
+    Collectors,
+    [IntCounter; 3],
+    IntCounter,
+    IntCounter,
+    [IntGauge; 2],
+) {
+    let failures = IntCounterVec::new(
+        Opts::new(
+            "ratekeeper_auth_failures_total",
+            "Requests refused by bearer authentication, by reason: missing (no bearer token, 401), invalid (not a configured token, 401), scope (a check token on an admin route, 403).",
+        ),
+        &["reason"],
+    )
+    .expect("valid metric");
+    let by_reason = AuthFailure::ALL.map(|r| failures.with_label_values(&[r.as_str()]));
+    let reloads = IntCounterVec::new(
+        Opts::new(
+            "ratekeeper_auth_reloads_total",
+            "Loads of auth.tokens_file (the first at startup counts), by result: ok, or error (the file was rejected whole and the tokens in force stayed).",
+        ),
+        &["result"],
+    )
+    .expect("valid metric");
+    let (ok, error) = (
+        reloads.with_label_values(&["ok"]),
+        reloads.with_label_values(&["error"]),
+    );
+    let tokens = IntGaugeVec::new(
+        Opts::new(
+            "ratekeeper_auth_tokens",
+            "Bearer tokens in force, by scope (check, admin), from the last good load of auth.tokens_file.",
+        ),
+        &["scope"],
+    )
+    .expect("valid metric");
+    let by_scope = ["check", "admin"].map(|s| tokens.with_label_values(&[s]));
+    let collectors: Collectors = vec![Box::new(failures), Box::new(reloads), Box::new(tokens)];
+    (collectors, by_reason, ok, error, by_scope)
+}

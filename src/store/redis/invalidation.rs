@@ -1,0 +1,250 @@
+//! The invalidation channel: how every instance learns at once that a key's
+//! state changed under its deny cache (a reset, a refund).
+//!
+//! The instance that changed the state PUBLISHes the client key on
+//! `<key prefix>invalidate`; every instance keeps a subscriber connection
+//! of its own on that channel and hands each message to its
+//! [`InvalidationSink`] (the deny cache). Redis pub/sub is fire and
+//! forget: a message sent while a subscriber is not subscribed is lost for
+//! it. So the listener tells the sink whenever it may be missing messages
+//! (`subscribed(false)`: the cache is dropped and not used) and when it
+//! receives them again (`subscribed(true)`, once SUBSCRIBE was answered).
+//!
+//! It counts the subscription as lost on:
+//! - any connection error or reconnect of the subscriber client (a new
+//!   connection is not subscribed until we say so; fred's own automatic
+//!   resubscription is not used, because it does not tell us when it is
+//!   done);
+//! - a heartbeat PING on the subscriber connection that fails or times
+//!   out (a frozen server, a silent network): then it also forces a
+//!   reconnect, which with Sentinel finds the current primary;
+//! - messages dropped because the listener fell behind (the cache is then
+//!   cleared, but stays in use: the subscription itself is fine).
+//!
+//! Topologies: the subscriber is built from the same URL as the store.
+//! With Sentinel it follows the primary across failovers (fred asks a
+//! sentinel on every reconnect). In a Cluster, classic PUBLISH is
+//! broadcast to every node over the cluster bus, so subscribing on one
+//! node suffices: fred sends SUBSCRIBE to the node owning the hash slot of
+//! the client's id, and the heartbeat PING goes to the same slot.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fred::interfaces::EventInterface;
+use fred::prelude::*;
+use fred::types::{ClusterHash, Message};
+use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{RedisStore, client_config, reconnect_policy};
+use crate::store::{InvalidationSink, StoreError};
+
+/// The longest message taken as a client key: the largest key
+/// `limits.max_key_bytes` allows. Anything else (longer, or not UTF-8) is
+/// no key of ours, yet says something changed: it clears the whole cache.
+pub const MAX_MESSAGE_BYTES: usize = 65_536;
+
+/// Messages fred buffers for the listener before it counts as behind.
+const MESSAGE_BUFFER: usize = 4_096;
+
+/// The running listener.
+pub struct InvalidationListener {
+    pub task: JoinHandle<()>,
+    subscribed: watch::Receiver<bool>,
+}
+
+impl InvalidationListener {
+    /// Waits up to `limit` for the subscription; returns whether it is up.
+    pub async fn wait_subscribed(&mut self, limit: Duration) -> bool {
+        let wait = self.subscribed.wait_for(|up| *up);
+        matches!(tokio::time::timeout(limit, wait).await, Ok(Ok(_)))
+    }
+}
+
+impl RedisStore {
+    /// The channel invalidations travel on.
+    pub fn invalidation_channel(&self) -> String {
+        format!("{}invalidate", self.inner.options.key_prefix)
+    }
+
+    /// PUBLISHes `key` on the invalidation channel. Returns how many
+    /// subscribers the node that took it delivered it to (in a cluster,
+    /// only those connected to that node: the others get it over the bus).
+    pub(super) async fn publish(&self, key: &str) -> Result<i64, StoreError> {
+        let client = self.inner.pool.next_connected();
+        client
+            .publish(self.invalidation_channel(), key)
+            .await
+            .map_err(super::errors::classify)
+    }
+
+    /// Starts the subscriber (see the module doc). `sink` is told at once
+    /// that nothing is subscribed yet. `heartbeat` is how often the
+    /// subscriber connection is pinged.
+    pub fn spawn_invalidation_listener(
+        &self,
+        sink: Arc<dyn InvalidationSink>,
+        heartbeat: Duration,
+    ) -> Result<InvalidationListener, StoreError> {
+        sink.subscribed(false);
+        let options = &self.inner.options;
+        // Generous: a PING that misses a short command timeout on a busy
+        // machine would drop the whole cache for nothing.
+        let timeout = options.timeout.max(Duration::from_millis(500));
+        let max_delay = options
+            .reconnect_max_delay
+            .as_millis()
+            .min(u32::MAX as u128) as u32;
+        let client = Builder::from_config(client_config(options)?)
+            .with_performance_config(|p| {
+                p.default_command_timeout = timeout;
+                p.broadcast_channel_capacity = MESSAGE_BUFFER;
+            })
+            .with_connection_config(|c| {
+                c.connection_timeout = timeout;
+                c.internal_command_timeout = timeout;
+            })
+            .set_policy(reconnect_policy(max_delay))
+            .build()
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        let (up, subscribed) = watch::channel(false);
+        let listener = Listener {
+            channel: self.invalidation_channel(),
+            // Subscribed before connecting, so no event is missed.
+            messages: client.message_rx(),
+            errors: client.error_rx(),
+            reconnects: client.reconnect_rx(),
+            client,
+            sink,
+            heartbeat: heartbeat.max(Duration::from_millis(10)),
+            up,
+        };
+        let task = tokio::spawn(listener.run());
+        Ok(InvalidationListener { task, subscribed })
+    }
+}
+
+struct Listener {
+    client: Client,
+    channel: String,
+    messages: tokio::sync::broadcast::Receiver<Message>,
+    errors: tokio::sync::broadcast::Receiver<(Error, Option<fred::types::config::Server>)>,
+    reconnects: tokio::sync::broadcast::Receiver<fred::types::config::Server>,
+    sink: Arc<dyn InvalidationSink>,
+    heartbeat: Duration,
+    up: watch::Sender<bool>,
+}
+
+impl Listener {
+    async fn run(mut self) {
+        let _connection = self.client.connect();
+        // Closes the connection when the task is aborted or ends.
+        let _quit = QuitOnDrop(self.client.clone());
+        loop {
+            self.subscribe().await;
+            self.sink.subscribed(true);
+            self.up.send_replace(true);
+            self.serve().await;
+            self.up.send_replace(false);
+            self.sink.subscribed(false);
+        }
+    }
+
+    /// Retries SUBSCRIBE until it is answered. The events that came before
+    /// each attempt are dropped; those during it are kept, so a connection
+    /// lost right after the answer still counts (one more round at worst).
+    async fn subscribe(&mut self) {
+        let mut pause = Duration::from_millis(10);
+        let mut first = true;
+        loop {
+            // Past the connection's own events (fred broadcasts the
+            // reconnect before it counts as connected), so they do not
+            // end the subscription at once. Bounded: while Redis is down,
+            // SUBSCRIBE below fails and we retry.
+            let _ = tokio::time::timeout(self.heartbeat, self.client.wait_for_connect()).await;
+            self.errors = self.errors.resubscribe();
+            self.reconnects = self.reconnects.resubscribe();
+            match self.client.subscribe(self.channel.as_str()).await {
+                Ok(()) => return,
+                // Once per outage; NOPERM here means the ACL user lacks the
+                // channel (Redis 7 users get none by default).
+                Err(error) if first => {
+                    tracing::warn!(%error, channel = %self.channel, "cannot subscribe to the invalidation channel: deny cache off until it can");
+                    first = false;
+                }
+                Err(_) => {}
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(self.heartbeat);
+        }
+    }
+
+    /// Hands messages to the sink until the subscription may be lost.
+    async fn serve(&mut self) {
+        let mut heartbeat = tokio::time::interval(self.heartbeat);
+        heartbeat.tick().await; // the first tick is immediate
+        loop {
+            tokio::select! {
+                message = self.messages.recv() => match message {
+                    Ok(message) => self.deliver(&message),
+                    Err(RecvError::Lagged(missed)) => {
+                        tracing::warn!(missed, "invalidation listener fell behind: clearing the deny cache");
+                        self.sink.invalidated_all();
+                    }
+                    Err(RecvError::Closed) => return,
+                },
+                error = self.errors.recv() => {
+                    if let Ok((error, _)) = &error {
+                        tracing::warn!(%error, "invalidation subscription lost");
+                    }
+                    return;
+                }
+                _ = self.reconnects.recv() => return,
+                _ = heartbeat.tick() => if !self.ping().await {
+                    tracing::warn!("invalidation subscription not answering: reconnecting");
+                    let client = self.client.clone();
+                    tokio::spawn(async move { client.force_reconnection().await });
+                    return;
+                },
+            }
+        }
+    }
+
+    fn deliver(&self, message: &Message) {
+        if message.channel != self.channel {
+            return;
+        }
+        match message.value.as_bytes().map(std::str::from_utf8) {
+            Some(Ok(key)) if key.len() <= MAX_MESSAGE_BYTES => self.sink.invalidated(key),
+            _ => self.sink.invalidated_all(),
+        }
+    }
+
+    /// PING on the subscriber's own connection (in a cluster: the node
+    /// that took SUBSCRIBE, by the same hash slot).
+    async fn ping(&self) -> bool {
+        let options = Options {
+            cluster_hash: Some(ClusterHash::Custom(fred::util::redis_keyslot(
+                self.client.id().as_bytes(),
+            ))),
+            ..Default::default()
+        };
+        let pong: Result<Value, _> = self.client.with_options(&options).ping(None).await;
+        pong.is_ok()
+    }
+}
+
+struct QuitOnDrop(Client);
+
+impl Drop for QuitOnDrop {
+    fn drop(&mut self) {
+        let client = self.0.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = client.quit().await;
+            });
+        }
+    }
+}

@@ -1,0 +1,259 @@
+//! The tokens file (`auth.tokens_file`) at the edge: reading it, judging it
+//! with [`TokenSet::parse`], swapping it in whole, and reloading it by the
+//! same watch as the policies file ([`crate::watch`]).
+//!
+//! No message, log line or metric here holds a token: parse errors name
+//! the line only, the fingerprint that tells versions apart stays in
+//! memory, and what is logged is counts per scope.
+
+use std::io::{self, Read};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use sha2::{Digest, Sha256};
+use tracing::{error, info, warn};
+
+use crate::domain::auth::{Scope, TokenFileError, TokenSet};
+use crate::metrics::Metrics;
+
+/// The largest tokens file read: thousands of tokens fit; a wrong path (a
+/// log file, say) is refused rather than read whole.
+const MAX_FILE_BYTES: u64 = 1024 * 1024;
+
+/// Why a tokens file was not loaded. The path is shown, never the content.
+#[derive(Debug, thiserror::Error)]
+pub enum TokensError {
+    #[error("cannot read the tokens file {path}: {source}")]
+    Read { path: String, source: io::Error },
+    #[error("the tokens file {path} is not a regular file")]
+    NotAFile { path: String },
+    #[error("the tokens file {path} is larger than {MAX_FILE_BYTES} bytes (1 MiB)")]
+    TooLarge { path: String },
+    #[error("the tokens file {path} is not UTF-8 text")]
+    NotUtf8 { path: String },
+    #[error("invalid tokens file {path}: {source}")]
+    Invalid {
+        path: String,
+        source: TokenFileError,
+    },
+}
+
+/// The file's text (following symlinks, so a Kubernetes Secret's
+/// `..data` swap is seen), and whether others may read it.
+fn read(path: &Path) -> Result<(String, bool), TokensError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = || path.display().to_string();
+    let read_error = |source| TokensError::Read {
+        path: shown(),
+        source,
+    };
+    if !std::fs::metadata(path).map_err(read_error)?.is_file() {
+        return Err(TokensError::NotAFile { path: shown() });
+    }
+    // Non-blocking: a FIFO swapped in after the check cannot hang reloads.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
+        .open(path)
+        .map_err(read_error)?;
+    let meta = file.metadata().map_err(read_error)?;
+    if !meta.is_file() {
+        return Err(TokensError::NotAFile { path: shown() });
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(read_error)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return Err(TokensError::TooLarge { path: shown() });
+    }
+    let text = String::from_utf8(bytes).map_err(|_| TokensError::NotUtf8 { path: shown() })?;
+    Ok((text, meta.permissions().mode() & 0o004 != 0))
+}
+
+/// Judges the text read from `path`.
+fn parse(path: &Path, text: &str) -> Result<TokenSet, TokensError> {
+    TokenSet::parse(text).map_err(|source| TokensError::Invalid {
+        path: path.display().to_string(),
+        source,
+    })
+}
+
+/// What identifies a version of the file. It stays in memory: a digest of
+/// a file holding one short token is no place for a log line either.
+fn fingerprint(text: &str) -> [u8; 32] {
+    Sha256::digest(text.as_bytes()).into()
+}
+
+/// Reads and judges the file at `path` (the startup load).
+pub fn load(path: &Path) -> Result<TokenSet, TokensError> {
+    read(path).and_then(|(text, _)| parse(path, &text))
+}
+
+/// The versions already judged, so an unchanged file is neither re-parsed
+/// nor logged and counted again.
+#[derive(Default)]
+struct Seen {
+    in_force: Option<[u8; 32]>,
+    /// The last rejected version's fingerprint, or its read error.
+    rejected: Option<Result<[u8; 32], String>>,
+}
+
+/// Loads the tokens file into the shared set, keeping the metrics.
+pub struct Reloader {
+    path: PathBuf,
+    tokens: Arc<ArcSwap<TokenSet>>,
+    metrics: Arc<Metrics>,
+    seen: Mutex<Seen>,
+}
+
+impl Reloader {
+    pub fn new(path: PathBuf, tokens: Arc<ArcSwap<TokenSet>>, metrics: Arc<Metrics>) -> Reloader {
+        Reloader {
+            path,
+            tokens,
+            metrics,
+            seen: Mutex::default(),
+        }
+    }
+
+    /// The startup load: any problem is returned (startup fails).
+    pub fn load_initial(&self) -> Result<usize, TokensError> {
+        let loaded = read(&self.path).and_then(|(text, world_readable)| {
+            Ok((
+                parse(&self.path, &text)?,
+                world_readable,
+                fingerprint(&text),
+            ))
+        });
+        let (set, world_readable, sha) =
+            loaded.inspect_err(|_| self.metrics.auth_reloads_error.inc())?;
+        self.lock().in_force = Some(sha);
+        Ok(self.install(set, world_readable))
+    }
+
+    /// Re-reads the file and swaps the new tokens in if it changed.
+    /// `forced` (SIGHUP) also re-judges a version already rejected.
+    pub fn reload(&self, forced: bool) -> crate::policies::ReloadOutcome {
+        use crate::policies::ReloadOutcome;
+        let mut seen = self.lock();
+        let (version, read) = match read(&self.path) {
+            Err(e) => (Err(e.to_string()), Err(e)),
+            Ok((text, world_readable)) => (Ok(fingerprint(&text)), Ok((text, world_readable))),
+        };
+        if let Ok(sha) = &version
+            && seen.in_force == Some(*sha)
+        {
+            // Back to the version in force (a bad edit undone, say).
+            seen.rejected = None;
+            return ReloadOutcome::Unchanged;
+        }
+        if !forced && seen.rejected.as_ref() == Some(&version) {
+            return ReloadOutcome::Unchanged;
+        }
+        let loaded = read.and_then(|(text, world_readable)| {
+            Ok((
+                parse(&self.path, &text)?,
+                world_readable,
+                fingerprint(&text),
+            ))
+        });
+        match loaded {
+            Ok((set, world_readable, sha)) => {
+                *seen = Seen {
+                    in_force: Some(sha),
+                    rejected: None,
+                };
+                ReloadOutcome::Loaded(self.install(set, world_readable))
+            }
+            Err(e) => {
+                seen.rejected = Some(version);
+                self.metrics.auth_reloads_error.inc();
+                error!(
+                    file = %self.path.display(),
+                    "tokens file rejected; the tokens in force stay: {e}"
+                );
+                ReloadOutcome::Rejected
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Swaps `set` in whole and records it; returns its size.
+    fn install(&self, set: TokenSet, world_readable: bool) -> usize {
+        let n = set.len();
+        let (check, admin) = (set.count(Scope::Check), set.count(Scope::Admin));
+        self.tokens.store(Arc::new(set));
+        self.metrics.auth_reloads_ok.inc();
+        self.metrics.set_tokens_loaded(check, admin);
+        info!(
+            file = %self.path.display(),
+            check,
+            admin,
+            "loaded {n} bearer tokens ({check} check, {admin} admin)"
+        );
+        if world_readable {
+            warn!(
+                file = %self.path.display(),
+                "the tokens file is readable by every user of this host; \
+                 chmod 600 it (in Kubernetes, give the Secret volume defaultMode: 0400)"
+            );
+        }
+        n
+    }
+}
+
+impl crate::watch::Reload for Reloader {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn what(&self) -> &'static str {
+        "tokens file"
+    }
+
+    fn reread(&self, forced: bool) {
+        self.reload(forced);
+    }
+}
+
+/// Authentication as configured: the tokens in force (`None`: off) and
+/// what reloads them.
+pub struct Tokens {
+    pub tokens: Option<Arc<ArcSwap<TokenSet>>>,
+    pub reloader: Option<Arc<Reloader>>,
+}
+
+/// Loads `auth.tokens_file` if set (any problem fails startup). Without
+/// one, warns once when `listen` is reachable from other hosts.
+pub fn start(
+    file: Option<&Path>,
+    listen: std::net::SocketAddr,
+    metrics: &Arc<Metrics>,
+) -> Result<Tokens, TokensError> {
+    let Some(path) = file else {
+        if !listen.ip().is_loopback() {
+            warn!(
+                %listen,
+                "no auth.tokens_file: anyone who reaches {listen} may call every endpoint; \
+                 set auth.tokens_file, or listen on a loopback address"
+            );
+        }
+        return Ok(Tokens {
+            tokens: None,
+            reloader: None,
+        });
+    };
+    let tokens = Arc::new(ArcSwap::from_pointee(TokenSet::default()));
+    let reloader = Reloader::new(path.to_path_buf(), tokens.clone(), metrics.clone());
+    reloader.load_initial()?;
+    Ok(Tokens {
+        tokens: Some(tokens),
+        reloader: Some(Arc::new(reloader)),
+    })
+}

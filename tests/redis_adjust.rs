@@ -1,0 +1,122 @@
+//! What only Redis has for reset and refund: the scripts as
+//! `ratekeeper script` prints them, their reload after Redis lost its
+//! script cache, and multi-limit keys on a cluster (one slot per check).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::domain::{Algorithm, Check, Limit, ManualClock, Rule};
+use ratekeeper::store::Store;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::scripts;
+
+use support::binary::ratekeeper;
+use support::stores::redis_options;
+use support::{RedisCluster, RedisServer, cached_scripts, unique_key};
+
+const T0: u64 = 1_767_225_600_000_000;
+
+fn limits() -> Vec<Limit> {
+    let limit = |name: &str, algorithm, window_us| Limit {
+        name: name.into(),
+        rule: Rule {
+            algorithm,
+            limit: 3,
+            window_us,
+            burst: 3,
+        },
+        scope: None,
+    };
+    vec![
+        limit("a", Algorithm::SlidingLog, 60_000_000),
+        limit("b", Algorithm::TokenBucket, 3_600_000_000),
+        limit("c", Algorithm::FixedWindow, 86_400_000_000),
+    ]
+}
+
+fn check(key: &str, cost: u64) -> Check {
+    let mut c = Check::multi(key, limits(), cost);
+    c.policy = Some("api".into());
+    c
+}
+
+#[test]
+fn the_script_subcommand_prints_reset_and_refund() {
+    for (name, script) in [("reset", scripts::RESET), ("refund", scripts::REFUND)] {
+        let out = ratekeeper().args(["script", name]).output().unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap().trim_end(),
+            script.trim_end()
+        );
+    }
+}
+
+/// SCRIPT FLUSH (what a restart or failover does): the next reset and
+/// refund still work, in one extra round trip, and leave the scripts cached.
+#[tokio::test]
+async fn reset_and_refund_survive_a_flushed_script_cache() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
+    store.ping().await.unwrap();
+    let key = unique_key("flush");
+    store.check(&check(&key, 2)).await.unwrap();
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let refunded = store.refund(&check(&key, 1)).await.unwrap();
+    assert_eq!(
+        refunded.iter().map(|o| o.remaining).collect::<Vec<_>>(),
+        [2, 2, 2]
+    );
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let reset = store.reset(&check(&key, 0)).await.unwrap();
+    assert!(
+        reset
+            .iter()
+            .all(|o| o.remaining == 3 && o.reset_after_us == 0)
+    );
+    // The reset's EVAL cached it again (the refund's was flushed after).
+    assert_eq!(cached_scripts(server.port), 1);
+    store.refund(&check(&key, 1)).await.unwrap();
+    assert_eq!(cached_scripts(server.port), 2);
+    store.quit().await;
+}
+
+/// On a cluster, each check's keys share its hash tag: reset and refund of
+/// three limits run as one script on the node owning the slot, for keys
+/// spread over every primary.
+#[tokio::test]
+async fn reset_and_refund_of_several_limits_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(RedisOptions {
+        url: cluster.url(),
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(5),
+        pool_size: 1,
+        reconnect_max_delay: Duration::from_millis(200),
+        batch_window: Duration::ZERO,
+        clock: None,
+        ttl_pad_ms: 0,
+    })
+    .unwrap();
+    assert!(store.wait_connected(Duration::from_secs(10)).await);
+    store.ping().await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    for i in 0..30 {
+        let key = unique_key(&format!("c{i}"));
+        assert!(
+            store
+                .check(&check(&key, 3))
+                .await
+                .unwrap()
+                .iter()
+                .all(|o| o.allowed)
+        );
+        let refunded = store.refund(&check(&key, 2)).await.unwrap();
+        assert!(refunded.iter().all(|o| o.remaining == 2), "{refunded:?}");
+        let reset = store.reset(&check(&key, 0)).await.unwrap();
+        assert!(reset.iter().all(|o| o.remaining == 3), "{reset:?}");
+    }
+}

@@ -1,0 +1,127 @@
+//! Service instances with a deny cache and an invalidation subscriber,
+//! each with its own Redis clients, for the invalidation tests.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fred::prelude::*;
+use ratekeeper::deny_cache::DenyCache;
+use ratekeeper::domain::{Algorithm, Check, MonotonicClock};
+use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
+use ratekeeper::metrics::Metrics;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
+
+use super::{check, unique_key};
+
+/// One service instance: its own Redis clients, deny cache and subscriber.
+pub struct Instance {
+    pub limiter: Arc<Limiter>,
+    pub metrics: Arc<Metrics>,
+    pub store: RedisStore,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+pub fn options(url: String) -> RedisOptions {
+    RedisOptions {
+        url,
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(1),
+        pool_size: 1,
+        reconnect_max_delay: Duration::from_millis(100),
+        batch_window: Duration::ZERO,
+        clock: None,
+        ttl_pad_ms: 0,
+    }
+}
+
+/// An instance whose subscription is up.
+pub async fn instance(url: String) -> Instance {
+    let instance = instance_unsubscribed(url).await;
+    let up = || !instance.limiter.deny_cache_suspended();
+    eventually(Duration::from_secs(10), "subscribed", up).await;
+    instance
+}
+
+/// An instance whose subscriber was started, subscribed or not.
+pub async fn instance_unsubscribed(url: String) -> Instance {
+    let store = RedisStore::connect(options(url)).unwrap();
+    assert!(store.wait_connected(Duration::from_secs(10)).await);
+    let metrics = Arc::new(Metrics::new());
+    let policy = FailurePolicy {
+        mode: FailureMode::Closed,
+        closed_retry_after: Duration::from_secs(1),
+    };
+    let cache = DenyCache::new(1_000, Arc::new(MonotonicClock::default()));
+    let limiter = Arc::new(
+        Limiter::new(Arc::new(store.clone()), policy, metrics.clone()).with_deny_cache(cache),
+    );
+    limiter.probe().await;
+    // As in the service: the prober notices when Redis is back.
+    drop(limiter.spawn_prober(Duration::from_millis(100)));
+    let sink = limiter.invalidation_sink().expect("a deny cache");
+    let listener = store
+        .spawn_invalidation_listener(sink, Duration::from_millis(100))
+        .unwrap();
+    Instance {
+        limiter,
+        metrics,
+        store,
+        listener: listener.task,
+    }
+}
+
+/// One unit a minute: the second check is denied for a minute.
+pub fn one_a_minute(key: &str) -> Check {
+    check(key, Algorithm::FixedWindow, 1, "60s", 1)
+}
+
+/// Spends the one unit, gets denied, and proves the denial is cached: the
+/// third check is answered without the store.
+pub async fn deny_and_cache(a: &Instance, check: &Check) {
+    assert!(a.limiter.check(check).await.unwrap().allowed);
+    assert!(!a.limiter.check(check).await.unwrap().allowed);
+    let hits = a.metrics.deny_cache_hits.get();
+    assert!(!a.limiter.check(check).await.unwrap().allowed);
+    assert_eq!(
+        a.metrics.deny_cache_hits.get(),
+        hits + 1,
+        "answered from the cache"
+    );
+}
+
+/// A reset of `check` as the reset endpoint does it: the key's state is
+/// deleted in Redis (key layout of `store/redis/keys.rs`).
+pub async fn delete_state(store: &RedisStore, redis: &Client, check: &Check) {
+    let deleted: i64 = redis.del(store.key_for(check)).await.unwrap();
+    assert_eq!(deleted, 1, "the key's state was there");
+}
+
+pub async fn plain_client(url: &str) -> Client {
+    let client = Builder::from_config(Config::from_url(url).unwrap())
+        .build()
+        .unwrap();
+    client.init().await.unwrap();
+    client
+}
+
+/// Polls `done` every 10 ms without blocking the runtime.
+pub async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + limit;
+    while !done() {
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {limit:?}: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+pub fn percentile(sorted: &[Duration], p: usize) -> Duration {
+    sorted[(sorted.len() * p / 100).min(sorted.len() - 1)]
+}
