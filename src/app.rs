@@ -137,20 +137,7 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
-        let bearer = http::bearer::Bearer {
-            tokens: auth.tokens,
-            protect_metrics: settings.auth.protect_metrics,
-            metrics: metrics.clone(),
-        };
-        let router = http::router(AppState {
-            bearer,
-            limiter,
-            metrics,
-            bounds: settings.limits,
-            policies: policies.clone(),
-            policies_json: Default::default(),
-            trusted_proxies: settings.server.trusted_proxies.clone().into(),
-        });
+        let router = build_router(&settings, limiter, metrics, policies.clone(), auth.tokens);
         Ok(Application {
             listener,
             router,
@@ -324,6 +311,30 @@ async fn open_stores(
             }
         }
     }
+}
+
+/// The HTTP API over `limiter`, behind the bearer-token check.
+fn build_router(
+    settings: &Settings,
+    limiter: Arc<Limiter>,
+    metrics: Arc<Metrics>,
+    policies: Arc<ArcSwap<PolicySet>>,
+    tokens: Option<Arc<ArcSwap<crate::domain::auth::TokenSet>>>,
+) -> axum::Router {
+    let bearer = http::bearer::Bearer {
+        tokens,
+        protect_metrics: settings.auth.protect_metrics,
+        metrics: metrics.clone(),
+    };
+    http::router(AppState {
+        bearer,
+        limiter,
+        metrics,
+        bounds: settings.limits,
+        policies,
+        policies_json: Default::default(),
+        trusted_proxies: settings.server.trusted_proxies.clone().into(),
+    })
 }
 
 /// With a deny cache in front of Redis, the listener that drops cached
