@@ -82,14 +82,10 @@ async fn adjust(state: &AppState, op: Adjustment, request: Request) -> Result<Re
         form,
         mut check,
         has_cost,
-        wait_ms,
+        ..
     } = parse(state, request).await?;
-    if wait_ms.is_some_and(|w| w > 0) {
-        return Err(ApiError::InvalidRequest(format!(
-            "wait_ms: only a check waits; a {} is applied at once",
-            op.as_str()
-        )));
-    }
+    // `wait_ms` is part of the shared forms, and ignored: a reset or a
+    // refund never waits, it is applied at once.
     let result = match op {
         Adjustment::Reset => {
             if has_cost {
