@@ -7,7 +7,7 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
-use tracing::info;
+use tracing::{info, warn};
 
 use super::StartError;
 use crate::config::Settings;
@@ -77,6 +77,16 @@ pub(super) fn spawn_grpc(
     } = grpc;
     let domains = config.load().domains.len();
     info!(grpc_addr = %addr, domains, "Envoy RLS gRPC listening on {addr}");
+    // Tokens or not: auth.tokens_file guards HTTP only, and the RLS
+    // protocol has no credentials of its own to check.
+    if !addr.ip().is_loopback() {
+        warn!(
+            grpc_addr = %addr,
+            "the Envoy RLS gRPC service on {addr} is unauthenticated (auth.tokens_file \
+             covers HTTP only): anyone who reaches it may spend any key's quota; bind \
+             grpc.listen to loopback or a network that only your Envoys reach"
+        );
+    }
     if let Some(reloader) = reloader {
         background.push(watch::spawn(reloader, settings.policies_poll_interval));
     }
