@@ -89,7 +89,7 @@ pub struct Metrics {
     pub rls_domains_loaded: IntGauge,
     pub rls_last_reload: Gauge,
     /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
-    auth_failures: [IntCounter; 3],
+    auth_failures: [IntCounter; 4],
     /// `ratekeeper_auth_reloads_total{result="ok"|"error"}`.
     pub auth_reloads_ok: IntCounter,
     pub auth_reloads_error: IntCounter,

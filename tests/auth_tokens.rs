@@ -286,3 +286,53 @@ async fn many_tokens_and_near_misses() {
     }
     app.stop().await;
 }
+
+/// RFC 6750 §3.1: a malformed `Authorization` header is a 400
+/// `invalid_request`, counted apart from missing and invalid tokens; another
+/// scheme is no bearer credentials at all (401 with no error code).
+#[tokio::test]
+async fn a_malformed_authorization_header_is_400_invalid_request() {
+    let app = spawn(&example(), false).await;
+    let send = |values: &[&str]| {
+        let mut request = app
+            .http
+            .post(app.url("/v1/check"))
+            .header("content-type", "application/json")
+            .body(json!({"key": "k", "limit": 10, "window": "1m"}).to_string());
+        for value in values {
+            request = request.header("authorization", *value);
+        }
+        request.send()
+    };
+    let bearer = format!("Bearer {CHECK}");
+    let malformed: &[&[&str]] = &[
+        &["Bearer"],
+        &["Bearer "],
+        &["bearer a b"],
+        &["Bearer \"quoted-token-0123456789\""],
+        &[&bearer, &bearer],
+    ];
+    for values in malformed {
+        let response = send(values).await.unwrap();
+        assert_eq!(response.status(), 400, "{values:?}");
+        let challenge = response.headers()["www-authenticate"].to_str().unwrap();
+        assert_eq!(
+            challenge,
+            r#"Bearer realm="ratekeeper", error="invalid_request""#
+        );
+        let body = response.text().await.unwrap();
+        assert_eq!(code(&body), "invalid_request", "{body}");
+        assert!(!body.contains(CHECK), "{body}");
+    }
+    let basic = send(&["Basic dXNlcjpwYXNz"]).await.unwrap();
+    assert_eq!(basic.status(), 401);
+    assert_eq!(
+        basic.headers()["www-authenticate"],
+        r#"Bearer realm="ratekeeper""#
+    );
+    assert_eq!(send(&[&bearer]).await.unwrap().status(), 200);
+    let metrics = app.get("/metrics").await.text().await.unwrap();
+    let line = r#"ratekeeper_auth_failures_total{reason="malformed"} 5"#;
+    assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    app.stop().await;
+}

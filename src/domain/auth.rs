@@ -98,7 +98,7 @@ fn digest(token: &[u8]) -> [u8; 32] {
 
 /// RFC 6750's `b64token`: `1*( ALPHA / DIGIT / "-" / "." / "_" / "~" /
 /// "+" / "/" ) *"="`. Anything else could not be sent in the header as is.
-fn is_b64token(token: &str) -> bool {
+pub fn is_b64token(token: &str) -> bool {
     let body = token.trim_end_matches('=');
     !body.is_empty()
         && body

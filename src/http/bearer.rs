@@ -17,7 +17,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::domain::auth::{Scope, TokenSet};
+use crate::domain::auth::{Scope, TokenSet, is_b64token};
 use crate::metrics::{AuthFailure, Metrics};
 
 /// How a line of [`ROUTES`] matches a path.
@@ -66,21 +66,44 @@ pub struct Bearer {
     pub metrics: Arc<Metrics>,
 }
 
+/// What a request's `Authorization` header holds.
+#[derive(Debug, PartialEq, Eq)]
+enum Presented<'a> {
+    /// No header, or another scheme: no bearer credentials at all.
+    Nothing,
+    /// RFC 6750 §3.1 `invalid_request`: `Bearer` with no token, a token
+    /// that is not a `b64token` (so cannot be one of ours), or several
+    /// `Authorization` headers.
+    Malformed,
+    Token(&'a [u8]),
+}
+
 /// The token of an `Authorization: Bearer <token>` header (the scheme is
-/// case-insensitive, RFC 9110 §11.1). `None`: no header, or another scheme
-/// (no bearer credentials at all); `Some(b"")`: `Bearer` with nothing.
-fn presented(headers: &HeaderMap) -> Option<&[u8]> {
-    let value = headers.get(header::AUTHORIZATION)?.as_bytes();
+/// case-insensitive, RFC 9110 §11.1).
+fn presented(headers: &HeaderMap) -> Presented<'_> {
+    let mut values = headers.get_all(header::AUTHORIZATION).iter();
+    let Some(value) = values.next() else {
+        return Presented::Nothing;
+    };
+    if values.next().is_some() {
+        return Presented::Malformed;
+    }
+    let value = value.as_bytes();
     let (scheme, rest) =
         value.split_at(value.iter().position(|&b| b == b' ').unwrap_or(value.len()));
     if !scheme.eq_ignore_ascii_case(b"bearer") {
-        return None;
+        return Presented::Nothing;
     }
-    Some(rest.trim_ascii())
+    let token = rest.trim_ascii();
+    match std::str::from_utf8(token) {
+        Ok(text) if is_b64token(text) => Presented::Token(token),
+        _ => Presented::Malformed,
+    }
 }
 
 /// Lets the request through when its token covers the path's scope, or
-/// answers 401 (no token, or not one of ours) or 403 (too narrow a scope).
+/// answers 400 (a malformed `Authorization` header), 401 (no token, or
+/// not one of ours) or 403 (too narrow a scope).
 pub async fn require(State(bearer): State<Bearer>, mut request: Request, next: Next) -> Response {
     let Some(tokens) = &bearer.tokens else {
         return next.run(request).await;
@@ -89,8 +112,9 @@ pub async fn require(State(bearer): State<Bearer>, mut request: Request, next: N
         return next.run(request).await;
     };
     let refused = match presented(request.headers()) {
-        None => Some((AuthFailure::Missing, ApiError::MissingToken)),
-        Some(token) => match tokens.load().scope_of(token) {
+        Presented::Nothing => Some((AuthFailure::Missing, ApiError::MissingToken)),
+        Presented::Malformed => Some((AuthFailure::Malformed, ApiError::MalformedAuthorization)),
+        Presented::Token(token) => match tokens.load().scope_of(token) {
             None => Some((AuthFailure::Invalid, ApiError::InvalidToken)),
             Some(scope) if !scope.covers(required) => {
                 Some((AuthFailure::Scope, ApiError::InsufficientScope(required)))
@@ -146,17 +170,36 @@ mod tests {
 
     #[test]
     fn bearer_header_parsing() {
-        let with = |v: &'static str| {
+        use Presented::*;
+        let with = |values: &[&'static str]| {
             let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, v.parse().unwrap());
-            presented(&h).map(<[u8]>::to_vec)
+            for v in values {
+                h.append(header::AUTHORIZATION, v.parse().unwrap());
+            }
+            match presented(&h) {
+                Token(t) => Ok(t.to_vec()),
+                Nothing => Err("nothing"),
+                Malformed => Err("malformed"),
+            }
         };
-        assert_eq!(with("Bearer abc"), Some(b"abc".to_vec()));
-        assert_eq!(with("bearer  abc "), Some(b"abc".to_vec()));
-        assert_eq!(with("BEARER abc"), Some(b"abc".to_vec()));
-        assert_eq!(with("Bearer"), Some(Vec::new()));
-        assert_eq!(with("Basic dXNlcjpwYXNz"), None);
-        assert_eq!(with("Bearerabc"), None);
-        assert_eq!(presented(&HeaderMap::new()), None);
+        let token = |t: &[u8]| Ok(t.to_vec());
+        assert_eq!(with(&["Bearer abc"]), token(b"abc"));
+        assert_eq!(with(&["bearer  abc "]), token(b"abc"));
+        assert_eq!(with(&["BEARER abc=="]), token(b"abc=="));
+        assert_eq!(with(&["Basic dXNlcjpwYXNz"]), Err("nothing"));
+        assert_eq!(with(&["Bearerabc"]), Err("nothing"));
+        assert_eq!(with(&[]), Err("nothing"));
+        for malformed in [
+            &["Bearer"][..],
+            &["Bearer "],
+            &["Bearer a b"],
+            &["Bearer a,b"],
+            &["Bearer =abc"],
+            &["Bearer \"abc\""],
+            &["Bearer abc", "Bearer abc"],
+            &["Bearer abc", "Basic dXNlcjpwYXNz"],
+        ] {
+            assert_eq!(with(malformed), Err("malformed"), "{malformed:?}");
+        }
     }
 }

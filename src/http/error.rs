@@ -43,6 +43,14 @@ pub enum ApiError {
     /// No `Authorization: Bearer` header while tokens are configured.
     #[error("this endpoint needs an `Authorization: Bearer <token>` header")]
     MissingToken,
+    /// RFC 6750 §3.1 `invalid_request`: `Authorization: Bearer` with no
+    /// token or with one that is not a `b64token`, or several
+    /// `Authorization` headers. The message never repeats the header.
+    #[error(
+        "malformed Authorization header: expected one `Authorization: Bearer <token>`, \
+         the token made of A-Z a-z 0-9 - . _ ~ + / (and trailing =)"
+    )]
+    MalformedAuthorization,
     /// A bearer token that is not one of the configured ones. The message
     /// never repeats it.
     #[error("the bearer token is not valid")]
@@ -73,7 +81,8 @@ pub struct ErrorDetail {
     /// method_not_allowed, not_found, internal; store_unavailable (503, a
     /// reset or refund the store could not apply); overloaded (503, too
     /// many connections); missing_token and invalid_token (401),
-    /// insufficient_scope (403) with bearer authentication.
+    /// insufficient_scope (403), and invalid_request with status 400 for a
+    /// malformed `Authorization` header, with bearer authentication.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// What is wrong and what is allowed.
@@ -96,6 +105,7 @@ impl ApiError {
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::MissingToken => (StatusCode::UNAUTHORIZED, "missing_token"),
+            ApiError::MalformedAuthorization => (StatusCode::BAD_REQUEST, "invalid_request"),
             ApiError::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             ApiError::InsufficientScope(_) => (StatusCode::FORBIDDEN, "insufficient_scope"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
@@ -134,6 +144,9 @@ impl ApiError {
     fn challenge(&self) -> Option<header::HeaderValue> {
         let value = match self {
             ApiError::MissingToken => r#"Bearer realm="ratekeeper""#,
+            ApiError::MalformedAuthorization => {
+                r#"Bearer realm="ratekeeper", error="invalid_request""#
+            }
             ApiError::InvalidToken => r#"Bearer realm="ratekeeper", error="invalid_token""#,
             ApiError::InsufficientScope(Scope::Admin) => {
                 r#"Bearer realm="ratekeeper", error="insufficient_scope", scope="admin""#

@@ -8,6 +8,8 @@ use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 pub enum AuthFailure {
     /// No `Authorization: Bearer` header.
     Missing,
+    /// A malformed `Authorization` header (400 invalid_request).
+    Malformed,
     /// A token that is not one of ours.
     Invalid,
     /// A good token whose scope does not cover the route (403).
@@ -15,8 +17,9 @@ pub enum AuthFailure {
 }
 
 impl AuthFailure {
-    pub(super) const ALL: [AuthFailure; 3] = [
+    pub(super) const ALL: [AuthFailure; 4] = [
         AuthFailure::Missing,
+        AuthFailure::Malformed,
         AuthFailure::Invalid,
         AuthFailure::Scope,
     ];
@@ -24,6 +27,7 @@ impl AuthFailure {
     pub(super) fn as_str(self) -> &'static str {
         match self {
             AuthFailure::Missing => "missing",
+            AuthFailure::Malformed => "malformed",
             AuthFailure::Invalid => "invalid",
             AuthFailure::Scope => "scope",
         }
@@ -36,7 +40,7 @@ pub(super) type Collectors = Vec<Box<dyn prometheus::core::Collector>>;
 /// resolved handles.
 pub(super) fn auth_metrics() -> (
     Collectors,
-    [IntCounter; 3],
+    [IntCounter; 4],
     IntCounter,
     IntCounter,
     [IntGauge; 2],
@@ -44,7 +48,7 @@ pub(super) fn auth_metrics() -> (
     let failures = IntCounterVec::new(
         Opts::new(
             "ratekeeper_auth_failures_total",
-            "Requests refused by bearer authentication, by reason: missing (no bearer token, 401), invalid (not a configured token, 401), scope (a check token on an admin route, 403).",
+            "Requests refused by bearer authentication, by reason: missing (no bearer token, 401), malformed (a malformed Authorization header, 400), invalid (not a configured token, 401), scope (a check token on an admin route, 403).",
         ),
         &["reason"],
     )
