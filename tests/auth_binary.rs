@@ -312,16 +312,34 @@ fn without_tokens_one_warning_when_listening_beyond_loopback() {
     assert_eq!(warnings_listening_on("0.0.0.0:0"), 1);
 }
 
+/// The shipped example holds placeholders, not tokens: as shipped it stops
+/// startup naming the first one; filled in, it loads.
 #[test]
-fn the_example_tokens_file_loads() {
+fn the_example_tokens_file_is_a_template() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/tokens.example");
+    let out = ratekeeper()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_AUTH__TOKENS_FILE", &example)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("a placeholder, not a token"), "{stderr}");
+
+    let (check, admin) = tokens();
+    let text = std::fs::read_to_string(&example)
+        .unwrap()
+        .replace("<nginx-check-token>", &format!("{check}n"))
+        .replace("<app-check-token>", &check)
+        .replace("<admin-token>", &admin);
+    let file = fresh_dir("auth-example").join("tokens");
+    std::fs::write(&file, text).unwrap();
     let service = Service::start(
         "127.0.0.1:0",
-        &[("RATEKEEPER_AUTH__TOKENS_FILE", example.to_str().unwrap())],
+        &[("RATEKEEPER_AUTH__TOKENS_FILE", file.to_str().unwrap())],
     );
-    let token = "example-app-token-0123456789abcdef";
     assert_eq!(
-        status(&service.request("POST", "/v1/check", Some(token))),
+        status(&service.request("POST", "/v1/check", Some(&check))),
         "200"
     );
     assert!(

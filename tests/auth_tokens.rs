@@ -1,5 +1,5 @@
 //! Bearer-token authentication over HTTP, in process, with the shipped
-//! `config/tokens.example`: 401/403/200 per route and scope, the open
+//! `config/tokens.example` filled in: 401/403/200 per route and scope, the open
 //! endpoints, `auth.protect_metrics`, the metrics, and hot reload of the
 //! tokens file (a token added and one revoked, each within 2 s through
 //! file events alone; a bad file kept out).
@@ -13,10 +13,10 @@ mod support;
 
 use support::{TestApp, fresh_dir, settings};
 
-/// Tokens of `config/tokens.example`.
-const CHECK: &str = "example-app-token-0123456789abcdef";
-const CHECK_NGINX: &str = "3f6c1f0e0c8a4b7e9d2a5c6b7e8f9a0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f";
-const ADMIN: &str = "9b8a7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b";
+/// The tokens put in place of `config/tokens.example`'s placeholders.
+const CHECK: &str = "app-check-token-0123456789abcdef";
+const CHECK_NGINX: &str = "nginx-check-token-0123456789abcdef";
+const ADMIN: &str = "admin-token-0123456789abcdef";
 
 const POLICIES: &str = r#"[policies.api]
 limits = [{ name = "minute", limit = 100, window = "1m" }]
@@ -26,8 +26,19 @@ key_from = ["header:authorization"]
 limits = [{ name = "minute", limit = 100, window = "1m" }]
 "#;
 
+/// `config/tokens.example` with its placeholders filled in, as its
+/// comment tells an operator to do.
 fn example() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/tokens.example")
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/tokens.example");
+    let text = std::fs::read_to_string(shipped)
+        .unwrap()
+        .replace("<nginx-check-token>", CHECK_NGINX)
+        .replace("<app-check-token>", CHECK)
+        .replace("<admin-token>", ADMIN);
+    assert!(!text.contains("-token>"), "a placeholder left:\n{text}");
+    let file = fresh_dir("auth-example").join("tokens");
+    std::fs::write(&file, text).unwrap();
+    file
 }
 
 async fn spawn(tokens: &Path, protect_metrics: bool) -> TestApp {

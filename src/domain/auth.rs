@@ -63,6 +63,12 @@ pub enum TokenFileError {
          (and trailing =), the characters of RFC 6750's b64token"
     )]
     Charset { line: usize },
+    /// A `<...>` placeholder, as in the shipped `config/tokens.example`.
+    #[error(
+        "line {line}: a placeholder, not a token: put one made with \
+         `openssl rand -hex 32` in its place"
+    )]
+    Placeholder { line: usize },
     #[error("line {line}: the same token as line {first}")]
     Duplicate { line: usize, first: usize },
     #[error("no tokens (a tokens file must hold at least one `<scope> <token>` line)")]
@@ -129,6 +135,11 @@ impl TokenSet {
                 "admin" => Scope::Admin,
                 _ => return Err(TokenFileError::UnknownScope { line }),
             };
+            // The example's placeholders: refused by name rather than as a
+            // bad character, so that a copied example says what to do.
+            if token.starts_with('<') && token.ends_with('>') {
+                return Err(TokenFileError::Placeholder { line });
+            }
             if !(MIN_TOKEN_BYTES..=MAX_TOKEN_BYTES).contains(&token.len()) {
                 let len = token.len();
                 return Err(TokenFileError::Length { line, len });

@@ -67,6 +67,11 @@ fn errors_name_the_line_never_the_token() {
             "line 2: the same token as line 1",
         ),
         ("# nothing\n\n".to_string(), "no tokens"),
+        (
+            format!("check {secret}\nadmin <admin-token>"),
+            "line 2: a placeholder",
+        ),
+        ("check <a>".to_string(), "line 1: a placeholder"),
     ];
     for (text, expected) in cases {
         let error = TokenSet::parse(&text).unwrap_err().to_string();
