@@ -40,9 +40,88 @@ pub enum TokensError {
     },
 }
 
+/// Who besides its owner could read or change the tokens file. Warned
+/// about, not refused: a file others may read is as bad as one they may
+/// write (either hands them the admin token), the first was only ever a
+/// warning, and refusing at a reload would leave the old tokens in force
+/// without fixing anything.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct Exposure {
+    /// `o+r`: every user of the host may read the tokens.
+    readable_by_others: bool,
+    /// `g+w` or `o+w`: its group or every user may add a token of their own.
+    writable_by_others: bool,
+    /// Directories on the way to it (the one named, and the real file's
+    /// when it is a symlink) that every user may write and that are not
+    /// sticky: anyone may rename another file over it.
+    open_directories: Vec<PathBuf>,
+}
+
+impl Exposure {
+    fn of(path: &Path, mode: u32) -> Exposure {
+        let named = path.parent().filter(|p| !p.as_os_str().is_empty());
+        let named = named.unwrap_or(Path::new(".")).to_path_buf();
+        let real = std::fs::canonicalize(path)
+            .ok()
+            .and_then(|p| p.parent().map(Path::to_path_buf));
+        let mut open_directories = Vec::new();
+        for dir in std::iter::once(named).chain(real) {
+            let Ok(meta) = std::fs::metadata(&dir) else {
+                continue;
+            };
+            let dir_mode = meta.permissions().mode();
+            // The sticky bit (/tmp) lets only a file's owner rename it away.
+            let open = dir_mode & 0o002 != 0 && dir_mode & 0o1000 == 0;
+            let seen = open_directories.iter().any(|d: &PathBuf| same_dir(d, &dir));
+            if open && !seen {
+                open_directories.push(dir);
+            }
+        }
+        Exposure {
+            readable_by_others: mode & 0o004 != 0,
+            writable_by_others: mode & 0o022 != 0,
+            open_directories,
+        }
+    }
+
+    fn warn(&self, file: &Path) {
+        let file = file.display();
+        if self.readable_by_others {
+            warn!(
+                %file,
+                "the tokens file is readable by every user of this host; \
+                 chmod 600 it (in Kubernetes, give the Secret volume defaultMode: 0400)"
+            );
+        }
+        if self.writable_by_others {
+            warn!(
+                %file,
+                "the tokens file is writable by its group or by every user of this host, \
+                 who may add an admin token of their own; chmod 600 it"
+            );
+        }
+        for dir in &self.open_directories {
+            warn!(
+                %file,
+                directory = %dir.display(),
+                "the tokens file's directory {} is writable by every user and not sticky: \
+                 anyone may replace the file; chmod o-w it",
+                dir.display()
+            );
+        }
+    }
+}
+
+fn same_dir(a: &Path, b: &Path) -> bool {
+    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
+}
+
 /// The file's text (following symlinks, so a Kubernetes Secret's
-/// `..data` swap is seen), and whether others may read it.
-fn read(path: &Path) -> Result<(String, bool), TokensError> {
+/// `..data` swap is seen), and who else may read or change it.
+fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
     use std::os::unix::fs::OpenOptionsExt;
     let shown = || path.display().to_string();
     let read_error = |source| TokensError::Read {
@@ -70,7 +149,7 @@ fn read(path: &Path) -> Result<(String, bool), TokensError> {
         return Err(TokensError::TooLarge { path: shown() });
     }
     let text = String::from_utf8(bytes).map_err(|_| TokensError::NotUtf8 { path: shown() })?;
-    Ok((text, meta.permissions().mode() & 0o004 != 0))
+    Ok((text, Exposure::of(path, meta.permissions().mode())))
 }
 
 /// Judges the text read from `path`.
@@ -121,17 +200,12 @@ impl Reloader {
 
     /// The startup load: any problem is returned (startup fails).
     pub fn load_initial(&self) -> Result<usize, TokensError> {
-        let loaded = read(&self.path).and_then(|(text, world_readable)| {
-            Ok((
-                parse(&self.path, &text)?,
-                world_readable,
-                fingerprint(&text),
-            ))
+        let loaded = read(&self.path).and_then(|(text, exposure)| {
+            Ok((parse(&self.path, &text)?, exposure, fingerprint(&text)))
         });
-        let (set, world_readable, sha) =
-            loaded.inspect_err(|_| self.metrics.auth_reloads_error.inc())?;
+        let (set, exposure, sha) = loaded.inspect_err(|_| self.metrics.auth_reloads_error.inc())?;
         self.lock().in_force = Some(sha);
-        Ok(self.install(set, world_readable))
+        Ok(self.install(set, exposure))
     }
 
     /// Re-reads the file and swaps the new tokens in if it changed.
@@ -141,7 +215,7 @@ impl Reloader {
         let mut seen = self.lock();
         let (version, read) = match read(&self.path) {
             Err(e) => (Err(e.to_string()), Err(e)),
-            Ok((text, world_readable)) => (Ok(fingerprint(&text)), Ok((text, world_readable))),
+            Ok((text, exposure)) => (Ok(fingerprint(&text)), Ok((text, exposure))),
         };
         if let Ok(sha) = &version
             && seen.in_force == Some(*sha)
@@ -153,20 +227,16 @@ impl Reloader {
         if !forced && seen.rejected.as_ref() == Some(&version) {
             return ReloadOutcome::Unchanged;
         }
-        let loaded = read.and_then(|(text, world_readable)| {
-            Ok((
-                parse(&self.path, &text)?,
-                world_readable,
-                fingerprint(&text),
-            ))
+        let loaded = read.and_then(|(text, exposure)| {
+            Ok((parse(&self.path, &text)?, exposure, fingerprint(&text)))
         });
         match loaded {
-            Ok((set, world_readable, sha)) => {
+            Ok((set, exposure, sha)) => {
                 *seen = Seen {
                     in_force: Some(sha),
                     rejected: None,
                 };
-                ReloadOutcome::Loaded(self.install(set, world_readable))
+                ReloadOutcome::Loaded(self.install(set, exposure))
             }
             Err(e) => {
                 seen.rejected = Some(version);
@@ -185,7 +255,7 @@ impl Reloader {
     }
 
     /// Swaps `set` in whole and records it; returns its size.
-    fn install(&self, set: TokenSet, world_readable: bool) -> usize {
+    fn install(&self, set: TokenSet, exposure: Exposure) -> usize {
         let n = set.len();
         let (check, admin) = (set.count(Scope::Check), set.count(Scope::Admin));
         self.tokens.store(Arc::new(set));
@@ -197,13 +267,7 @@ impl Reloader {
             admin,
             "loaded {n} bearer tokens ({check} check, {admin} admin)"
         );
-        if world_readable {
-            warn!(
-                file = %self.path.display(),
-                "the tokens file is readable by every user of this host; \
-                 chmod 600 it (in Kubernetes, give the Secret volume defaultMode: 0400)"
-            );
-        }
+        exposure.warn(&self.path);
         n
     }
 }

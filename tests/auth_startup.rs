@@ -5,6 +5,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 use std::process::Stdio;
 
 mod support;
@@ -69,4 +70,61 @@ fn a_grpc_listener_beyond_loopback_is_warned_about_tokens_or_not() {
     }
     // Without grpc.listen, nothing about gRPC.
     assert_eq!(count(&startup_log(&[]), GRPC_WARNING), 0);
+}
+
+fn chmod(path: &Path, mode: u32) {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+}
+
+/// The warnings logged when loading `file` with `file_mode` in `dir` with
+/// `dir_mode`: (readable, writable, open directory) line counts.
+fn permission_warnings(file: &Path, file_mode: u32, dir: &Path, dir_mode: u32) -> [usize; 3] {
+    chmod(file, file_mode);
+    chmod(dir, dir_mode);
+    let log = startup_log(&[("RATEKEEPER_AUTH__TOKENS_FILE", file.to_str().unwrap())]);
+    chmod(dir, 0o700);
+    assert!(log.contains("loaded 1 bearer tokens"), "{log}");
+    [
+        count(&log, "readable by every user"),
+        count(&log, "writable by its group or by every user"),
+        count(&log, "writable by every user and not sticky"),
+    ]
+}
+
+/// A tokens file that others may write, or that sits in a directory
+/// anyone may rename a file in, is warned about (and still loaded, as a
+/// file others may read always was).
+#[test]
+fn a_tokens_file_others_may_write_or_replace_is_warned_about() {
+    let root = fresh_dir("auth-perms");
+    let dir = root.join("secrets");
+    std::fs::create_dir(&dir).unwrap();
+    let file = dir.join("tokens");
+    std::fs::write(&file, "check perms-test-token-0123456789\n").unwrap();
+    for (file_mode, dir_mode, want) in [
+        (0o600, 0o700, [0, 0, 0]),
+        (0o400, 0o755, [0, 0, 0]),
+        (0o644, 0o700, [1, 0, 0]),
+        (0o620, 0o700, [0, 1, 0]),
+        (0o602, 0o700, [0, 1, 0]),
+        (0o666, 0o700, [1, 1, 0]),
+        (0o600, 0o777, [0, 0, 1]),
+        (0o600, 0o1777, [0, 0, 0]),
+        (0o600, 0o775, [0, 0, 0]),
+    ] {
+        assert_eq!(
+            permission_warnings(&file, file_mode, &dir, dir_mode),
+            want,
+            "file {file_mode:o}, directory {dir_mode:o}"
+        );
+    }
+    // Through a symlink (a Kubernetes Secret's layout): the real file's
+    // directory counts too.
+    let link_dir = root.join("mounted");
+    std::fs::create_dir(&link_dir).unwrap();
+    let link = link_dir.join("tokens");
+    std::os::unix::fs::symlink(&file, &link).unwrap();
+    chmod(&link_dir, 0o755);
+    assert_eq!(permission_warnings(&link, 0o600, &dir, 0o777), [0, 0, 1]);
+    assert_eq!(permission_warnings(&link, 0o600, &dir, 0o755), [0, 0, 0]);
 }
