@@ -64,8 +64,8 @@ pub fn document() -> utoipa::openapi::OpenApi {
 /// The name of the bearer security scheme in the document.
 const BEARER: &str = "bearer";
 
-/// `auth.tokens_file`: the bearer scheme, required by every `/v1`
-/// operation (the scope by [`super::bearer::required_scope`], the same
+/// `auth.tokens_file`: the bearer scheme, optional on every `/v1`
+/// operation (required only when the file is set) (the scope by [`super::bearer::required_scope`], the same
 /// table the middleware uses), with their 401 and, for admin routes, 403.
 struct BearerAuth;
 
@@ -110,7 +110,12 @@ fn operations(item: &mut PathItem) -> impl Iterator<Item = &mut Operation> {
 
 fn require_bearer(operation: &mut Operation, scope: Scope) {
     let no_scopes: [&str; 0] = [];
-    operation.security = Some(vec![SecurityRequirement::new(BEARER, no_scopes)]);
+    // Either requirement satisfies: bearer when auth.tokens_file is set,
+    // the empty one (no authentication) when it is not.
+    operation.security = Some(vec![
+        SecurityRequirement::new(BEARER, no_scopes),
+        SecurityRequirement::default(),
+    ]);
     let error = |description: &str, challenge: &str| {
         ResponseBuilder::new()
             .description(description)
@@ -139,6 +144,16 @@ fn require_bearer(operation: &mut Operation, scope: Scope) {
         )
         .into(),
     );
+    // Most operations document a 400 already (malformed JSON); those that
+    // don't get this one.
+    responses.entry("400".into()).or_insert_with(|| {
+        error(
+            "A malformed Authorization header (invalid_request); only when \
+             auth.tokens_file is set",
+            r#"Bearer realm="ratekeeper", error="invalid_request""#,
+        )
+        .into()
+    });
     if scope == Scope::Admin {
         responses.insert(
             "403".into(),
@@ -204,6 +219,27 @@ pub fn yaml() -> String {
 
 #[cfg(test)]
 mod tests {
+    /// Authentication is optional (only with auth.tokens_file): every
+    /// `/v1` operation accepts the bearer scheme or nothing.
+    #[test]
+    fn v1_operations_take_a_bearer_token_or_nothing() {
+        let json = super::json();
+        let mut seen = 0;
+        for (path, item) in json["paths"].as_object().unwrap() {
+            for (method, operation) in item.as_object().unwrap() {
+                let security = &operation["security"];
+                if path.starts_with("/v1/") {
+                    let want = serde_json::json!([{"bearer": []}, {}]);
+                    assert_eq!(security, &want, "{method} {path}");
+                    seen += 1;
+                } else {
+                    assert!(security.is_null(), "{method} {path}");
+                }
+            }
+        }
+        assert!(seen >= 4, "{seen}");
+    }
+
     #[test]
     fn json_and_yaml_say_not_and_never_the_marker() {
         let json = super::json().to_string();
