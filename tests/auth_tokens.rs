@@ -89,57 +89,69 @@ fn code(body: &str) -> String {
         .to_string()
 }
 
+/// (method, path, what a check token gets, what an admin token gets).
+const ROUTES: &[(&str, &str, u16, u16)] = &[
+    ("POST", "/v1/check", 200, 200),
+    ("GET", "/v1/auth/api", 200, 200),
+    ("POST", "/v1/auth/api/orders/1", 200, 200),
+    ("GET", "/v1/policies", 403, 200),
+    ("POST", "/v1/reset", 403, 200),
+    ("POST", "/v1/refund", 403, 200),
+    ("GET", "/v1/nope", 403, 404),
+];
+
+/// Without a token, 401 missing_token; with a wrong one, 401 invalid_token.
+async fn assert_refused_without_a_good_token(app: &TestApp, method: &str, path: &str) {
+    let what = format!("{method} {path}");
+    let (status, challenge, body) = call(app, method, path, None).await;
+    assert_eq!(status, 401, "{what} without a token: {body}");
+    assert_eq!(challenge.as_deref(), Some(r#"Bearer realm="ratekeeper""#));
+    assert_eq!(code(&body), "missing_token", "{what}");
+
+    let (status, challenge, body) = call(app, method, path, Some("wrong-token-0123456789")).await;
+    assert_eq!(status, 401, "{what} with a wrong token: {body}");
+    let invalid = r#"Bearer realm="ratekeeper", error="invalid_token""#;
+    assert_eq!(challenge.as_deref(), Some(invalid));
+    assert_eq!(code(&body), "invalid_token", "{what}");
+}
+
+/// Each check token gets `as_check` (a 403 with its challenge on admin
+/// routes), the admin token `as_admin`.
+async fn assert_scopes(app: &TestApp, (method, path, as_check, as_admin): (&str, &str, u16, u16)) {
+    let what = format!("{method} {path}");
+    for token in [CHECK, CHECK_NGINX] {
+        let (status, challenge, body) = call(app, method, path, Some(token)).await;
+        assert_eq!(status, as_check, "{what} with a check token: {body}");
+        if status == 403 {
+            assert_eq!(code(&body), "insufficient_scope", "{what}");
+            let scope = r#"Bearer realm="ratekeeper", error="insufficient_scope", scope="admin""#;
+            assert_eq!(challenge.as_deref(), Some(scope));
+        } else {
+            assert_eq!(challenge, None);
+        }
+    }
+    let (status, _, body) = call(app, method, path, Some(ADMIN)).await;
+    assert_eq!(status, as_admin, "{what} with the admin token: {body}");
+}
+
 #[tokio::test]
 async fn each_route_by_scope() {
     let app = spawn(&example(), false).await;
-    // (method, path, what a check token gets, what an admin token gets;
-    // 0: anything authentication lets through, i.e. neither 401 nor 403)
-    let routes: &[(&str, &str, u16, u16)] = &[
-        ("POST", "/v1/check", 200, 200),
-        ("GET", "/v1/auth/api", 200, 200),
-        ("POST", "/v1/auth/api/orders/1", 200, 200),
-        ("GET", "/v1/policies", 403, 200),
-        // Reset and refund are built elsewhere: 404 until they land.
-        ("POST", "/v1/reset", 403, 0),
-        ("POST", "/v1/refund", 403, 0),
-        ("GET", "/v1/nope", 403, 404),
-    ];
-    for &(method, path, as_check, as_admin) in routes {
-        let what = format!("{method} {path}");
-        let (status, challenge, body) = call(&app, method, path, None).await;
-        assert_eq!(status, 401, "{what} without a token: {body}");
-        assert_eq!(challenge.as_deref(), Some(r#"Bearer realm="ratekeeper""#));
-        assert_eq!(code(&body), "missing_token", "{what}");
-
-        let (status, challenge, body) =
-            call(&app, method, path, Some("wrong-token-0123456789")).await;
-        assert_eq!(status, 401, "{what} with a wrong token: {body}");
-        let invalid = r#"Bearer realm="ratekeeper", error="invalid_token""#;
-        assert_eq!(challenge.as_deref(), Some(invalid));
-        assert_eq!(code(&body), "invalid_token", "{what}");
-
-        for token in [CHECK, CHECK_NGINX] {
-            let (status, challenge, body) = call(&app, method, path, Some(token)).await;
-            assert_eq!(status, as_check, "{what} with a check token: {body}");
-            if status == 403 {
-                assert_eq!(code(&body), "insufficient_scope", "{what}");
-                let scope =
-                    r#"Bearer realm="ratekeeper", error="insufficient_scope", scope="admin""#;
-                assert_eq!(challenge.as_deref(), Some(scope));
-            } else {
-                assert_eq!(challenge, None);
-            }
-        }
-        let (status, _, body) = call(&app, method, path, Some(ADMIN)).await;
-        if as_admin == 0 {
-            assert!(
-                ![401, 403].contains(&status),
-                "{what} with the admin token: {body}"
-            );
-        } else {
-            assert_eq!(status, as_admin, "{what} with the admin token: {body}");
-        }
+    for &(method, path, as_check, as_admin) in ROUTES {
+        assert_refused_without_a_good_token(&app, method, path).await;
+        assert_scopes(&app, (method, path, as_check, as_admin)).await;
     }
+    // A bad body is refused after authentication, not instead of it.
+    let bad = app
+        .http
+        .post(app.url("/v1/refund"))
+        .bearer_auth(ADMIN)
+        .header("content-type", "application/json")
+        .body(json!({"key": "k", "limit": 0, "window": "1m"}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 422);
     // The open endpoints need nothing, and ignore a wrong token.
     for path in ["/healthz", "/readyz", "/metrics", "/openapi.json", "/docs/"] {
         for token in [None, Some("wrong-token-0123456789")] {
@@ -148,7 +160,7 @@ async fn each_route_by_scope() {
             assert_eq!(challenge, None, "{path}");
         }
     }
-    // Other schemes and a bare "Bearer" are no bearer credentials / invalid.
+    // Another scheme is no bearer credentials at all.
     let basic = app
         .http
         .get(app.url("/v1/policies"))
@@ -162,6 +174,7 @@ async fn each_route_by_scope() {
         r#"ratekeeper_auth_failures_total{reason="missing"} 8"#,
         r#"ratekeeper_auth_failures_total{reason="invalid"} 7"#,
         r#"ratekeeper_auth_failures_total{reason="scope"} 8"#,
+        r#"ratekeeper_auth_failures_total{reason="malformed"} 0"#,
         r#"ratekeeper_auth_tokens{scope="check"} 2"#,
         r#"ratekeeper_auth_tokens{scope="admin"} 1"#,
         r#"ratekeeper_auth_reloads_total{result="ok"} 1"#,
