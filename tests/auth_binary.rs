@@ -157,7 +157,11 @@ fn a_bad_tokens_file_stops_startup_naming_the_line_not_the_token() {
             assert!(!printed.contains(&secret[..10]), "{printed}");
         }
     }
-    // An unreadable file, and protect_metrics without a file, too.
+}
+
+#[test]
+fn an_unreadable_file_or_protect_metrics_alone_stops_startup_and_no_flag_takes_a_token() {
+    let dir = fresh_dir("auth-startup-missing");
     let missing = dir.join("missing");
     let out = ratekeeper()
         .args(["serve", "--listen", "127.0.0.1:0"])
@@ -197,6 +201,63 @@ fn wait_metric(service: &Service, token: &str, line: &str, seen: &mut Vec<String
     }
 }
 
+/// Calls every kind of route with good, wrong, short and missing tokens;
+/// returns the responses.
+fn call_with_every_kind_of_token(service: &Service, check: &str, admin: &str) -> Vec<String> {
+    let wrong = format!("{check}x");
+    let calls: &[(&str, &str, Option<&str>, &str)] = &[
+        ("POST", "/v1/check", Some(check), "200"),
+        ("POST", "/v1/check", Some(admin), "200"),
+        ("GET", "/v1/policies", Some(admin), "200"),
+        ("GET", "/v1/policies", Some(check), "403"),
+        ("GET", "/v1/auth/api", Some(check), "404"),
+        ("POST", "/v1/check", Some(&wrong), "401"),
+        ("POST", "/v1/check", Some(&check[..10]), "401"),
+        ("POST", "/v1/check", None, "401"),
+        ("GET", "/metrics", None, "401"),
+        ("GET", "/healthz", Some(&wrong), "200"),
+    ];
+    let mut seen = Vec::new();
+    for &(method, path, token, want) in calls {
+        let response = service.request(method, path, token);
+        assert_eq!(status(&response), want, "{method} {path}: {response}");
+        seen.push(response);
+    }
+    seen
+}
+
+/// Bad versions of `file`, one naming a real token on a bad line, kept
+/// out (and re-judged on SIGHUP); then `good` back in.
+fn reload_bad_files(
+    service: &Service,
+    file: &Path,
+    good: &str,
+    check: &str,
+    admin: &str,
+) -> Vec<String> {
+    let mut seen = Vec::new();
+    std::fs::write(file, format!("write {admin}\ncheck {check}\n")).unwrap();
+    let errors = |n| format!(r#"ratekeeper_auth_reloads_total{{result="error"}} {n}"#);
+    wait_metric(service, admin, &errors(1), &mut seen);
+    std::fs::write(file, format!("check {check} {admin}\n")).unwrap();
+    wait_metric(service, admin, &errors(2), &mut seen);
+    // SIGHUP re-judges it (and logs it again).
+    assert!(support::send_signal(
+        service.child.0.id(),
+        support::Signal::SIGHUP
+    ));
+    wait_metric(service, check, &errors(3), &mut seen);
+    std::fs::write(file, format!("# fixed\n{good}")).unwrap();
+    let ok = r#"ratekeeper_auth_reloads_total{result="ok"} 2"#;
+    wait_metric(service, check, ok, &mut seen);
+    let last = seen.last().unwrap();
+    for reason in ["missing", "invalid", "scope"] {
+        let line = format!("ratekeeper_auth_failures_total{{reason=\"{reason}\"}}");
+        assert!(last.contains(&line), "{line} not in {last}");
+    }
+    seen
+}
+
 #[test]
 fn tokens_never_appear_in_logs_metrics_responses_or_the_process() {
     let dir = fresh_dir("auth-leak");
@@ -213,63 +274,8 @@ fn tokens_never_appear_in_logs_metrics_responses_or_the_process() {
             ("RATEKEEPER_POLICIES__POLL_INTERVAL", "1h"),
         ],
     );
-    let wrong = format!("{check}x");
-    let mut seen = Vec::new();
-    let calls: &[(&str, &str, Option<&str>, &str)] = &[
-        ("POST", "/v1/check", Some(&check), "200"),
-        ("POST", "/v1/check", Some(&admin), "200"),
-        ("GET", "/v1/policies", Some(&admin), "200"),
-        ("GET", "/v1/policies", Some(&check), "403"),
-        ("GET", "/v1/auth/api", Some(&check), "404"),
-        ("POST", "/v1/check", Some(&wrong), "401"),
-        ("POST", "/v1/check", Some(&check[..10]), "401"),
-        ("POST", "/v1/check", None, "401"),
-        ("GET", "/metrics", None, "401"),
-        ("GET", "/healthz", Some(&wrong), "200"),
-    ];
-    for &(method, path, token, want) in calls {
-        let response = service.request(method, path, token);
-        assert_eq!(status(&response), want, "{method} {path}: {response}");
-        seen.push(response);
-    }
-    // Bad versions, one naming a real token on a bad line, kept out.
-    std::fs::write(&file, format!("write {admin}\ncheck {check}\n")).unwrap();
-    wait_metric(
-        &service,
-        &admin,
-        r#"ratekeeper_auth_reloads_total{result="error"} 1"#,
-        &mut seen,
-    );
-    std::fs::write(&file, format!("check {check} {admin}\n")).unwrap();
-    wait_metric(
-        &service,
-        &admin,
-        r#"ratekeeper_auth_reloads_total{result="error"} 2"#,
-        &mut seen,
-    );
-    // SIGHUP re-judges it (and logs it again).
-    assert!(support::send_signal(
-        service.child.0.id(),
-        support::Signal::SIGHUP
-    ));
-    wait_metric(
-        &service,
-        &check,
-        r#"ratekeeper_auth_reloads_total{result="error"} 3"#,
-        &mut seen,
-    );
-    std::fs::write(&file, format!("# fixed\n{good}")).unwrap();
-    wait_metric(
-        &service,
-        &check,
-        r#"ratekeeper_auth_reloads_total{result="ok"} 2"#,
-        &mut seen,
-    );
-    let last = seen.last().unwrap();
-    for reason in ["missing", "invalid", "scope"] {
-        let line = format!("ratekeeper_auth_failures_total{{reason=\"{reason}\"}}");
-        assert!(last.contains(&line), "{line} not in {last}");
-    }
+    let mut seen = call_with_every_kind_of_token(&service, &check, &admin);
+    seen.extend(reload_bad_files(&service, &file, &good, &check, &admin));
 
     let pid = service.child.0.id();
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
