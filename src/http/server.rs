@@ -95,15 +95,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let (stage_tx, stage_rx) = watch::channel(Stage::Serving);
-    let connection = ConnectionConfig {
-        service: TowerToHyperService::new(router),
-        timeouts: Timeouts {
-            header: settings.header_read_timeout,
-            keepalive: settings.keepalive_timeout,
-            write: settings.write_timeout,
-        },
-        body_timeout: settings.body_read_timeout,
-    };
+    let connection = ConnectionConfig::new(router, settings);
     let max = i64::try_from(settings.max_connections).unwrap_or(i64::MAX);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut last_accept_warning: Option<Instant> = None;
@@ -132,22 +124,27 @@ pub async fn serve(
     }
     drop(listener);
     drop(stage_rx);
+    drain(stage_tx, settings.shutdown_timeout, &metrics.open).await;
+    Ok(())
+}
+
+/// Lets in-flight requests finish for at most `drain_limit` (idle
+/// connections close at once), then stops the rest.
+async fn drain(stage_tx: watch::Sender<Stage>, drain_limit: Duration, open: &IntGauge) {
     info!("shutting down: finishing in-flight requests");
     let _ = stage_tx.send(Stage::Draining);
     // Every connection task holds a receiver: closed() means all are done.
-    let drain_limit = settings.shutdown_timeout;
     if tokio::time::timeout(drain_limit, stage_tx.closed())
         .await
         .is_err()
     {
         warn!(
             ?drain_limit,
-            remaining = metrics.open.get(),
+            remaining = open.get(),
             "shutdown timeout reached; dropping remaining connections"
         );
         let _ = stage_tx.send(Stage::Stop);
     }
-    Ok(())
 }
 
 /// What every connection task needs, cloned per connection.
@@ -156,6 +153,20 @@ struct ConnectionConfig {
     service: TowerToHyperService<Router>,
     timeouts: Timeouts,
     body_timeout: Duration,
+}
+
+impl ConnectionConfig {
+    fn new(router: Router, settings: &ServerSettings) -> ConnectionConfig {
+        ConnectionConfig {
+            service: TowerToHyperService::new(router),
+            timeouts: Timeouts {
+                header: settings.header_read_timeout,
+                keepalive: settings.keepalive_timeout,
+                write: settings.write_timeout,
+            },
+            body_timeout: settings.body_read_timeout,
+        }
+    }
 }
 
 impl ConnectionConfig {
