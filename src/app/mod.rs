@@ -3,6 +3,9 @@
 //! [`Application::build`] binds first, so callers (tests) can ask for port 0
 //! and read the real port back before serving.
 
+mod grpc;
+mod stores;
+
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
@@ -14,20 +17,17 @@ use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
+use self::stores::Stores;
 use crate::config::{RedisSettings, ServerSettings, Settings};
-use crate::domain::rls::RlsConfig;
-use crate::domain::{MonotonicClock, PolicySet, SystemClock};
+use crate::domain::{PolicySet, SystemClock};
 use crate::http::server::{self, ConnectionMetrics};
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
-use crate::limiter::breaker::BreakerConfig;
-use crate::limiter::deny_cache::DenyCache;
-use crate::limiter::wait::timer::TokioTimer;
 use crate::metrics::Metrics;
 use crate::policies::{LoadError, Reloader};
+use crate::store::StoreError;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::{RedisOptions, RedisStore};
-use crate::store::{Store, StoreError};
 use crate::watch;
 
 /// Why the service could not start.
@@ -92,7 +92,7 @@ impl Application {
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let reloader = load_policies(&settings, &policies, &metrics)?;
         let auth = crate::tokens::start(settings.auth.tokens_file.as_deref(), addr, &metrics)?;
-        let grpc = bind_grpc(&settings, &metrics).await?;
+        let grpc = grpc::bind_grpc(&settings, &metrics).await?;
 
         let mut background = Vec::new();
         // SIGHUP is caught either way: its default action would end the process.
@@ -103,17 +103,17 @@ impl Application {
         if let Some(reloader) = auth.reloader {
             background.push(watch::spawn(reloader, settings.policies_poll_interval));
         }
-        let stores = open_stores(backend, &settings, &mut background).await;
         let Stores {
             store,
             redis,
             redis_connected,
             local,
-        } = stores;
-        let limiter = build_limiter(store, local, &settings, probe_interval, &metrics);
+        } = stores::open_stores(backend, &settings, &mut background).await;
+        let limiter = stores::build_limiter(store, local, &settings, probe_interval, &metrics);
         let limiter = Arc::new(limiter);
         if let Some(redis) = &redis {
-            let task = listen_for_invalidations(redis, &limiter, redis_connected, probe_interval);
+            let task =
+                stores::listen_for_invalidations(redis, &limiter, redis_connected, probe_interval);
             background.extend(task.await?);
         }
         // One probe before serving: a healthy Redis is ready from the first
@@ -122,16 +122,9 @@ impl Application {
         background.push(limiter.spawn_prober(probe_interval));
         let grpc_addr = grpc.as_ref().map(|g| g.addr);
         if let Some(grpc) = grpc {
-            spawn_grpc(grpc, &limiter, &settings, &mut background);
+            grpc::spawn_grpc(grpc, &limiter, &settings, &mut background);
         }
-        info!(
-            %addr,
-            store = limiter.store_name(),
-            ready = limiter.is_ready(),
-            failure_mode = settings.failure.mode.as_str(),
-            "ratekeeper listening on {addr} with the {} store",
-            limiter.store_name()
-        );
+        log_listening(addr, &limiter, &settings);
 
         let connections = ConnectionMetrics {
             open: metrics.connections.clone(),
@@ -211,45 +204,6 @@ impl Application {
         result
     }
 }
-
-/// With `grpc.listen`: the RLS config (empty without `rls.config`: every
-/// domain is unknown, so every answer is OK) and the bound listener.
-async fn bind_grpc(
-    settings: &Settings,
-    metrics: &Arc<Metrics>,
-) -> Result<Option<Grpc>, StartError> {
-    let Some(addr) = settings.grpc_listen else {
-        return Ok(None);
-    };
-    let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
-    let reloader = match &settings.rls_config {
-        Some(path) => {
-            let reloader = crate::rls::reload::Reloader::new(
-                path.clone(),
-                settings.limits,
-                config.clone(),
-                metrics.clone(),
-            );
-            reloader.load_initial()?;
-            Some(Arc::new(reloader))
-        }
-        None => None,
-    };
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|source| StartError::Bind { addr, source })?;
-    let addr = listener
-        .local_addr()
-        .map_err(|source| StartError::Bind { addr, source })?;
-    Ok(Some(Grpc {
-        listener,
-        addr,
-        config,
-        reloader,
-    }))
-}
-
-/// The bound RLS listener, the config in force, and what reloads it.
 /// The HTTP listener on `addr`, and the address it got (port 0 picks one).
 async fn bind_http(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
     let listener = TcpListener::bind(addr)
@@ -261,56 +215,16 @@ async fn bind_http(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartE
     Ok((listener, addr))
 }
 
-/// What [`open_stores`] opened.
-struct Stores {
-    store: Arc<dyn Store>,
-    /// The Redis handle, kept for shutdown and the invalidation listener.
-    redis: Option<RedisStore>,
-    /// Redis answered within [`STARTUP_CONNECT_WAIT`].
-    redis_connected: bool,
-    /// In front of Redis, the local fallback store.
-    local: Option<MemoryStore>,
-}
-
-/// The main store and, in front of Redis, the local fallback store; the
-/// embedded stores' sweepers go into `background`.
-async fn open_stores(
-    backend: Backend,
-    settings: &Settings,
-    background: &mut Vec<JoinHandle<()>>,
-) -> Stores {
-    // Local fallback only makes sense in front of Redis: the embedded
-    // store as the main store is never unreachable. Kept whenever Redis
-    // is, since a policy may choose `local` whatever the service's mode
-    // (it holds nothing until an outage).
-    let local = matches!(backend, Backend::Redis(_)).then(|| {
-        let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
-        background.push(store.spawn_sweeper(settings.memory.sweep_interval));
-        store
-    });
-    match backend {
-        Backend::Memory(store) => {
-            background.push(store.spawn_sweeper(settings.memory.sweep_interval));
-            Stores {
-                store: Arc::new(store),
-                redis: None,
-                redis_connected: false,
-                local,
-            }
-        }
-        Backend::Redis(store) => {
-            let redis_connected = store.wait_connected(STARTUP_CONNECT_WAIT).await;
-            if !redis_connected {
-                warn!("redis not reachable at startup: serving by the failure policy until it is");
-            }
-            Stores {
-                store: Arc::new(store.clone()),
-                redis: Some(store),
-                redis_connected,
-                local,
-            }
-        }
-    }
+/// The one line that says the service is up, and on what.
+fn log_listening(addr: SocketAddr, limiter: &Limiter, settings: &Settings) {
+    info!(
+        %addr,
+        store = limiter.store_name(),
+        ready = limiter.is_ready(),
+        failure_mode = settings.failure.mode.as_str(),
+        "ratekeeper listening on {addr} with the {} store",
+        limiter.store_name()
+    );
 }
 
 /// The HTTP API over `limiter`, behind the bearer-token check.
@@ -336,86 +250,6 @@ fn build_router(
         trusted_proxies: settings.server.trusted_proxies.clone().into(),
     })
 }
-
-/// With a deny cache in front of Redis, the listener that drops cached
-/// denials when any instance resets or refunds a key.
-async fn listen_for_invalidations(
-    redis: &RedisStore,
-    limiter: &Limiter,
-    redis_connected: bool,
-    probe_interval: Duration,
-) -> Result<Option<JoinHandle<()>>, StartError> {
-    let Some(sink) = limiter.invalidation_sink() else {
-        return Ok(None);
-    };
-    let mut listener = redis.spawn_invalidation_listener(sink, probe_interval)?;
-    // Like the connection: a healthy instance uses its deny cache from the
-    // first request.
-    if redis_connected && !listener.wait_subscribed(STARTUP_CONNECT_WAIT).await {
-        warn!("not subscribed to the invalidation channel yet: deny cache off until it is");
-    }
-    Ok(Some(listener.task))
-}
-
-/// The limiter over `store`: the breaker, the local fallback, the deny cache.
-fn build_limiter(
-    store: Arc<dyn Store>,
-    local: Option<MemoryStore>,
-    settings: &Settings,
-    probe_interval: Duration,
-    metrics: &Arc<Metrics>,
-) -> Limiter {
-    let breaker = BreakerConfig {
-        trial_interval: probe_interval,
-        ..settings.breaker
-    };
-    let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
-        .with_breaker(breaker, Arc::new(MonotonicClock::default()))
-        .with_waiting(settings.limits.max_waiters, Arc::new(TokioTimer::default()));
-    if let Some(local) = local {
-        limiter = limiter.with_local_store(local);
-    }
-    if settings.deny_cache_capacity > 0 {
-        let clock = Arc::new(MonotonicClock::default());
-        limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
-    }
-    limiter
-}
-
-/// Serves the Envoy RLS on the bound gRPC listener, and watches
-/// `rls.config` when it is reloadable.
-fn spawn_grpc(
-    grpc: Grpc,
-    limiter: &Arc<Limiter>,
-    settings: &Settings,
-    background: &mut Vec<JoinHandle<()>>,
-) {
-    let Grpc {
-        listener,
-        addr,
-        config,
-        reloader,
-    } = grpc;
-    let domains = config.load().domains.len();
-    info!(grpc_addr = %addr, domains, "Envoy RLS gRPC listening on {addr}");
-    if let Some(reloader) = reloader {
-        background.push(watch::spawn(reloader, settings.policies_poll_interval));
-    }
-    let service = crate::rls::server::RlsService {
-        limiter: limiter.clone(),
-        config,
-        bounds: settings.limits,
-    };
-    background.push(crate::rls::server::spawn(listener, service));
-}
-
-struct Grpc {
-    listener: TcpListener,
-    addr: SocketAddr,
-    config: Arc<ArcSwap<RlsConfig>>,
-    reloader: Option<Arc<crate::rls::reload::Reloader>>,
-}
-
 /// Without a policies file, nothing (the set stays empty). With one: its
 /// first load into `policies` (any problem fails startup), and the
 /// reloader the watcher drives.

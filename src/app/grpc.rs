@@ -1,0 +1,89 @@
+//! The Envoy RLS gRPC listener: bound at startup beside the HTTP one,
+//! served by [`crate::rls::server`].
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tracing::info;
+
+use super::StartError;
+use crate::config::Settings;
+use crate::domain::rls::RlsConfig;
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+use crate::watch;
+
+/// With `grpc.listen`: the RLS config (empty without `rls.config`: every
+/// domain is unknown, so every answer is OK) and the bound listener.
+pub(super) async fn bind_grpc(
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+) -> Result<Option<Grpc>, StartError> {
+    let Some(addr) = settings.grpc_listen else {
+        return Ok(None);
+    };
+    let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
+    let reloader = match &settings.rls_config {
+        Some(path) => {
+            let reloader = crate::rls::reload::Reloader::new(
+                path.clone(),
+                settings.limits,
+                config.clone(),
+                metrics.clone(),
+            );
+            reloader.load_initial()?;
+            Some(Arc::new(reloader))
+        }
+        None => None,
+    };
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| StartError::Bind { addr, source })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|source| StartError::Bind { addr, source })?;
+    Ok(Some(Grpc {
+        listener,
+        addr,
+        config,
+        reloader,
+    }))
+}
+
+/// The bound RLS listener, the config in force, and what reloads it.
+pub(super) struct Grpc {
+    listener: TcpListener,
+    pub(super) addr: SocketAddr,
+    config: Arc<ArcSwap<RlsConfig>>,
+    reloader: Option<Arc<crate::rls::reload::Reloader>>,
+}
+
+/// Serves the Envoy RLS on the bound gRPC listener, and watches
+/// `rls.config` when it is reloadable.
+pub(super) fn spawn_grpc(
+    grpc: Grpc,
+    limiter: &Arc<Limiter>,
+    settings: &Settings,
+    background: &mut Vec<JoinHandle<()>>,
+) {
+    let Grpc {
+        listener,
+        addr,
+        config,
+        reloader,
+    } = grpc;
+    let domains = config.load().domains.len();
+    info!(grpc_addr = %addr, domains, "Envoy RLS gRPC listening on {addr}");
+    if let Some(reloader) = reloader {
+        background.push(watch::spawn(reloader, settings.policies_poll_interval));
+    }
+    let service = crate::rls::server::RlsService {
+        limiter: limiter.clone(),
+        config,
+        bounds: settings.limits,
+    };
+    background.push(crate::rls::server::spawn(listener, service));
+}
