@@ -25,6 +25,8 @@ ENV RATEKEEPER_SERVER__LISTEN=0.0.0.0:8080 \
     RATEKEEPER_LOG__FORMAT=json
 USER nonroot:nonroot
 EXPOSE 8080
+# The Envoy rate limit service, when grpc.listen is set (e.g. 0.0.0.0:8081).
+EXPOSE 8081
 # The binary probes itself (the image has no curl or wget). It reads the same
 # configuration as `serve`, so it follows a changed server.listen.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \

@@ -91,6 +91,11 @@ impl RedisCluster {
             .args(["--cluster-config-file", "nodes.conf"])
             .args(["--cluster-node-timeout", &NODE_TIMEOUT_MS.to_string()])
             .args(["--cluster-require-full-coverage", "no"])
+            // A replica whose link to its primary lagged more than
+            // validity-factor × node-timeout (10 s) would refuse to fail
+            // over; on a loaded 2-core machine that made the failover tests
+            // wait forever. 0: a replica always may.
+            .args(["--cluster-replica-validity-factor", "0"])
             .args(["--dir", path_str(&node_dir)])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
