@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use super::request::{CheckForms, ResetForms};
 use super::response::CheckResponse;
 use super::{Parsed, parse, respond};
+use crate::domain::validate_wait_ms;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
 use crate::limiter::Adjustment;
@@ -82,10 +83,11 @@ async fn adjust(state: &AppState, op: Adjustment, request: Request) -> Result<Re
         form,
         mut check,
         has_cost,
-        ..
+        wait_ms,
     } = parse(state, request).await?;
-    // `wait_ms` is part of the shared forms, and ignored: a reset or a
-    // refund never waits, it is applied at once.
+    // `wait_ms` is part of the shared forms: validated as for a check, then
+    // ignored, since a reset or a refund never waits.
+    validate_wait_ms(wait_ms, &state.bounds)?;
     let result = match op {
         Adjustment::Reset => {
             if has_cost {
