@@ -187,11 +187,17 @@ async fn validation_is_the_checks(app: &TestApp) {
 }
 
 /// With Redis gone, a reset or refund is a 503 `store_unavailable` within
-/// the store's timeout, never an answer by the failure policy, and counted.
+/// the store's timeout (one call: the script publishes the invalidation
+/// itself, so nothing else waits for a dead store), never an answer by the
+/// failure policy, and counted.
 #[tokio::test]
 async fn a_store_outage_is_a_503_not_a_fake_answer() {
     let mut redis = RedisServer::start();
-    let app = TestApp::spawn(settings(Some(&redis.url()))).await;
+    let settings = settings(Some(&redis.url()));
+    let timeout = settings.redis.as_ref().unwrap().timeout;
+    // 1.5 timeouts, plus slack for a loaded test machine's scheduling.
+    let bound = timeout * 3 / 2 + Duration::from_millis(150);
+    let app = TestApp::spawn(settings).await;
     let body = json!({"key": unique_key("down"), "limit": 3, "window": "1h"});
     assert_eq!(post(&app, "/v1/refund", &body).await.0, 200);
     redis.kill();
@@ -201,15 +207,14 @@ async fn a_store_outage_is_a_503_not_a_fake_answer() {
         assert_eq!(status, 503, "{path}: {got}");
         assert_eq!(error(&got).0, "store_unavailable");
         assert!(!error(&got).1.contains("redis"), "no detail: {got}");
-        assert!(
-            started.elapsed() < Duration::from_secs(5),
-            "{path} answered in time"
-        );
+        let took = started.elapsed();
+        assert!(took < bound, "{path} answered in {took:?}, over {bound:?}");
     }
     // The check itself is still answered, by the failure policy.
     assert_eq!(app.check(body.clone()).await.0, 200);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
+        "ratekeeper_invalidations_sent_total{result=\"ok\"} 1",
         "ratekeeper_adjustments_total{op=\"refund\",result=\"ok\"} 1",
         "ratekeeper_adjustments_total{op=\"refund\",result=\"error\"} 1",
         "ratekeeper_adjustments_total{op=\"reset\",result=\"error\"} 1",

@@ -1,8 +1,8 @@
 //! The invalidation channel: how every instance learns at once that a key's
 //! state changed under its deny cache (a reset, a refund).
 //!
-//! The instance that changed the state PUBLISHes the client key on
-//! `<key prefix>invalidate`; every instance keeps a subscriber connection
+//! The reset or refund script itself PUBLISHes the client key on
+//! `<key prefix>invalidate` (`lua/adjust.lua`), right after the change; every instance keeps a subscriber connection
 //! of its own on that channel and hands each message to its
 //! [`InvalidationSink`] (the deny cache). Redis pub/sub is fire and
 //! forget: a message sent while a subscriber is not subscribed is lost for
@@ -67,17 +67,6 @@ impl RedisStore {
     /// The channel invalidations travel on.
     pub fn invalidation_channel(&self) -> String {
         format!("{}invalidate", self.inner.options.key_prefix)
-    }
-
-    /// PUBLISHes `key` on the invalidation channel. Returns how many
-    /// subscribers the node that took it delivered it to (in a cluster,
-    /// only those connected to that node: the others get it over the bus).
-    pub(super) async fn publish(&self, key: &str) -> Result<i64, StoreError> {
-        let client = self.inner.pool.next_connected();
-        client
-            .publish(self.invalidation_channel(), key)
-            .await
-            .map_err(super::errors::classify)
     }
 
     /// Starts the subscriber (see the module doc). `sink` is told at once
