@@ -222,3 +222,32 @@ async fn a_store_outage_is_a_503_not_a_fake_answer() {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
 }
+
+/// Redis frozen until the circuit breaker opened: a reset is refused at
+/// once, as documented, with no call to the frozen store (no publish
+/// waiting out a timeout either).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_the_breaker_open_a_reset_is_refused_at_once() {
+    let redis = RedisServer::start();
+    let app = TestApp::spawn(settings(Some(&redis.url()))).await;
+    let body = json!({"key": unique_key("open"), "limit": 3, "window": "1h"});
+    assert_eq!(post(&app, "/v1/reset", &body).await.0, 200);
+    redis.freeze();
+    // A degraded check answered at once: the breaker is open.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let started = Instant::now();
+        let (_, got) = app.check(body.clone()).await;
+        if got["degraded"] == true && started.elapsed() < Duration::from_millis(20) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the breaker never opened");
+    }
+    let started = Instant::now();
+    let (status, got) = post(&app, "/v1/reset", &body).await;
+    let took = started.elapsed();
+    redis.thaw();
+    assert_eq!(status, 503, "{got}");
+    // Far below redis.timeout (100 ms), which a call would wait out.
+    assert!(took < Duration::from_millis(50), "answered in {took:?}");
+}
