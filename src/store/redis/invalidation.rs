@@ -109,6 +109,7 @@ impl RedisStore {
             sink,
             heartbeat: heartbeat.max(Duration::from_millis(10)),
             up,
+            reconnecting: None,
         };
         let task = tokio::spawn(listener.run());
         Ok(InvalidationListener { task, subscribed })
@@ -124,6 +125,16 @@ struct Listener {
     sink: Arc<dyn InvalidationSink>,
     heartbeat: Duration,
     up: watch::Sender<bool>,
+    /// The last reconnect the heartbeat forced, if any.
+    reconnecting: Option<JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(reconnect) = self.reconnecting.take() {
+            reconnect.abort();
+        }
+    }
 }
 
 impl Listener {
@@ -194,7 +205,15 @@ impl Listener {
                 _ = heartbeat.tick() => if !self.ping().await {
                     tracing::warn!("invalidation subscription not answering: reconnecting");
                     let client = self.client.clone();
-                    tokio::spawn(async move { client.force_reconnection().await });
+                    // Not awaited here: serve() returns so the cache is
+                    // suspended at once. Kept, so a newer one (or the
+                    // listener's end) aborts it rather than leaking it.
+                    let reconnect = tokio::spawn(async move {
+                        let _ = client.force_reconnection().await;
+                    });
+                    if let Some(old) = self.reconnecting.replace(reconnect) {
+                        old.abort();
+                    }
                     return;
                 },
             }
