@@ -169,3 +169,37 @@ async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() 
     }
     store.quit().await;
 }
+
+/// Two inline token buckets of one window share a key: a refund by the
+/// rule that refills faster must not shorten the expiry the slower one's
+/// spend set (its usage would vanish before it refilled).
+#[tokio::test]
+async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    let key = unique_key("shared");
+    let bucket = |limit| Limit {
+        name: "l".into(),
+        rule: Rule {
+            algorithm: Algorithm::TokenBucket,
+            limit,
+            window_us: 60_000_000,
+            burst: 10,
+        },
+        scope: None,
+    };
+    // 1 a minute: 10 used take 10 minutes to refill.
+    let slow = Check::multi(&key, vec![bucket(1)], 10);
+    assert!(store.check(&slow).await.unwrap()[0].allowed);
+    // 600 a minute (10 per second) gives one back.
+    store
+        .refund(&Check::multi(&key, vec![bucket(600)], 1))
+        .await
+        .unwrap();
+    let name = format!("rk:{{{key}}}:tb:60000");
+    let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
+    assert!(pttl > 590_000, "PTTL {pttl} ms: shortened by the refund");
+    store.quit().await;
+}

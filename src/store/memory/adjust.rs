@@ -32,10 +32,11 @@ impl MemoryStore {
             if entry.expires_at_us <= now {
                 continue;
             }
-            // The buckets' refunds set the expiry as their Lua does; the
-            // others keep the one their last spend set.
+            // The buckets' refunds set the expiry as their Lua does, only
+            // ever lengthening it (PEXPIRE GT); the others keep the one
+            // their last spend set.
             if let Some(lives) = entry.state.refund(&limit.rule, now, check.cost) {
-                entry.expires_at_us = now.saturating_add(lives);
+                entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
             }
         }
         Ok(unshared(self.inner.check_in(&mut shard.map, check, 0, now)))
