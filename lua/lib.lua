@@ -15,7 +15,9 @@
 --            reset_after_us
 -- Several checks at once: see batch.lua. Reset and refund of one check's
 -- limits (adjust.lua) take the same KEYS and ARGV (ARGV[3]: the refund's
--- cost) and give the same reply, that of a check of cost 0 afterwards; each
+-- cost) plus the invalidation channel and the client key last, and give
+-- the same reply, that of a check of cost 0 afterwards, plus a flag (1: the
+-- invalidation was published); each
 -- algorithm file also defines `<name>_refund(key, now, limit, window, cost,
 -- burst, pad_ms)`, which writes the refund and returns nothing.
 --

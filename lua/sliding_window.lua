@@ -82,9 +82,13 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
 end
 
 -- Refund (sliding_window.rs, refund): up to `cost` from the current
--- window's count first, then from the previous one's. Written (rolled to
--- this window) only if something was given back; the expiry the last
--- spend set still covers every count left.
+-- window's count first, then from the previous one's. Written only if
+-- something was given back, and never rolled: a key last written in the
+-- previous window keeps its index and only its count falls, so the expiry
+-- that spend set ((i + 2) windows) stays right. Rolled to this window,
+-- the key would say "this window" with an expiry a window short, and a
+-- spend later in this window (which sets no expiry when the index
+-- matches) would die a window early.
 local function sliding_window_refund(key, now, limit, window, cost, burst, pad_ms)
   local index = idiv(now, window)
   local state = redis.call('HMGET', key, 'i', 'p', 'c')
@@ -97,7 +101,13 @@ local function sliding_window_refund(key, now, limit, window, cost, burst, pad_m
   end
   local from_curr = math.min(cost, curr)
   local from_prev = math.min(cost - from_curr, prev)
-  if from_curr + from_prev > 0 then
-    redis.call('HSET', key, 'i', int(index), 'p', int(prev - from_prev), 'c', int(curr - from_curr))
+  if from_curr + from_prev == 0 then
+    return
+  end
+  if stored == index then
+    redis.call('HSET', key, 'p', int(prev - from_prev), 'c', int(curr - from_curr))
+  else
+    -- stored + 1 == index: its current count is this window's previous.
+    redis.call('HSET', key, 'c', int(prev - from_prev))
   end
 end

@@ -76,7 +76,7 @@ end
 -- Refund (token_bucket.rs, refund): up to `cost` tokens back, up to `burst`
 -- (a debt is paid down first), after the same refill as a check. A full
 -- bucket restarts its clock now, as a refill that fills it does. The
--- expiry is the time until full, as a spend sets it (0 deletes the key).
+-- expiry is lengthened to the time until full if need be, never shortened.
 local function token_bucket_refund(key, now, limit, window, cost, burst, pad_ms)
   local interval = idiv(window, limit)
   local state = redis.call('HMGET', key, 'u', 'a', 't')
@@ -105,5 +105,8 @@ local function token_bucket_refund(key, now, limit, window, cost, burst, pad_ms)
   if left ~= nil then
     redis.call('HDEL', key, 't')
   end
-  redis.call('PEXPIRE', key, ttl_ms(credited + (burst - tokens) * interval - now, pad_ms))
+  -- GT: only ever lengthened. On an inline key shared with a rule that
+  -- refills slower, the refunding rule's time to refill may be shorter
+  -- than the slower rule still needs; a refund must not end that usage.
+  redis.call('PEXPIRE', key, ttl_ms(credited + (burst - tokens) * interval - now, pad_ms), 'GT')
 end

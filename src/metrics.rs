@@ -56,7 +56,9 @@ pub struct Metrics {
     evictions_sync: std::sync::Mutex<()>,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
-    /// `ratekeeper_invalidations_sent_total{result="ok"|"error"}`.
+    /// `ratekeeper_invalidations_sent_total{result="ok"|"error"}`: ok when
+    /// a reset or refund script published, error when its PUBLISH or the
+    /// call failed.
     pub invalidations_sent_ok: IntCounter,
     pub invalidations_sent_error: IntCounter,
     /// Invalidations received on the channel (this instance's own included).
@@ -182,8 +184,10 @@ impl Metrics {
         let invalidations_sent = IntCounterVec::new(
             Opts::new(
                 "ratekeeper_invalidations_sent_total",
-                "Invalidations published after a reset or refund, by result (ok|error): an error \
-                 leaves other instances' cached denials of that key for up to 1 s.",
+                "Invalidations published by reset and refund (the Redis script publishes after \
+                 the change), by result: ok, or error (that PUBLISH failed, e.g. an ACL without \
+                 the channel, or the call itself failed): an error may leave other instances' \
+                 cached denials of that key for up to 1 s.",
             ),
             &["result"],
         )

@@ -22,7 +22,7 @@ use ratekeeper::domain::{Algorithm, Check, Outcome, Rule};
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
 use ratekeeper::store::redis::RedisStore;
-use ratekeeper::store::{Store, StoreError};
+use ratekeeper::store::{Adjusted, Store, StoreError};
 use support::{RedisServer, settings, unique_key};
 
 const REQUESTS: usize = 400;
@@ -54,11 +54,11 @@ impl Store for FaultyStore {
         self.inner.check(check).await
     }
 
-    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.inner.reset(check).await
     }
 
-    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.inner.refund(check).await
     }
 

@@ -120,3 +120,86 @@ async fn reset_and_refund_of_several_limits_on_a_cluster() {
         assert!(reset.iter().all(|o| o.remaining == 3), "{reset:?}");
     }
 }
+
+/// A refund never makes a key expire before its usage would: after a spend
+/// late in one window, a refund early in the next and a spend after it,
+/// the key's PTTL still covers the reset a cost-0 check reports. (The
+/// sliding window's refund used to roll the key to the new window and keep
+/// the old expiry, so the key died a window early and the next window saw
+/// no previous count.)
+#[tokio::test]
+async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0 + 9_000_000);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    for algorithm in [
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ] {
+        clock.set_us(T0 + 9_000_000);
+        let key = unique_key("pttl");
+        let rule = Rule {
+            algorithm,
+            limit: 10,
+            window_us: 10_000_000,
+            burst: 10,
+        };
+        let limit = Limit {
+            name: "l".into(),
+            rule,
+            scope: None,
+        };
+        let check = |cost| Check::multi(&key, vec![limit.clone()], cost);
+        assert!(store.check(&check(2)).await.unwrap()[0].allowed);
+        clock.set_us(T0 + 10_001_000);
+        store.refund(&check(1)).await.unwrap();
+        assert!(store.check(&check(1)).await.unwrap()[0].allowed);
+        let reset_ms = store.check(&check(0)).await.unwrap()[0].reset_after_us / 1_000;
+        let name = format!("rk:{{{key}}}:{}:10000", algorithm.key_tag());
+        let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
+        // Real time passed since the PEXPIRE: a second is plenty.
+        assert!(
+            pttl + 1_000 >= reset_ms as i64,
+            "{algorithm:?}: PTTL {pttl} ms, usage until {reset_ms} ms"
+        );
+    }
+    store.quit().await;
+}
+
+/// Two inline token buckets of one window share a key: a refund by the
+/// rule that refills faster must not shorten the expiry the slower one's
+/// spend set (its usage would vanish before it refilled).
+#[tokio::test]
+async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    let key = unique_key("shared");
+    let bucket = |limit| Limit {
+        name: "l".into(),
+        rule: Rule {
+            algorithm: Algorithm::TokenBucket,
+            limit,
+            window_us: 60_000_000,
+            burst: 10,
+        },
+        scope: None,
+    };
+    // 1 a minute: 10 used take 10 minutes to refill.
+    let slow = Check::multi(&key, vec![bucket(1)], 10);
+    assert!(store.check(&slow).await.unwrap()[0].allowed);
+    // 600 a minute (10 per second) gives one back.
+    store
+        .refund(&Check::multi(&key, vec![bucket(600)], 1))
+        .await
+        .unwrap();
+    let name = format!("rk:{{{key}}}:tb:60000");
+    let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
+    assert!(pttl > 590_000, "PTTL {pttl} ms: shortened by the refund");
+    store.quit().await;
+}

@@ -26,7 +26,7 @@ use ratekeeper::limiter::breaker::BreakerConfig;
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
 use ratekeeper::store::redis::RedisStore;
-use ratekeeper::store::{Store, StoreError};
+use ratekeeper::store::{Adjusted, Store, StoreError};
 use support::{RedisServer, settings, unique_key};
 
 /// Concurrent callers, each pausing `PACE` between checks: about 10 000
@@ -86,11 +86,11 @@ impl Store for Noting {
         result
     }
 
-    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.inner.reset(check).await
     }
 
-    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.inner.refund(check).await
     }
 

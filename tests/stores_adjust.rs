@@ -40,7 +40,11 @@ async fn spend(store: &dyn Store, check: &Check, cost: u64) -> Vec<Outcome> {
 }
 
 async fn refund(store: &dyn Store, check: &Check, cost: u64) -> Vec<Outcome> {
-    store.refund(&with_cost(check, cost)).await.unwrap()
+    store
+        .refund(&with_cost(check, cost))
+        .await
+        .unwrap()
+        .outcomes
 }
 
 fn remaining(outcomes: &[Outcome]) -> Vec<u64> {
@@ -196,11 +200,11 @@ async fn multi_limit_policy_checks_refund_each_limit_and_reset_all() {
                     apply_all(&mut states, &rules, T0 + at, cost),
                 ),
                 "refund" => (
-                    store.refund(&c).await,
+                    store.refund(&c).await.map(|a| a.outcomes),
                     refund_all(&mut states, &rules, T0 + at, cost),
                 ),
                 _ => (
-                    store.reset(&c).await,
+                    store.reset(&c).await.map(|a| a.outcomes),
                     reset_all(&mut states, &rules, T0 + at),
                 ),
             };
@@ -316,7 +320,7 @@ async fn a_full_sliding_log_refunds_like_its_twin() {
             let c = with_cost(&c, cost);
             let got = match op {
                 "check" => store.check(&c).await.unwrap(),
-                _ => store.refund(&c).await.unwrap(),
+                _ => store.refund(&c).await.unwrap().outcomes,
             };
             assert_eq!(got, want, "{} {op} {cost} at +{}", store.name(), now - T0);
         }

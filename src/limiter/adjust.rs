@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision};
-use crate::store::StoreError;
+use crate::store::{Adjusted, StoreError};
 
 /// What a reset or refund does to a check's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,16 +44,21 @@ impl Limiter {
     /// Asks the store, bypassing the deny cache for the answer (a denial
     /// it holds may be what this ends). The store's timeouts bound the
     /// wait, and an open circuit breaker answers at once: either way an
-    /// error, which the HTTP layer turns into a 503.
+    /// error, which the HTTP layer turns into a 503. The other instances
+    /// are told by the store call itself (Redis publishes from the same
+    /// script), so nothing else goes to the store.
     async fn adjust(&self, op: Adjustment, check: &Check) -> Result<Decision, LimiterError> {
         let result = self.adjust_store(op, check).await;
         self.metrics.record_adjustment(op.as_str(), result.is_ok());
-        // Even after an error: the script may have run before the reply
-        // was lost, so a cached denial may be stale now, here and on every
-        // other instance.
-        self.invalidate(&check.key).await;
+        // Even after an error, even one that made no call: the script may
+        // have run before the reply was lost, and dropping entries is
+        // cheap and safe.
+        self.invalidate_locally(&check.key);
         match result {
-            Ok(outcomes) => Ok(Decision::from_outcomes(check, &outcomes)),
+            Ok(adjusted) => {
+                self.count_published(adjusted.published);
+                Ok(Decision::from_outcomes(check, &adjusted.outcomes))
+            }
             Err(error) => {
                 if error.is_transient() {
                     tracing::warn!(%error, op = op.as_str(), "store could not adjust");
@@ -65,11 +70,7 @@ impl Limiter {
         }
     }
 
-    async fn adjust_store(
-        &self,
-        op: Adjustment,
-        check: &Check,
-    ) -> Result<Vec<crate::domain::Outcome>, StoreError> {
+    async fn adjust_store(&self, op: Adjustment, check: &Check) -> Result<Adjusted, StoreError> {
         let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
             return Err(StoreError::Unavailable("circuit breaker open".into()));
         };
@@ -83,8 +84,10 @@ impl Limiter {
             .observe(started.elapsed().as_secs_f64());
         self.breakers.record(permit, result.as_ref().err());
         if let Err(error) = &result {
-            // Only errors of a call made: an open breaker made none.
+            // Only errors of a call made: an open breaker made none. Such
+            // a call may or may not have published its invalidation.
             self.metrics.record_backend_error(error.kind());
+            self.metrics.invalidations_sent_error.inc();
         }
         result
     }

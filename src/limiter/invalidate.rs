@@ -12,29 +12,34 @@ use crate::store::InvalidationSink;
 
 impl Limiter {
     /// Ends every cached denial of the client `key` (all its policies and
-    /// limits) on this instance, and publishes the invalidation so every
-    /// other instance drops its own. Call it right *after* the key's state
+    /// limits) on this instance. Call it right *after* the key's state
     /// changed in the store (a reset, a refund), never before: a check
     /// asking the store in between would cache the old state again. A
     /// denial this instance asked for before the call and records after
-    /// it is refused (see `deny_cache.rs`).
-    ///
-    /// Infallible for the caller: the state change has happened either
-    /// way. If publishing fails (counted as
-    /// `ratekeeper_invalidations_sent_total{result="error"}` and logged),
-    /// other instances may answer their cached denials of `key` for up to
-    /// `deny_cache::MAX_AGE` (1 s), unless they lost their subscription
-    /// too (then they use no cache).
-    pub async fn invalidate(&self, key: &str) {
+    /// it is refused (see `deny_cache.rs`). The other instances learn it
+    /// from the store call that changed the state (see `lua/adjust.lua`).
+    pub(super) fn invalidate_locally(&self, key: &str) {
         if let Some(cache) = &self.deny_cache {
             cache.invalidate(key);
         }
-        match self.store.publish_invalidation(key).await {
-            Ok(true) => self.metrics.invalidations_sent_ok.inc(),
-            Ok(false) => {}
-            Err(error) => {
+    }
+
+    /// Counts what the store call that changed a key's state said about
+    /// telling the other instances. If its PUBLISH failed (counted as
+    /// `ratekeeper_invalidations_sent_total{result="error"}` and logged),
+    /// they may answer their cached denials of the key for up to
+    /// `deny_cache::MAX_AGE` (1 s), unless they lost their subscription too
+    /// (then they use no cache). A failed store call is counted as an
+    /// error too: the script may or may not have run.
+    pub(super) fn count_published(&self, published: Option<bool>) {
+        match published {
+            Some(true) => self.metrics.invalidations_sent_ok.inc(),
+            None => {}
+            Some(false) => {
                 self.metrics.invalidations_sent_error.inc();
-                tracing::warn!(%error, "cannot publish an invalidation: other instances may keep cached denials of the key for up to 1 s");
+                tracing::warn!(
+                    "cannot publish an invalidation (is the channel in the ACL user's channels?): other instances may keep cached denials of the key for up to 1 s"
+                );
             }
         }
     }

@@ -22,13 +22,13 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes the state of every limit of `check` (its cost is ignored),
     /// atomically, then answers like a check of cost 0: one outcome per
     /// limit, in order.
-    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError>;
 
     /// Gives back up to `check.cost` units of the most recent spending on
     /// every limit of `check`, each on its own and never beyond full
     /// capacity (see `State::refund`), atomically, then answers like a
     /// check of cost 0. A key without state is left alone.
-    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError>;
 
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.
@@ -57,12 +57,26 @@ pub trait Store: Send + Sync + 'static {
     fn evictions(&self) -> Option<u64> {
         None
     }
+}
 
-    /// Tells the other instances sharing this store that `key`'s state
-    /// changed under their deny caches (a reset, a refund). `Ok(false)`:
-    /// no other instance shares this store (the embedded store).
-    async fn publish_invalidation(&self, _key: &str) -> Result<bool, StoreError> {
-        Ok(false)
+/// What a reset or refund did: the answer of a check of cost 0 afterwards
+/// (one outcome per limit, in order; also reachable through `Deref`), and
+/// whether the other instances sharing the store were told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Adjusted {
+    pub outcomes: Vec<Outcome>,
+    /// `Some(true)`: the change published its invalidation in the same
+    /// atomic call (Redis); `Some(false)`: that PUBLISH failed (an ACL user
+    /// without the channel), while the change itself happened; `None`: no
+    /// other instance shares this store (the embedded store).
+    pub published: Option<bool>,
+}
+
+impl std::ops::Deref for Adjusted {
+    type Target = [Outcome];
+
+    fn deref(&self) -> &[Outcome] {
+        &self.outcomes
     }
 }
 

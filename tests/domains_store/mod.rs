@@ -14,7 +14,7 @@ use ratekeeper::limiter::breaker::BreakerConfig;
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
 use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::{Store, StoreError};
+use ratekeeper::store::{Adjusted, Store, StoreError};
 /// The embedded store, split into failure domains by key prefix (`"d3:x"` is
 /// domain 3), any of which can be made to fail with a chosen error.
 pub struct Domains {
@@ -68,11 +68,11 @@ impl Store for Domains {
         self.inner.check_now(check)
     }
 
-    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.inner.reset_now(check)
     }
 
-    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.inner.refund_now(check)
     }
 

@@ -1,5 +1,6 @@
 //! The deny cache answers exactly as the store would, on the random
-//! sequences of `parity.rs`.
+//! sequences of `parity.rs`, resets and refunds (through the limiter, which
+//! ends the cached denials they change) included.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,8 @@ use proptest::test_runner::TestCaseError;
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Rule};
 use ratekeeper::store::Store;
 
-use super::{case, rule, runner, runtime, rust_outcomes, simulated_redis};
+use super::{adjusted, case, rule, runner, runtime, rust_outcomes, simulated_redis};
+use crate::support::ops::Op;
 use crate::support::{RedisServer, unique_key};
 
 /// The deny cache answers exactly as the store would: the same random
@@ -40,22 +42,30 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
 
     let mut runner = runner(cases);
     runner
-        .run(&case(algorithm), |case| {
+        .run(&adjusted(case(algorithm)), |case| {
             let case = case.forward();
             let expected = rust_outcomes(&case);
             let key = unique_key("dc");
             for (i, ((now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
                 let check = Check::single(key.clone(), case.rule, cost);
+                let op = case.op(i);
                 let got = runtime
-                    .block_on(limiter.check(&check))
+                    .block_on(async {
+                        match op {
+                            Op::Check => limiter.check(&check).await,
+                            Op::Reset => limiter.reset(&check).await,
+                            Op::Refund => limiter.refund(&check).await,
+                        }
+                    })
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 let want = Decision::from_outcomes(&check, &[*want]);
                 prop_assert_eq!(
                     got,
                     want,
-                    "step {} (t={}, cost={}) of {:?}",
+                    "step {} ({:?} at t={}, cost={}) of {:?}",
                     i,
+                    op,
                     now,
                     cost,
                     case.rule

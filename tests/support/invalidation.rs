@@ -4,7 +4,6 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fred::prelude::*;
 use ratekeeper::deny_cache::DenyCache;
 use ratekeeper::domain::{Algorithm, Check, MonotonicClock};
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
@@ -19,11 +18,13 @@ pub struct Instance {
     pub metrics: Arc<Metrics>,
     pub store: RedisStore,
     listener: tokio::task::JoinHandle<()>,
+    prober: tokio::task::JoinHandle<()>,
 }
 
 impl Drop for Instance {
     fn drop(&mut self) {
         self.listener.abort();
+        self.prober.abort();
     }
 }
 
@@ -63,7 +64,7 @@ pub async fn instance_unsubscribed(url: String) -> Instance {
     );
     limiter.probe().await;
     // As in the service: the prober notices when Redis is back.
-    drop(limiter.spawn_prober(Duration::from_millis(100)));
+    let prober = limiter.spawn_prober(Duration::from_millis(100));
     let sink = limiter.invalidation_sink().expect("a deny cache");
     let listener = store
         .spawn_invalidation_listener(sink, Duration::from_millis(100))
@@ -73,6 +74,7 @@ pub async fn instance_unsubscribed(url: String) -> Instance {
         metrics,
         store,
         listener: listener.task,
+        prober,
     }
 }
 
@@ -95,21 +97,6 @@ pub async fn deny_and_cache(a: &Instance, check: &Check) {
     );
 }
 
-/// A reset of `check` as the reset endpoint does it: the key's state is
-/// deleted in Redis (key layout of `store/redis/keys.rs`).
-pub async fn delete_state(store: &RedisStore, redis: &Client, check: &Check) {
-    let deleted: i64 = redis.del(store.key_for(check)).await.unwrap();
-    assert_eq!(deleted, 1, "the key's state was there");
-}
-
-pub async fn plain_client(url: &str) -> Client {
-    let client = Builder::from_config(Config::from_url(url).unwrap())
-        .build()
-        .unwrap();
-    client.init().await.unwrap();
-    client
-}
-
 /// Polls `done` every 10 ms without blocking the runtime.
 pub async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> bool) {
     let deadline = Instant::now() + limit;
@@ -119,6 +106,26 @@ pub async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> b
             "timed out after {limit:?}: {what}"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits (up to 10 s) until `a`'s subscription is up and stays so, with no
+/// further loss counted, for 300 ms: a reconnect the listener forced (or
+/// fred's own) may cost one more round after it first came back.
+pub async fn settled(a: &Instance) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut lost = a.metrics.invalidation_subscription_lost.get();
+    loop {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let now = a.metrics.invalidation_subscription_lost.get();
+        if now == lost && !a.limiter.deny_cache_suspended() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the subscription never settled (lost {now} times)"
+        );
+        lost = now;
     }
 }
 

@@ -39,8 +39,8 @@ impl Op {
     pub async fn run(self, store: &dyn Store, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         match self {
             Op::Check => store.check(check).await,
-            Op::Reset => store.reset(check).await,
-            Op::Refund => store.refund(check).await,
+            Op::Reset => store.reset(check).await.map(|a| a.outcomes),
+            Op::Refund => store.refund(check).await.map(|a| a.outcomes),
         }
     }
 }

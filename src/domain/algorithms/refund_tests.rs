@@ -51,6 +51,24 @@ fn sliding_window_takes_from_the_current_window_first_then_the_previous() {
     assert_eq!(look(&s, &r, next).remaining, 10);
 }
 
+/// A refund in the window after the last spend lowers that spend's count
+/// and keeps its index: rolled to the new window, the Redis key would keep
+/// the expiry of the old one and die a window early.
+#[test]
+fn sliding_window_refund_in_the_next_window_keeps_the_index() {
+    let r = rule(Algorithm::SlidingWindow, 10, 10 * SEC);
+    let mut s = State::fresh(Algorithm::SlidingWindow);
+    let t = 1_000 * SEC;
+    spend(&mut s, &r, t, 6);
+    let next = t + 10 * SEC;
+    s.refund(&r, next, 2);
+    let State::SlidingWindow(w) = &s else {
+        unreachable!()
+    };
+    assert_eq!((w.window_index, w.curr), (100, 4));
+    assert_eq!(look(&s, &r, next).remaining, 6);
+}
+
 #[test]
 fn sliding_log_removes_the_newest_units_splitting_an_entry() {
     let r = rule(Algorithm::SlidingLog, 10, 10 * SEC);

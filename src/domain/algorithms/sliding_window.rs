@@ -64,17 +64,26 @@ pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u6
 }
 
 /// Gives back up to `cost` units: from the current window's count first,
-/// then from the previous one's. Writes (the rolled state) only if it gave
-/// something back, as `sliding_window_refund` in the Lua; the expiry the
-/// last spend set still covers every count left.
+/// then from the previous one's, as `sliding_window_refund` in the Lua.
+/// Never rolls the stored state: a state last written in the previous
+/// window keeps its index and only its count falls, so the expiry its
+/// spend set stays right (rolled, it would claim this window with an
+/// expiry a window short, and die before a later spend's usage did).
 pub fn refund(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) {
-    let mut state = rolled(stored, now_us / rule.window_us);
+    let index = now_us / rule.window_us;
+    let state = rolled(stored, index);
     let from_curr = cost.min(state.curr);
     let from_prev = (cost - from_curr).min(state.prev);
-    if from_curr + from_prev > 0 {
-        state.curr -= from_curr;
-        state.prev -= from_prev;
-        *stored = state;
+    if from_curr + from_prev == 0 {
+        return;
+    }
+    if stored.window_index == index {
+        stored.curr -= from_curr;
+        stored.prev -= from_prev;
+    } else {
+        // `window_index + 1 == index`: its current count is this window's
+        // previous one (and nothing is in this window yet).
+        stored.curr -= from_prev;
     }
 }
 

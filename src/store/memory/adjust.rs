@@ -4,25 +4,25 @@
 
 use super::{MemoryStore, StateKeyRef};
 use crate::domain::{Check, Outcome};
-use crate::store::StoreError;
+use crate::store::{Adjusted, StoreError};
 
 impl MemoryStore {
     /// Deletes the state of every limit of `check`, then answers like a
     /// check of cost 0 (see [`Store::reset`](crate::store::Store::reset)).
-    pub fn reset_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    pub fn reset_now(&self, check: &Check) -> Result<Adjusted, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
             shard.map.remove(&StateKeyRef::of(check, limit));
         }
-        Ok(self.inner.check_in(&mut shard.map, check, 0, now))
+        Ok(unshared(self.inner.check_in(&mut shard.map, check, 0, now)))
     }
 
     /// Gives back up to `check.cost` on every limit of `check`, then
     /// answers like a check of cost 0 (see
     /// [`Store::refund`](crate::store::Store::refund)). Expired state is
     /// "never seen", as after a Redis TTL: nothing to give back.
-    pub fn refund_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    pub fn refund_now(&self, check: &Check) -> Result<Adjusted, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
@@ -32,12 +32,21 @@ impl MemoryStore {
             if entry.expires_at_us <= now {
                 continue;
             }
-            // The buckets' refunds set the expiry as their Lua does; the
-            // others keep the one their last spend set.
+            // The buckets' refunds set the expiry as their Lua does, only
+            // ever lengthening it (PEXPIRE GT); the others keep the one
+            // their last spend set.
             if let Some(lives) = entry.state.refund(&limit.rule, now, check.cost) {
-                entry.expires_at_us = now.saturating_add(lives);
+                entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
             }
         }
-        Ok(self.inner.check_in(&mut shard.map, check, 0, now))
+        Ok(unshared(self.inner.check_in(&mut shard.map, check, 0, now)))
+    }
+}
+
+/// No other instance shares an embedded store: nothing to publish.
+fn unshared(outcomes: Vec<Outcome>) -> Adjusted {
+    Adjusted {
+        outcomes,
+        published: None,
     }
 }

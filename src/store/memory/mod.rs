@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hashbrown::{Equivalent, HashMap};
 
-use super::{Store, StoreError};
+use super::{Adjusted, Store, StoreError};
 use crate::domain::algorithms::{State, apply_all};
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule};
 
@@ -321,11 +321,11 @@ impl Store for MemoryStore {
         self.check_now(check)
     }
 
-    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.reset_now(check)
     }
 
-    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
         self.refund_now(check)
     }
 

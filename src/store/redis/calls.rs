@@ -8,7 +8,7 @@ use fred::types::scripts::Script;
 use super::errors::{classify, classify_message, is_moved, is_noscript};
 use super::{CallGuard, Inner};
 use crate::domain::{Check, Outcome};
-use crate::store::{StoreError, scripts};
+use crate::store::{Adjusted, StoreError, scripts};
 
 impl Inner {
     /// Redis calls under way right now.
@@ -91,49 +91,66 @@ impl Inner {
 
     /// One EVALSHA of the check script: every limit of `check`, all or nothing.
     pub(super) async fn check_one(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        self.run_one(check, &self.check_script, scripts::CHECK)
-            .await
+        let reply = self
+            .run_one(check, &self.check_script, scripts::CHECK, None)
+            .await?;
+        outcomes(&reply, check.limits.len())
     }
 
     /// One EVALSHA of the reset or refund script (`lua/adjust.lua`): the
-    /// same keys and arguments as a check, the same reply.
+    /// same keys and arguments as a check plus the invalidation channel and
+    /// the client key, which the script PUBLISHes; the same reply plus
+    /// whether that PUBLISH succeeded.
     pub(super) async fn adjust_one(
         &self,
         check: &Check,
         refund: bool,
-    ) -> Result<Vec<Outcome>, StoreError> {
-        if refund {
-            self.run_one(check, &self.refund_script, scripts::REFUND)
-                .await
+        channel: &str,
+    ) -> Result<Adjusted, StoreError> {
+        let (script, source) = if refund {
+            (&self.refund_script, scripts::REFUND)
         } else {
-            self.run_one(check, &self.reset_script, scripts::RESET)
-                .await
+            (&self.reset_script, scripts::RESET)
+        };
+        let reply = self.run_one(check, script, source, Some(channel)).await?;
+        match reply.split_last() {
+            Some((&flag, rest)) if flag == 0 || flag == 1 => Ok(Adjusted {
+                outcomes: outcomes(rest, check.limits.len())?,
+                published: Some(flag == 1),
+            }),
+            _ => Err(StoreError::Backend(format!(
+                "unexpected script reply {reply:?}"
+            ))),
         }
     }
 
-    /// `script` with `check`'s keys and the check script's arguments.
+    /// `script` with `check`'s keys and the check script's arguments, then
+    /// (for reset and refund) `channel` and the client key.
     async fn run_one(
         &self,
         check: &Check,
         script: &Script,
         source: &'static str,
-    ) -> Result<Vec<Outcome>, StoreError> {
-        let reply: Vec<i64> = self
-            .run(check, script, source, || {
-                let keys: Vec<String> = check
-                    .limits
-                    .iter()
-                    .map(|l| self.key_for(check, l))
-                    .collect();
-                let mut args = Vec::with_capacity(3 + 4 * check.limits.len());
-                args.push(self.now_arg());
-                args.push(self.options.ttl_pad_ms.to_string());
-                args.push(check.cost.to_string());
-                push_limits(&mut args, check);
-                (keys, args)
-            })
-            .await?;
-        outcomes(&reply, check.limits.len())
+        channel: Option<&str>,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.run(check, script, source, || {
+            let keys: Vec<String> = check
+                .limits
+                .iter()
+                .map(|l| self.key_for(check, l))
+                .collect();
+            let mut args = Vec::with_capacity(5 + 4 * check.limits.len());
+            args.push(self.now_arg());
+            args.push(self.options.ttl_pad_ms.to_string());
+            args.push(check.cost.to_string());
+            push_limits(&mut args, check);
+            if let Some(channel) = channel {
+                args.push(channel.to_string());
+                args.push(check.key.clone());
+            }
+            (keys, args)
+        })
+        .await
     }
 
     /// One EVALSHA of the batch script for checks whose keys share a slot

@@ -1,8 +1,8 @@
 //! The invalidation channel: how every instance learns at once that a key's
 //! state changed under its deny cache (a reset, a refund).
 //!
-//! The instance that changed the state PUBLISHes the client key on
-//! `<key prefix>invalidate`; every instance keeps a subscriber connection
+//! The reset or refund script itself PUBLISHes the client key on
+//! `<key prefix>invalidate` (`lua/adjust.lua`), right after the change; every instance keeps a subscriber connection
 //! of its own on that channel and hands each message to its
 //! [`InvalidationSink`] (the deny cache). Redis pub/sub is fire and
 //! forget: a message sent while a subscriber is not subscribed is lost for
@@ -69,17 +69,6 @@ impl RedisStore {
         format!("{}invalidate", self.inner.options.key_prefix)
     }
 
-    /// PUBLISHes `key` on the invalidation channel. Returns how many
-    /// subscribers the node that took it delivered it to (in a cluster,
-    /// only those connected to that node: the others get it over the bus).
-    pub(super) async fn publish(&self, key: &str) -> Result<i64, StoreError> {
-        let client = self.inner.pool.next_connected();
-        client
-            .publish(self.invalidation_channel(), key)
-            .await
-            .map_err(super::errors::classify)
-    }
-
     /// Starts the subscriber (see the module doc). `sink` is told at once
     /// that nothing is subscribed yet. `heartbeat` is how often the
     /// subscriber connection is pinged.
@@ -120,6 +109,7 @@ impl RedisStore {
             sink,
             heartbeat: heartbeat.max(Duration::from_millis(10)),
             up,
+            reconnecting: None,
         };
         let task = tokio::spawn(listener.run());
         Ok(InvalidationListener { task, subscribed })
@@ -135,6 +125,16 @@ struct Listener {
     sink: Arc<dyn InvalidationSink>,
     heartbeat: Duration,
     up: watch::Sender<bool>,
+    /// The last reconnect the heartbeat forced, if any.
+    reconnecting: Option<JoinHandle<()>>,
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        if let Some(reconnect) = self.reconnecting.take() {
+            reconnect.abort();
+        }
+    }
 }
 
 impl Listener {
@@ -205,7 +205,15 @@ impl Listener {
                 _ = heartbeat.tick() => if !self.ping().await {
                     tracing::warn!("invalidation subscription not answering: reconnecting");
                     let client = self.client.clone();
-                    tokio::spawn(async move { client.force_reconnection().await });
+                    // Not awaited here: serve() returns so the cache is
+                    // suspended at once. Kept, so a newer one (or the
+                    // listener's end) aborts it rather than leaking it.
+                    let reconnect = tokio::spawn(async move {
+                        let _ = client.force_reconnection().await;
+                    });
+                    if let Some(old) = self.reconnecting.replace(reconnect) {
+                        old.abort();
+                    }
                     return;
                 },
             }

@@ -39,7 +39,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use tokio::sync::mpsc;
 
-use super::{Store, StoreError, scripts};
+use super::{Adjusted, Store, StoreError, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
 use errors::classify;
 pub use invalidation::{InvalidationListener, MAX_MESSAGE_BYTES};
@@ -262,14 +262,17 @@ impl Store for RedisStore {
         result.map_err(|e| self.inner.auth.explain(e))
     }
 
-    /// Never batched: a reset or refund is rare, and its own call.
-    async fn reset(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        let result = self.inner.adjust_one(check, false).await;
+    /// Never batched: a reset or refund is rare, and its own call, which
+    /// also publishes the invalidation (see `lua/adjust.lua`).
+    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
+        let channel = self.invalidation_channel();
+        let result = self.inner.adjust_one(check, false, &channel).await;
         result.map_err(|e| self.inner.auth.explain(e))
     }
 
-    async fn refund(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        let result = self.inner.adjust_one(check, true).await;
+    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
+        let channel = self.invalidation_channel();
+        let result = self.inner.adjust_one(check, true, &channel).await;
         result.map_err(|e| self.inner.auth.explain(e))
     }
 
@@ -291,12 +294,5 @@ impl Store for RedisStore {
             Some(domains) => domains.of(self.inner.slot_of(check)),
             None => 0,
         }
-    }
-
-    async fn publish_invalidation(&self, key: &str) -> Result<bool, StoreError> {
-        self.publish(key)
-            .await
-            .map(|_| true)
-            .map_err(|e| self.inner.auth.explain(e))
     }
 }
