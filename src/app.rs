@@ -61,6 +61,8 @@ pub struct Application {
     redis: Option<RedisStore>,
     policies: Arc<ArcSwap<PolicySet>>,
     grpc_addr: Option<SocketAddr>,
+    /// Told to stop waiting checks when the server starts draining.
+    limiter: Arc<Limiter>,
 }
 
 impl Application {
@@ -137,7 +139,14 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
-        let router = build_router(&settings, limiter, metrics, policies.clone(), auth.tokens);
+        warn_if_waits_outlast_shutdown(&settings);
+        let router = build_router(
+            &settings,
+            limiter.clone(),
+            metrics,
+            policies.clone(),
+            auth.tokens,
+        );
         Ok(Application {
             listener,
             router,
@@ -148,6 +157,7 @@ impl Application {
             redis,
             policies,
             grpc_addr,
+            limiter,
         })
     }
 
@@ -193,6 +203,13 @@ impl Application {
             }
             None => warn!("cannot read the open-files limit"),
         }
+        // Waiting checks answer their last denial as draining starts,
+        // rather than outlast server.shutdown_timeout and be dropped.
+        let limiter = self.limiter.clone();
+        let shutdown = async move {
+            shutdown.await;
+            limiter.stop_waiting();
+        };
         let result = server::serve(
             self.listener,
             self.router,
@@ -209,6 +226,20 @@ impl Application {
         }
         info!("stopped");
         result
+    }
+}
+
+/// A wait longer than the drain is cut short at shutdown (the waiter gets
+/// its last denial): worth knowing when choosing `limits.max_wait`.
+fn warn_if_waits_outlast_shutdown(settings: &Settings) {
+    let max_wait = Duration::from_millis(settings.limits.max_wait_ms);
+    if max_wait > settings.server.shutdown_timeout {
+        warn!(
+            ?max_wait,
+            shutdown_timeout = ?settings.server.shutdown_timeout,
+            "limits.max_wait is longer than server.shutdown_timeout: \
+             checks still waiting at shutdown are answered with their last denial"
+        );
     }
 }
 
@@ -371,7 +402,11 @@ fn build_limiter(
     };
     let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
         .with_breaker(breaker, Arc::new(MonotonicClock::default()))
-        .with_waiting(settings.limits.max_waiters, Arc::new(TokioTimer::default()));
+        .with_waiting(
+            settings.limits.max_waiters,
+            settings.limits.max_waiters_per_key,
+            Arc::new(TokioTimer::default()),
+        );
     if let Some(local) = local {
         limiter = limiter.with_local_store(local);
     }

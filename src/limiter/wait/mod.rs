@@ -14,9 +14,24 @@
 //! - The wait is an ordinary future: when the client goes away and the
 //!   request's future is dropped, its ticket leaves the line and nothing
 //!   more is asked of the store.
-//! - At most `limits.max_waiters` wait at once; beyond that a check is
-//!   answered at once as if it had not asked to wait.
+//! - At most `limits.max_waiters` wait at once, at most
+//!   `limits.max_waiters_per_key` in one line; beyond that a check is
+//!   answered at once as if it had not asked to wait (counted).
+//! - A waiter the line cannot serve before its deadline (one freed unit
+//!   per waiter ahead of it) is answered at once with the head's last
+//!   denial, without a store call ([`queue`]).
+//! - A reset or refund of the key (here, or on another instance through
+//!   the invalidation listener) wakes the head: it tries at once.
+//! - A check smaller than the head's asks the store before joining: it
+//!   may pass now although the head cannot. The head may then be served
+//!   later, but never past its deadline.
+//! - When the server drains, every waiter answers its last denial at once.
+//! - Known limit: a client that hangs up while its head's store call is in
+//!   flight may have spent a unit nobody receives (a sent EVALSHA cannot
+//!   be called back). The window is one store round trip per hang-up.
 
+#[cfg(test)]
+mod line_tests;
 pub mod queue;
 #[cfg(test)]
 mod tests;
@@ -25,7 +40,7 @@ pub mod timer;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::queue::{QueueKey, Ticket, Waiters};
+use self::queue::{QueueKey, Refused, Ticket, Turn, Waiters};
 use self::timer::Timer;
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision};
@@ -42,7 +57,7 @@ pub struct Waited {
 
 /// The waiting side of a limiter: its lines and the time it sleeps on.
 pub struct Waiting {
-    pub(super) waiters: Waiters,
+    pub(super) waiters: Arc<Waiters>,
     pub(super) timer: Arc<dyn Timer>,
 }
 
@@ -76,28 +91,35 @@ impl Limiter {
         let key = QueueKey::of(check);
         // With others already in line, asking the store first would jump
         // the line (and add a try per arrival); without, most checks pass
-        // at once and never join.
+        // at once and never join. A check smaller than the head's still
+        // asks first: the store may admit it now although not the head
+        // (the head may then wait longer, never past its deadline).
         let first = match self.waiting.waiters.ahead(&key) {
-            None => {
+            Some(head_cost) if check.cost >= head_cost => None,
+            _ => {
                 let decision = self.decide(check).await?;
                 if !worth_waiting(&decision, timer.now_us(), deadline) {
                     return Ok(answer(decision));
                 }
                 Some(decision)
             }
-            // The head itself will not try before the deadline.
-            Some(next_try) if next_try > deadline => {
-                return Ok(answer(self.decide(check).await?));
-            }
-            Some(_) => None,
         };
-        let Some(ticket) = self.waiting.waiters.join(key) else {
-            // Over limits.max_waiters: as if wait_ms were 0.
-            let decision = match first {
-                Some(decision) => decision,
-                None => self.decide(check).await?,
-            };
-            return Ok(answer(decision));
+        let joined = self
+            .waiting
+            .waiters
+            .join(key, check.cost, deadline, timer.now_us());
+        let ticket = match joined {
+            Ok(ticket) => ticket,
+            // Over a bound: as if wait_ms were 0.
+            Err(Refused::Full) => {
+                let decision = match first {
+                    Some(decision) => decision,
+                    None => self.decide(check).await?,
+                };
+                return Ok(answer(decision));
+            }
+            // The line cannot serve it in time: answered without a try.
+            Err(Refused::TooLate(denial)) => return Ok(answer(first.unwrap_or(denial))),
         };
         let decision = self.wait_in_line(check, ticket, first, deadline).await?;
         let waited = Duration::from_micros(timer.now_us().saturating_sub(started));
@@ -105,8 +127,9 @@ impl Limiter {
         Ok(Waited { decision, waited })
     }
 
-    /// Waits for the head of the line (or the deadline), then tries at
-    /// each `retry_after` while the time left covers it.
+    /// Waits for the head of the line (or to be told it cannot be served
+    /// in time), then tries at each `retry_after` while the time left
+    /// covers it.
     async fn wait_in_line(
         &self,
         check: &Check,
@@ -116,24 +139,24 @@ impl Limiter {
     ) -> Result<Decision, LimiterError> {
         let timer = &self.waiting.timer;
         if !ticket.is_head() {
+            let closed = ticket.closed.clone();
             let turn = tokio::select! {
-                turn = ticket.turn(deadline) => turn,
-                () = timer.sleep_until(deadline) => false,
+                turn = ticket.turn() => turn,
+                () = timer.sleep_until(deadline) => Turn::Waiting,
+                () = queue::closed(closed) => Turn::Waiting,
             };
-            if !turn {
-                // Out of time in line (or the head's next try is already
-                // past the deadline): leave it, and answer as the store
-                // does now (one try, which may even pass).
-                drop(ticket);
-                return self.decide(check).await;
+            match turn {
+                Turn::Head => last = None,
+                Turn::Leave(denial) => return Ok(denial),
+                // Out of time in line, or draining.
+                Turn::Waiting => return self.leave_now(check, ticket).await,
             }
-            last = None;
         }
         loop {
             let decision = match last.take() {
                 Some(decision) => decision,
                 None => {
-                    ticket.plan(None);
+                    ticket.plan_now();
                     self.decide(check).await?
                 }
             };
@@ -142,8 +165,24 @@ impl Limiter {
                 return Ok(decision);
             }
             let at = now + retry_us(&decision);
-            ticket.plan(Some(at));
-            timer.sleep_until(at).await;
+            ticket.plan(at, retry_us(&decision), &decision, now);
+            tokio::select! {
+                () = timer.sleep_until(at) => {}
+                // A reset or refund of the key: try now.
+                () = ticket.woken() => {}
+                () = ticket.closed() => return Ok(decision),
+            }
+        }
+    }
+
+    /// Leaves the line before its turn: with the head's last denial, or
+    /// (the head is asking now, so only the store knows) one try.
+    async fn leave_now(&self, check: &Check, ticket: Ticket<'_>) -> Result<Decision, LimiterError> {
+        let denial = ticket.answer_now(self.waiting.timer.now_us());
+        drop(ticket);
+        match denial {
+            Some(denial) => Ok(denial),
+            None => self.decide(check).await,
         }
     }
 }
