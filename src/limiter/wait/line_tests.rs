@@ -1,6 +1,9 @@
 //! The line's bounds and wake-ups on a manual clock: the per-key cap,
 //! store load with many waiters, resets, smaller costs, shutdown.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use super::tests::{SECOND, bucket, rig, rig_with, settle};
@@ -154,4 +157,38 @@ async fn draining_answers_every_waiter_its_last_denial_at_once() {
     let late = rig.limiter.check_waiting(&check, SECOND).await.unwrap();
     assert!(!late.decision.allowed);
     assert_eq!(late.waited, Duration::ZERO);
+}
+
+/// Polls `waiting` once, as a server would before the client hangs up.
+fn poll_once<F: Future>(waiting: Pin<&mut F>) -> bool {
+    let mut cx = Context::from_waker(Waker::noop());
+    waiting.poll(&mut cx).is_ready()
+}
+
+#[tokio::test]
+async fn a_unit_allowed_to_a_waiter_that_hung_up_is_given_back() {
+    // The answer arrives before the hang-up (given back when the unread
+    // answer is dropped), or after it (given back by the try's task).
+    for answered_first in [true, false] {
+        let rig = rig(10);
+        let check = bucket("k");
+        assert!(rig.limiter.check(&check).await.unwrap().allowed);
+        // Boxed, so that dropping it drops the future itself.
+        let mut waiting = Box::pin(rig.limiter.check_waiting(&check, SECOND));
+        assert!(!poll_once(waiting.as_mut()), "in line");
+        rig.timer.advance_us(100_000);
+        let calls = rig.store_calls();
+        assert!(!poll_once(waiting.as_mut()), "its retry is sent");
+        if answered_first {
+            settle().await;
+            assert_eq!(rig.store_calls(), calls + 1, "and answered");
+        }
+        // The client hangs up: the request's future is dropped.
+        drop(waiting);
+        settle().await;
+        assert_eq!(rig.store_calls(), calls + 2, "the try and its refund");
+        let given_back = rig.limiter.check(&check).await.unwrap();
+        assert!(given_back.allowed, "answered first: {answered_first}");
+        assert_eq!(rig.limiter.waiters(), 0);
+    }
 }

@@ -26,9 +26,11 @@
 //!   may pass now although the head cannot. The head may then be served
 //!   later, but never past its deadline.
 //! - When the server drains, every waiter answers its last denial at once.
-//! - Known limit: a client that hangs up while its head's store call is in
-//!   flight may have spent a unit nobody receives (a sent EVALSHA cannot
-//!   be called back). The window is one store round trip per hang-up.
+//! - A head's retry runs in a task of its own: a sent EVALSHA cannot be
+//!   called back, so if the client hangs up meanwhile and the answer is
+//!   allowed, the unit is given back (a refund). A hang-up during the
+//!   first try (before joining a line) is an ordinary check's: not given
+//!   back, like any check whose client goes away.
 
 #[cfg(test)]
 mod line_tests;
@@ -39,6 +41,8 @@ pub mod timer;
 
 use std::sync::Arc;
 use std::time::Duration;
+
+use tokio::sync::oneshot;
 
 use self::queue::{QueueKey, Refused, Ticket, Turn, Waiters};
 use self::timer::Timer;
@@ -67,7 +71,7 @@ impl Limiter {
     /// The answer is counted in `ratekeeper_checks_total` once, whatever
     /// the number of tries.
     pub async fn check_waiting(
-        &self,
+        self: &Arc<Self>,
         check: &Check,
         wait: Duration,
     ) -> Result<Waited, LimiterError> {
@@ -76,7 +80,11 @@ impl Limiter {
         Ok(waited)
     }
 
-    async fn wait_for(&self, check: &Check, wait: Duration) -> Result<Waited, LimiterError> {
+    async fn wait_for(
+        self: &Arc<Self>,
+        check: &Check,
+        wait: Duration,
+    ) -> Result<Waited, LimiterError> {
         let timer = self.waiting.timer.clone();
         let started = timer.now_us();
         let deadline = started.saturating_add(wait.as_micros() as u64);
@@ -131,7 +139,7 @@ impl Limiter {
     /// in time), then tries at each `retry_after` while the time left
     /// covers it.
     async fn wait_in_line(
-        &self,
+        self: &Arc<Self>,
         check: &Check,
         mut ticket: Ticket<'_>,
         mut last: Option<Decision>,
@@ -140,10 +148,12 @@ impl Limiter {
         let timer = &self.waiting.timer;
         if !ticket.is_head() {
             let closed = ticket.closed.clone();
+            // Draining first: a turn that came with it is not taken.
             let turn = tokio::select! {
-                turn = ticket.turn() => turn,
-                () = timer.sleep_until(deadline) => Turn::Waiting,
+                biased;
                 () = queue::closed(closed) => Turn::Waiting,
+                () = timer.sleep_until(deadline) => Turn::Waiting,
+                turn = ticket.turn() => turn,
             };
             match turn {
                 Turn::Head => last = None,
@@ -157,7 +167,7 @@ impl Limiter {
                 Some(decision) => decision,
                 None => {
                     ticket.plan_now();
-                    self.decide(check).await?
+                    self.try_detached(check).await?
                 }
             };
             let now = timer.now_us();
@@ -167,11 +177,41 @@ impl Limiter {
             let at = now + retry_us(&decision);
             ticket.plan(at, retry_us(&decision), &decision, now);
             tokio::select! {
+                biased;
+                () = ticket.closed() => return Ok(decision),
                 () = timer.sleep_until(at) => {}
                 // A reset or refund of the key: try now.
                 () = ticket.woken() => {}
-                () = ticket.closed() => return Ok(decision),
             }
+        }
+    }
+
+    /// One try of the head, in a task of its own: a sent store call cannot
+    /// be called back, so when the client hangs up meanwhile the answer
+    /// still arrives, and a unit it spent for nobody is given back
+    /// (counted as a refund).
+    async fn try_detached(self: &Arc<Self>, check: &Check) -> Result<Decision, LimiterError> {
+        let (answer, answered) = oneshot::channel();
+        let (limiter, tried) = (self.clone(), check.clone());
+        // Not joined: it ends with its one store call (and refund), both
+        // bounded by the store's timeouts.
+        tokio::spawn(async move {
+            let decision = limiter.decide(&tried).await;
+            // Refused: the waiter is gone.
+            if let Err(unread) = answer.send(decision) {
+                give_back(limiter, tried, unread).await;
+            }
+        });
+        let mut pending = Pending {
+            answered: Some(answered),
+            limiter: self,
+            check,
+        };
+        let answer = pending.answered.as_mut().expect("set above").await;
+        pending.answered = None;
+        match answer {
+            Ok(decision) => decision,
+            Err(_) => panic!("a waiting check's store call panicked"),
         }
     }
 
@@ -184,6 +224,42 @@ impl Limiter {
             Some(denial) => Ok(denial),
             None => self.decide(check).await,
         }
+    }
+}
+
+/// A try whose waiter may go away before reading its answer.
+struct Pending<'a> {
+    answered: Option<oneshot::Receiver<Result<Decision, LimiterError>>>,
+    limiter: &'a Arc<Limiter>,
+    check: &'a Check,
+}
+
+impl Drop for Pending<'_> {
+    /// Dropped unread (the client hung up): an answer already sent is
+    /// given back here; one still to come is refused, and the task gives
+    /// it back.
+    fn drop(&mut self) {
+        let Some(mut answered) = self.answered.take() else {
+            return;
+        };
+        answered.close();
+        if let Ok(Ok(decision)) = answered.try_recv()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (limiter, check) = (self.limiter.clone(), self.check.clone());
+            runtime.spawn(give_back(limiter, check, Ok(decision)));
+        }
+    }
+}
+
+/// Refunds an allowed answer nobody received.
+async fn give_back(limiter: Arc<Limiter>, check: Check, answer: Result<Decision, LimiterError>) {
+    let Ok(decision) = answer else { return };
+    if !decision.allowed || decision.degraded {
+        return;
+    }
+    if let Err(error) = limiter.refund(&check).await {
+        tracing::warn!(%error, "cannot give back a unit whose waiter hung up");
     }
 }
 

@@ -330,8 +330,9 @@ impl Drop for Ticket<'_> {
                     None => {
                         lines.remove(&self.key);
                     }
+                    // The plan stays: the next unit comes no earlier than
+                    // the old head planned, until the new head asks.
                     Some((_, next)) if was_head => {
-                        line.plan.next_try_us = None;
                         next.turn.send_if_modified(|turn| {
                             let waiting = matches!(turn, Turn::Waiting);
                             if waiting {
