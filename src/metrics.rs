@@ -153,7 +153,7 @@ impl Metrics {
         let check_duration = Histogram::with_opts(
             HistogramOpts::new(
                 "ratekeeper_check_duration_seconds",
-                "Time to answer POST /v1/check, whole request.",
+                "Time to answer POST /v1/check, whole request, without the time a wait_ms check waited (see ratekeeper_wait_duration_seconds).",
             )
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
@@ -289,7 +289,7 @@ impl Metrics {
         .expect("valid metric");
         let wait_rejected = IntCounter::new(
             "ratekeeper_wait_rejected_total",
-            "Checks that asked to wait (wait_ms) but were answered at once because limits.max_waiters were waiting.",
+            "Checks that asked to wait (wait_ms) but were answered at once because limits.max_waiters (or limits.max_waiters_per_key on their key) were waiting, or the server was draining.",
         )
         .expect("valid metric");
         let wait_duration = Histogram::with_opts(

@@ -61,6 +61,8 @@ pub struct Application {
     redis: Option<RedisStore>,
     policies: Arc<ArcSwap<PolicySet>>,
     grpc_addr: Option<SocketAddr>,
+    /// Told to stop waiting checks when the server starts draining.
+    limiter: Arc<Limiter>,
 }
 
 impl Application {
@@ -130,7 +132,14 @@ impl Application {
             open: metrics.connections.clone(),
             refused: metrics.connections_refused.clone(),
         };
-        let router = build_router(&settings, limiter, metrics, policies.clone(), auth.tokens);
+        warn_if_waits_outlast_shutdown(&settings);
+        let router = build_router(
+            &settings,
+            limiter.clone(),
+            metrics,
+            policies.clone(),
+            auth.tokens,
+        );
         Ok(Application {
             listener,
             router,
@@ -141,6 +150,7 @@ impl Application {
             redis,
             policies,
             grpc_addr,
+            limiter,
         })
     }
 
@@ -186,6 +196,13 @@ impl Application {
             }
             None => warn!("cannot read the open-files limit"),
         }
+        // Waiting checks answer their last denial as draining starts,
+        // rather than outlast server.shutdown_timeout and be dropped.
+        let limiter = self.limiter.clone();
+        let shutdown = async move {
+            shutdown.await;
+            limiter.stop_waiting();
+        };
         let result = server::serve(
             self.listener,
             self.router,
@@ -204,6 +221,21 @@ impl Application {
         result
     }
 }
+
+/// A wait longer than the drain is cut short at shutdown (the waiter gets
+/// its last denial): worth knowing when choosing `limits.max_wait`.
+fn warn_if_waits_outlast_shutdown(settings: &Settings) {
+    let max_wait = Duration::from_millis(settings.limits.max_wait_ms);
+    if max_wait > settings.server.shutdown_timeout {
+        warn!(
+            ?max_wait,
+            shutdown_timeout = ?settings.server.shutdown_timeout,
+            "limits.max_wait is longer than server.shutdown_timeout: \
+             checks still waiting at shutdown are answered with their last denial"
+        );
+    }
+}
+
 /// The HTTP listener on `addr`, and the address it got (port 0 picks one).
 async fn bind_http(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartError> {
     let listener = TcpListener::bind(addr)

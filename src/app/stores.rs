@@ -104,7 +104,11 @@ pub(super) fn build_limiter(
     };
     let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
         .with_breaker(breaker, Arc::new(MonotonicClock::default()))
-        .with_waiting(settings.limits.max_waiters, Arc::new(TokioTimer::default()));
+        .with_waiting(
+            settings.limits.max_waiters,
+            settings.limits.max_waiters_per_key,
+            Arc::new(TokioTimer::default()),
+        );
     if let Some(local) = local {
         limiter = limiter.with_local_store(local);
     }

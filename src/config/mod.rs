@@ -154,6 +154,7 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_limits_per_check",
     "limits.max_wait",
     "limits.max_waiters",
+    "limits.max_waiters_per_key",
     "policies.file",
     "policies.poll_interval",
     "grpc.listen",
@@ -248,6 +249,7 @@ impl Settings {
                 Err(m) => Err(m),
             }),
             r.parse("limits.max_waiters", |s| int_in(s, 0, 10_000_000)),
+            r.parse("limits.max_waiters_per_key", |s| int_in(s, 0, 10_000_000)),
         );
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
@@ -312,6 +314,7 @@ impl Settings {
                     max_limits_per_check: limits.2? as usize,
                     max_wait_ms: limits.3?,
                     max_waiters: limits.4? as usize,
+                    max_waiters_per_key: limits.5? as usize,
                 },
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,

@@ -281,3 +281,16 @@ fn max_wait_and_max_waiters_default_and_are_bounded() {
     assert!(problems.contains("must be at most 1h"), "{problems}");
     assert!(problems.contains("limits.max_waiters"), "{problems}");
 }
+
+#[test]
+fn max_waiters_per_key_defaults_to_a_thousand_and_is_bounded() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert_eq!(s.limits.max_waiters_per_key, 1_000);
+    let vars = [("RATEKEEPER_LIMITS__MAX_WAITERS_PER_KEY", "-1")];
+    let error = Settings::load_from(&Overrides::default(), env(&vars)).unwrap_err();
+    let problems = error.problems.join("\n");
+    assert!(
+        problems.contains("limits.max_waiters_per_key"),
+        "{problems}"
+    );
+}

@@ -115,6 +115,9 @@ pub struct Bounds {
     /// Most checks waiting at once (`limits.max_waiters`); beyond it a
     /// check is answered at once.
     pub max_waiters: usize,
+    /// Most of them in one line (one key, policy and limits:
+    /// `limits.max_waiters_per_key`), so one key cannot take every place.
+    pub max_waiters_per_key: usize,
 }
 
 impl Default for Bounds {
@@ -125,6 +128,7 @@ impl Default for Bounds {
             max_limits_per_check: 8,
             max_wait_ms: 10_000,
             max_waiters: 10_000,
+            max_waiters_per_key: 1_000,
         }
     }
 }

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::Limiter;
 use super::deny_cache::DenyCache;
+use super::wait::queue::Waiters;
 use crate::metrics::Metrics;
 use crate::store::InvalidationSink;
 
@@ -22,6 +23,8 @@ impl Limiter {
         if let Some(cache) = &self.deny_cache {
             cache.invalidate(key);
         }
+        // Capacity may be back: the line's head tries at once.
+        self.waiting.waiters.wake(key);
     }
 
     /// Counts what the store call that changed a key's state said about
@@ -50,6 +53,7 @@ impl Limiter {
         let cache = self.deny_cache.clone()?;
         Some(Arc::new(CacheSink {
             cache,
+            waiters: self.waiting.waiters.clone(),
             metrics: self.metrics.clone(),
         }))
     }
@@ -63,6 +67,8 @@ impl Limiter {
 /// The deny cache as the listener sees it.
 struct CacheSink {
     cache: Arc<DenyCache>,
+    /// Woken too: a head sleeping out a denial that a reset ended.
+    waiters: Arc<Waiters>,
     metrics: Arc<Metrics>,
 }
 
@@ -71,11 +77,13 @@ impl InvalidationSink for CacheSink {
     // sees the invalidation (tests/invalidation.rs relies on it).
     fn invalidated(&self, key: &str) {
         self.cache.invalidate(key);
+        self.waiters.wake(key);
         self.metrics.invalidations_received.inc();
     }
 
     fn invalidated_all(&self) {
         self.cache.clear();
+        self.waiters.wake_all();
         self.metrics.invalidations_received.inc();
     }
 

@@ -76,6 +76,8 @@ pub struct Limiter {
 
 /// `limits.max_waiters` by default.
 pub const DEFAULT_MAX_WAITERS: usize = 10_000;
+/// `limits.max_waiters_per_key` by default.
+pub const DEFAULT_MAX_WAITERS_PER_KEY: usize = 1_000;
 
 impl Limiter {
     /// Starts with the store's health unknown (not ready) and the default
@@ -90,11 +92,12 @@ impl Limiter {
             policy.mode,
         );
         let waiting = Waiting {
-            waiters: Waiters::new(
+            waiters: Arc::new(Waiters::new(
                 DEFAULT_MAX_WAITERS,
+                DEFAULT_MAX_WAITERS_PER_KEY,
                 metrics.waiters.clone(),
                 metrics.wait_rejected.clone(),
-            ),
+            )),
             timer: Arc::new(TokioTimer::default()),
         };
         Limiter {
@@ -132,14 +135,22 @@ impl Limiter {
     }
 
     /// At most `max_waiters` checks wait at once (`limits.max_waiters`),
-    /// sleeping on `timer` (tokio's in production; tests drive a manual one).
-    pub fn with_waiting(mut self, max_waiters: usize, timer: Arc<dyn Timer>) -> Limiter {
+    /// at most `max_per_key` of them in one line
+    /// (`limits.max_waiters_per_key`), sleeping on `timer` (tokio's in
+    /// production; tests drive a manual one).
+    pub fn with_waiting(
+        mut self,
+        max_waiters: usize,
+        max_per_key: usize,
+        timer: Arc<dyn Timer>,
+    ) -> Limiter {
         self.waiting = Waiting {
-            waiters: Waiters::new(
+            waiters: Arc::new(Waiters::new(
                 max_waiters,
+                max_per_key,
                 self.metrics.waiters.clone(),
                 self.metrics.wait_rejected.clone(),
-            ),
+            )),
             timer,
         };
         self
@@ -148,6 +159,12 @@ impl Limiter {
     /// Checks waiting now, in every line.
     pub fn waiters(&self) -> usize {
         self.waiting.waiters.len()
+    }
+
+    /// The server drains: every waiting check answers its last denial at
+    /// once, and checks from now on do not wait.
+    pub fn stop_waiting(&self) {
+        self.waiting.waiters.close();
     }
 
     pub fn store_name(&self) -> &'static str {

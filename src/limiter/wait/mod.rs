@@ -14,9 +14,26 @@
 //! - The wait is an ordinary future: when the client goes away and the
 //!   request's future is dropped, its ticket leaves the line and nothing
 //!   more is asked of the store.
-//! - At most `limits.max_waiters` wait at once; beyond that a check is
-//!   answered at once as if it had not asked to wait.
+//! - At most `limits.max_waiters` wait at once, at most
+//!   `limits.max_waiters_per_key` in one line; beyond that a check is
+//!   answered at once as if it had not asked to wait (counted).
+//! - A waiter the line cannot serve before its deadline (one freed unit
+//!   per waiter ahead of it) is answered at once with the head's last
+//!   denial, without a store call ([`queue`]).
+//! - A reset or refund of the key (here, or on another instance through
+//!   the invalidation listener) wakes the head: it tries at once.
+//! - A check smaller than the head's asks the store before joining: it
+//!   may pass now although the head cannot. The head may then be served
+//!   later, but never past its deadline.
+//! - When the server drains, every waiter answers its last denial at once.
+//! - A head's retry runs in a task of its own: a sent EVALSHA cannot be
+//!   called back, so if the client hangs up meanwhile and the answer is
+//!   allowed, the unit is given back (a refund). A hang-up during the
+//!   first try (before joining a line) is an ordinary check's: not given
+//!   back, like any check whose client goes away.
 
+#[cfg(test)]
+mod line_tests;
 pub mod queue;
 #[cfg(test)]
 mod tests;
@@ -25,7 +42,9 @@ pub mod timer;
 use std::sync::Arc;
 use std::time::Duration;
 
-use self::queue::{QueueKey, Ticket, Waiters};
+use tokio::sync::oneshot;
+
+use self::queue::{QueueKey, Refused, Ticket, Turn, Waiters};
 use self::timer::Timer;
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision};
@@ -42,7 +61,7 @@ pub struct Waited {
 
 /// The waiting side of a limiter: its lines and the time it sleeps on.
 pub struct Waiting {
-    pub(super) waiters: Waiters,
+    pub(super) waiters: Arc<Waiters>,
     pub(super) timer: Arc<dyn Timer>,
 }
 
@@ -52,7 +71,7 @@ impl Limiter {
     /// The answer is counted in `ratekeeper_checks_total` once, whatever
     /// the number of tries.
     pub async fn check_waiting(
-        &self,
+        self: &Arc<Self>,
         check: &Check,
         wait: Duration,
     ) -> Result<Waited, LimiterError> {
@@ -61,7 +80,11 @@ impl Limiter {
         Ok(waited)
     }
 
-    async fn wait_for(&self, check: &Check, wait: Duration) -> Result<Waited, LimiterError> {
+    async fn wait_for(
+        self: &Arc<Self>,
+        check: &Check,
+        wait: Duration,
+    ) -> Result<Waited, LimiterError> {
         let timer = self.waiting.timer.clone();
         let started = timer.now_us();
         let deadline = started.saturating_add(wait.as_micros() as u64);
@@ -76,28 +99,35 @@ impl Limiter {
         let key = QueueKey::of(check);
         // With others already in line, asking the store first would jump
         // the line (and add a try per arrival); without, most checks pass
-        // at once and never join.
+        // at once and never join. A check smaller than the head's still
+        // asks first: the store may admit it now although not the head
+        // (the head may then wait longer, never past its deadline).
         let first = match self.waiting.waiters.ahead(&key) {
-            None => {
+            Some(head_cost) if check.cost >= head_cost => None,
+            _ => {
                 let decision = self.decide(check).await?;
                 if !worth_waiting(&decision, timer.now_us(), deadline) {
                     return Ok(answer(decision));
                 }
                 Some(decision)
             }
-            // The head itself will not try before the deadline.
-            Some(next_try) if next_try > deadline => {
-                return Ok(answer(self.decide(check).await?));
-            }
-            Some(_) => None,
         };
-        let Some(ticket) = self.waiting.waiters.join(key) else {
-            // Over limits.max_waiters: as if wait_ms were 0.
-            let decision = match first {
-                Some(decision) => decision,
-                None => self.decide(check).await?,
-            };
-            return Ok(answer(decision));
+        let joined = self
+            .waiting
+            .waiters
+            .join(key, check.cost, deadline, timer.now_us());
+        let ticket = match joined {
+            Ok(ticket) => ticket,
+            // Over a bound: as if wait_ms were 0.
+            Err(Refused::Full) => {
+                let decision = match first {
+                    Some(decision) => decision,
+                    None => self.decide(check).await?,
+                };
+                return Ok(answer(decision));
+            }
+            // The line cannot serve it in time: answered without a try.
+            Err(Refused::TooLate(denial)) => return Ok(answer(first.unwrap_or(denial))),
         };
         let decision = self.wait_in_line(check, ticket, first, deadline).await?;
         let waited = Duration::from_micros(timer.now_us().saturating_sub(started));
@@ -105,10 +135,11 @@ impl Limiter {
         Ok(Waited { decision, waited })
     }
 
-    /// Waits for the head of the line (or the deadline), then tries at
-    /// each `retry_after` while the time left covers it.
+    /// Waits for the head of the line (or to be told it cannot be served
+    /// in time), then tries at each `retry_after` while the time left
+    /// covers it.
     async fn wait_in_line(
-        &self,
+        self: &Arc<Self>,
         check: &Check,
         mut ticket: Ticket<'_>,
         mut last: Option<Decision>,
@@ -116,25 +147,27 @@ impl Limiter {
     ) -> Result<Decision, LimiterError> {
         let timer = &self.waiting.timer;
         if !ticket.is_head() {
+            let closed = ticket.closed.clone();
+            // Draining first: a turn that came with it is not taken.
             let turn = tokio::select! {
-                turn = ticket.turn(deadline) => turn,
-                () = timer.sleep_until(deadline) => false,
+                biased;
+                () = queue::closed(closed) => Turn::Waiting,
+                () = timer.sleep_until(deadline) => Turn::Waiting,
+                turn = ticket.turn() => turn,
             };
-            if !turn {
-                // Out of time in line (or the head's next try is already
-                // past the deadline): leave it, and answer as the store
-                // does now (one try, which may even pass).
-                drop(ticket);
-                return self.decide(check).await;
+            match turn {
+                Turn::Head => last = None,
+                Turn::Leave(denial) => return Ok(denial),
+                // Out of time in line, or draining.
+                Turn::Waiting => return self.leave_now(check, ticket).await,
             }
-            last = None;
         }
         loop {
             let decision = match last.take() {
                 Some(decision) => decision,
                 None => {
-                    ticket.plan(None);
-                    self.decide(check).await?
+                    ticket.plan_now();
+                    self.try_detached(check).await?
                 }
             };
             let now = timer.now_us();
@@ -142,9 +175,91 @@ impl Limiter {
                 return Ok(decision);
             }
             let at = now + retry_us(&decision);
-            ticket.plan(Some(at));
-            timer.sleep_until(at).await;
+            ticket.plan(at, retry_us(&decision), &decision, now);
+            tokio::select! {
+                biased;
+                () = ticket.closed() => return Ok(decision),
+                () = timer.sleep_until(at) => {}
+                // A reset or refund of the key: try now.
+                () = ticket.woken() => {}
+            }
         }
+    }
+
+    /// One try of the head, in a task of its own: a sent store call cannot
+    /// be called back, so when the client hangs up meanwhile the answer
+    /// still arrives, and a unit it spent for nobody is given back
+    /// (counted as a refund).
+    async fn try_detached(self: &Arc<Self>, check: &Check) -> Result<Decision, LimiterError> {
+        let (answer, answered) = oneshot::channel();
+        let (limiter, tried) = (self.clone(), check.clone());
+        // Not joined: it ends with its one store call (and refund), both
+        // bounded by the store's timeouts.
+        tokio::spawn(async move {
+            let decision = limiter.decide(&tried).await;
+            // Refused: the waiter is gone.
+            if let Err(unread) = answer.send(decision) {
+                give_back(limiter, tried, unread).await;
+            }
+        });
+        let mut pending = Pending {
+            answered: Some(answered),
+            limiter: self,
+            check,
+        };
+        let answer = pending.answered.as_mut().expect("set above").await;
+        pending.answered = None;
+        match answer {
+            Ok(decision) => decision,
+            Err(_) => panic!("a waiting check's store call panicked"),
+        }
+    }
+
+    /// Leaves the line before its turn: with the head's last denial, or
+    /// (the head is asking now, so only the store knows) one try.
+    async fn leave_now(&self, check: &Check, ticket: Ticket<'_>) -> Result<Decision, LimiterError> {
+        let denial = ticket.answer_now(self.waiting.timer.now_us());
+        drop(ticket);
+        match denial {
+            Some(denial) => Ok(denial),
+            None => self.decide(check).await,
+        }
+    }
+}
+
+/// A try whose waiter may go away before reading its answer.
+struct Pending<'a> {
+    answered: Option<oneshot::Receiver<Result<Decision, LimiterError>>>,
+    limiter: &'a Arc<Limiter>,
+    check: &'a Check,
+}
+
+impl Drop for Pending<'_> {
+    /// Dropped unread (the client hung up): an answer already sent is
+    /// given back here; one still to come is refused, and the task gives
+    /// it back.
+    fn drop(&mut self) {
+        let Some(mut answered) = self.answered.take() else {
+            return;
+        };
+        answered.close();
+        if let Ok(Ok(decision)) = answered.try_recv()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            let (limiter, check) = (self.limiter.clone(), self.check.clone());
+            runtime.spawn(give_back(limiter, check, Ok(decision)));
+        }
+    }
+}
+
+/// Refunds an allowed answer nobody received.
+async fn give_back(limiter: Arc<Limiter>, check: Check, answer: Result<Decision, LimiterError>) {
+    let Ok(decision) = answer else { return };
+    if !decision.allowed || decision.degraded {
+        return;
+    }
+    if let Err(error) = limiter.refund(&check).await {
+        tracing::warn!(%error, "cannot give back a unit whose waiter hung up");
     }
 }
 

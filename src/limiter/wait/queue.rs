@@ -3,6 +3,13 @@
 //! rather than N retries each time a unit frees up, and units go out in
 //! arrival order.
 //!
+//! The head publishes its plan (when it asks next, how far apart its tries
+//! are, its last denial). With it the line knows, without asking the
+//! store, who cannot be served in time: the waiter at position `p` (the
+//! head is 1) is served at the earliest at `next + (p-1)·retry`, one freed
+//! unit per waiter ahead. Such a waiter (or arrival) is answered at once
+//! with the head's last denial, its `retry_after` moved to that instant.
+//!
 //! The line is per instance: waiters on other instances are not in it and
 //! compete for the same units through the store, first come first served
 //! at the moment each head retries.
@@ -14,7 +21,7 @@ use std::sync::{Arc, Mutex};
 use prometheus::{IntCounter, IntGauge};
 use tokio::sync::{Notify, watch};
 
-use crate::domain::{Check, Limit};
+use crate::domain::{Check, Decision, Limit};
 
 /// What makes two checks the same question: key, policy and the whole list
 /// of limits (as the deny cache keys them). The cost is not part of it, so
@@ -36,41 +43,92 @@ impl QueueKey {
     }
 }
 
-struct Line {
-    /// Tickets by arrival number; the first is the head.
-    tickets: BTreeMap<u64, Arc<Notify>>,
-    /// When the head will ask the store next (timer µs), if it is
-    /// sleeping; watched by those behind it, who leave at once when that
-    /// is past their deadline.
-    next_try_us: watch::Sender<Option<u64>>,
+/// Where a ticket stands.
+#[derive(Debug, Clone)]
+pub enum Turn {
+    Waiting,
+    /// First in line: asks the store.
+    Head,
+    /// Cannot be served before its deadline: this is its answer.
+    Leave(Decision),
 }
 
-impl Default for Line {
-    fn default() -> Self {
-        Line {
-            tickets: BTreeMap::new(),
-            next_try_us: watch::Sender::new(None),
-        }
+struct Slot {
+    turn: watch::Sender<Turn>,
+    deadline_us: u64,
+    cost: u64,
+}
+
+/// The head's plan, as the line sees it.
+#[derive(Default)]
+struct Plan {
+    /// When the head asks the store next; `None` while it is asking (or
+    /// about to: a new head, a wake-up).
+    next_try_us: Option<u64>,
+    /// Time between two freed units, from the head's last denial.
+    retry_us: u64,
+    last: Option<Decision>,
+}
+
+impl Plan {
+    /// The head's last denial for the waiter `behind` places after it,
+    /// if that waiter cannot be served by `deadline_us`.
+    fn too_late(&self, behind: u64, deadline_us: u64, now_us: u64) -> Option<Decision> {
+        let at = self
+            .next_try_us?
+            .saturating_add(behind.saturating_mul(self.retry_us));
+        let last = self.last.as_ref()?;
+        (at > deadline_us).then(|| denial_until(last, at, now_us))
     }
 }
 
-/// Every line, and the bound on waiters across them.
+/// `decision` with its `retry_after` moved to `at_us`.
+fn denial_until(decision: &Decision, at_us: u64, now_us: u64) -> Decision {
+    let mut decision = decision.clone();
+    decision.retry_after_ms = at_us.saturating_sub(now_us).div_ceil(1_000).max(1);
+    decision
+}
+
+#[derive(Default)]
+struct Line {
+    /// Tickets by arrival number; the first is the head.
+    tickets: BTreeMap<u64, Slot>,
+    plan: Plan,
+    /// Rung by a reset or refund of the key: the head retries at once.
+    wake: Arc<Notify>,
+}
+
+/// Why [`Waiters::join`] gave no place.
+pub enum Refused {
+    /// `limits.max_waiters` or `limits.max_waiters_per_key` reached, or
+    /// shutting down (counted in `ratekeeper_wait_rejected_total`).
+    Full,
+    /// The line is too long to serve it in time: the head's last denial.
+    TooLate(Decision),
+}
+
+/// Every line, and the bounds on waiters across them and per line.
 pub struct Waiters {
     max: usize,
+    max_per_key: usize,
     count: AtomicUsize,
     next_id: AtomicU64,
     lines: Mutex<HashMap<QueueKey, Line>>,
+    /// Set once the server drains: every waiter answers at once.
+    closed: watch::Sender<bool>,
     gauge: IntGauge,
     rejected: IntCounter,
 }
 
 impl Waiters {
-    pub fn new(max: usize, gauge: IntGauge, rejected: IntCounter) -> Waiters {
+    pub fn new(max: usize, max_per_key: usize, gauge: IntGauge, rejected: IntCounter) -> Waiters {
         Waiters {
             max,
+            max_per_key,
             count: AtomicUsize::new(0),
             next_id: AtomicU64::new(0),
             lines: Mutex::new(HashMap::new()),
+            closed: watch::Sender::new(false),
             gauge,
             rejected,
         }
@@ -82,39 +140,92 @@ impl Waiters {
         self.lines.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// `None` when nobody waits on `key`; otherwise when its head will ask
-    /// the store next (0 if it is asking now).
+    /// `None` when nobody waits on `key`; otherwise the cost the head
+    /// waits for.
     pub fn ahead(&self, key: &QueueKey) -> Option<u64> {
-        self.lines()
-            .get(key)
-            .map(|line| line.next_try_us.borrow().unwrap_or(0))
+        let lines = self.lines();
+        lines
+            .get(key)?
+            .tickets
+            .first_key_value()
+            .map(|(_, s)| s.cost)
     }
 
-    /// A place at the end of `key`'s line, or `None` (counted) when
-    /// `limits.max_waiters` are already waiting.
-    pub fn join(&self, key: QueueKey) -> Option<Ticket<'_>> {
-        if self.count.fetch_add(1, Ordering::AcqRel) >= self.max {
-            self.count.fetch_sub(1, Ordering::AcqRel);
+    /// A place at the end of `key`'s line for a check of `cost` that must
+    /// be answered by `deadline_us`.
+    pub fn join(
+        &self,
+        key: QueueKey,
+        cost: u64,
+        deadline_us: u64,
+        now_us: u64,
+    ) -> Result<Ticket<'_>, Refused> {
+        let mut lines = self.lines();
+        let line = lines.get(&key);
+        let queued = line.map_or(0, |l| l.tickets.len());
+        if *self.closed.borrow()
+            || queued >= self.max_per_key
+            || self.count.load(Ordering::Acquire) >= self.max
+        {
             self.rejected.inc();
-            return None;
+            return Err(Refused::Full);
         }
+        if let Some(answer) = line.and_then(|l| l.plan.too_late(queued as u64, deadline_us, now_us))
+        {
+            return Err(Refused::TooLate(answer));
+        }
+        self.count.fetch_add(1, Ordering::AcqRel);
         self.gauge.inc();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let turn = Arc::new(Notify::new());
-        let (head, next_try_us) = {
-            let mut lines = self.lines();
-            let line = lines.entry(key.clone()).or_default();
-            line.tickets.insert(id, turn.clone());
-            (line.tickets.len() == 1, line.next_try_us.subscribe())
+        let line = lines.entry(key.clone()).or_default();
+        let first = if line.tickets.is_empty() {
+            Turn::Head
+        } else {
+            Turn::Waiting
         };
-        Some(Ticket {
+        let (turn, turn_rx) = watch::channel(first);
+        line.tickets.insert(
+            id,
+            Slot {
+                turn,
+                deadline_us,
+                cost,
+            },
+        );
+        Ok(Ticket {
             waiters: self,
             key,
             id,
-            turn,
-            next_try_us,
-            head,
+            turn: turn_rx,
+            wake: line.wake.clone(),
+            closed: self.closed.subscribe(),
         })
+    }
+
+    /// A reset or refund of the client `key` (every policy and limit of
+    /// it): each such line's head asks the store at once instead of
+    /// sleeping out its plan, and arrivals stand behind it meanwhile.
+    pub fn wake(&self, key: &str) {
+        self.wake_where(|k| k.key == key);
+    }
+
+    /// Every head asks the store at once (the invalidations were lost).
+    pub fn wake_all(&self) {
+        self.wake_where(|_| true);
+    }
+
+    fn wake_where(&self, matches: impl Fn(&QueueKey) -> bool) {
+        for (_, line) in self.lines().iter_mut().filter(|(k, _)| matches(k)) {
+            line.plan.next_try_us = None;
+            // Stores a permit if the head is between sleeps: it then
+            // retries once more than needed, never once too few.
+            line.wake.notify_one();
+        }
+    }
+
+    /// The server drains: every waiter answers now and nobody joins.
+    pub fn close(&self) {
+        self.closed.send_replace(true);
     }
 
     /// Waiters now, in every line.
@@ -133,51 +244,79 @@ pub struct Ticket<'a> {
     waiters: &'a Waiters,
     key: QueueKey,
     id: u64,
-    turn: Arc<Notify>,
-    next_try_us: watch::Receiver<Option<u64>>,
-    head: bool,
+    turn: watch::Receiver<Turn>,
+    wake: Arc<Notify>,
+    pub(super) closed: watch::Receiver<bool>,
 }
 
 impl Ticket<'_> {
-    /// Was first in line when it joined.
     pub fn is_head(&self) -> bool {
-        self.head
+        matches!(*self.turn.borrow(), Turn::Head)
     }
 
-    /// Resolves once this ticket is at the head of its line, or with
-    /// `false` as soon as the head's next try is planned past
-    /// `deadline_us` (then it cannot be served in time).
-    pub async fn turn(&mut self, deadline_us: u64) -> bool {
-        if self.head {
-            return true;
+    /// Resolves once this ticket is the head, or must leave.
+    pub async fn turn(&mut self) -> Turn {
+        match self.turn.wait_for(|t| !matches!(t, Turn::Waiting)).await {
+            Ok(turn) => turn.clone(),
+            // The slot lives as long as the ticket: not reached.
+            Err(_) => Turn::Head,
         }
-        // Planned before this ticket subscribed: seen, so not a change.
-        if self.next_try_us.borrow().is_some_and(|at| at > deadline_us) {
-            return false;
+    }
+
+    /// Resolves when a reset or refund of the key calls for a try now.
+    pub async fn woken(&self) {
+        self.wake.notified().await;
+    }
+
+    /// Resolves once the server drains.
+    pub async fn closed(&self) {
+        closed(self.closed.clone()).await;
+    }
+
+    /// The head is asking the store now.
+    pub fn plan_now(&self) {
+        if let Some(line) = self.waiters.lines().get_mut(&self.key) {
+            line.plan.next_try_us = None;
         }
-        let turn = self.turn.notified();
-        let mut turn = std::pin::pin!(turn);
-        loop {
-            tokio::select! {
-                () = &mut turn => break,
-                Ok(()) = self.next_try_us.changed() => {
-                    let next = *self.next_try_us.borrow_and_update();
-                    if next.is_some_and(|at| at > deadline_us) {
-                        return false;
-                    }
-                }
+    }
+
+    /// The head was denied with `last` and asks next at `at_us`; those
+    /// behind it who cannot be served in time are told to leave.
+    pub fn plan(&self, at_us: u64, retry_us: u64, last: &Decision, now_us: u64) {
+        let mut lines = self.waiters.lines();
+        let Some(line) = lines.get_mut(&self.key) else {
+            return;
+        };
+        line.plan = Plan {
+            next_try_us: Some(at_us),
+            retry_us,
+            last: Some(last.clone()),
+        };
+        for (behind, slot) in line.tickets.values().enumerate().skip(1) {
+            if !matches!(*slot.turn.borrow(), Turn::Waiting) {
+                continue;
+            }
+            if let Some(answer) = line.plan.too_late(behind as u64, slot.deadline_us, now_us) {
+                slot.turn.send_replace(Turn::Leave(answer));
             }
         }
-        self.head = true;
-        true
     }
 
-    /// The head says when it will ask the store next (`None`: now).
-    pub fn plan(&self, next_try_us: Option<u64>) {
-        if let Some(line) = self.waiters.lines().get(&self.key) {
-            line.next_try_us.send_replace(next_try_us);
-        }
+    /// Out of time (or shutting down) in line: the head's last denial,
+    /// unless the head is asking now or about to (then only the store
+    /// knows).
+    pub fn answer_now(&self, now_us: u64) -> Option<Decision> {
+        let lines = self.waiters.lines();
+        let line = lines.get(&self.key)?;
+        let behind = line.tickets.range(..self.id).count() as u64;
+        line.plan.too_late(behind, now_us, now_us)
     }
+}
+
+/// Resolves once the server drains.
+pub async fn closed(mut closed: watch::Receiver<bool>) {
+    // An error is the Waiters gone: then nobody waits any more either.
+    let _ = closed.wait_for(|closed| *closed).await;
 }
 
 impl Drop for Ticket<'_> {
@@ -191,10 +330,16 @@ impl Drop for Ticket<'_> {
                     None => {
                         lines.remove(&self.key);
                     }
+                    // The plan stays: the next unit comes no earlier than
+                    // the old head planned, until the new head asks.
                     Some((_, next)) if was_head => {
-                        line.next_try_us.send_replace(None);
-                        // Stores a permit if the next is not polling yet.
-                        next.notify_one();
+                        next.turn.send_if_modified(|turn| {
+                            let waiting = matches!(turn, Turn::Waiting);
+                            if waiting {
+                                *turn = Turn::Head;
+                            }
+                            waiting
+                        });
                     }
                     Some(_) => {}
                 }

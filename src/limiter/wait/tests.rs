@@ -10,13 +10,17 @@ use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
 
-struct Rig {
-    limiter: Arc<Limiter>,
-    timer: ManualTimer,
-    metrics: Arc<Metrics>,
+pub(super) struct Rig {
+    pub limiter: Arc<Limiter>,
+    pub timer: ManualTimer,
+    pub metrics: Arc<Metrics>,
 }
 
-fn rig(max_waiters: usize) -> Rig {
+pub(super) fn rig(max_waiters: usize) -> Rig {
+    rig_with(max_waiters, max_waiters)
+}
+
+pub(super) fn rig_with(max_waiters: usize, max_per_key: usize) -> Rig {
     let clock = ManualClock::new(1_700_000_000_000_000);
     let store = MemoryStore::new(Arc::new(clock.clone()), 1_000);
     let metrics = Arc::new(Metrics::new());
@@ -25,8 +29,11 @@ fn rig(max_waiters: usize) -> Rig {
         mode: FailureMode::Open,
         closed_retry_after: Duration::from_secs(1),
     };
-    let limiter = Limiter::new(Arc::new(store), policy, metrics.clone())
-        .with_waiting(max_waiters, Arc::new(timer.clone()));
+    let limiter = Limiter::new(Arc::new(store), policy, metrics.clone()).with_waiting(
+        max_waiters,
+        max_per_key,
+        Arc::new(timer.clone()),
+    );
     Rig {
         limiter: Arc::new(limiter),
         timer,
@@ -36,12 +43,12 @@ fn rig(max_waiters: usize) -> Rig {
 
 impl Rig {
     /// Store calls so far (each is timed once).
-    fn store_calls(&self) -> u64 {
+    pub(super) fn store_calls(&self) -> u64 {
         self.metrics.backend_duration.get_sample_count()
     }
 
     /// Moves time on by `ms` and lets every woken task run.
-    async fn advance_ms(&self, ms: u64) {
+    pub(super) async fn advance_ms(&self, ms: u64) {
         self.timer.advance_us(ms * 1_000);
         settle().await;
     }
@@ -49,14 +56,14 @@ impl Rig {
 
 /// Lets spawned tasks run until they block again (the store answers
 /// without I/O, so a few rounds of yielding are enough).
-async fn settle() {
+pub(super) async fn settle() {
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
 }
 
 /// 10 per second, one at a time: a unit frees up every 100 ms.
-fn bucket(key: &str) -> Check {
+pub(super) fn bucket(key: &str) -> Check {
     let rule = Rule {
         algorithm: Algorithm::TokenBucket,
         limit: 10,
@@ -66,7 +73,7 @@ fn bucket(key: &str) -> Check {
     Check::single(key, rule, 1)
 }
 
-const SECOND: Duration = Duration::from_secs(1);
+pub(super) const SECOND: Duration = Duration::from_secs(1);
 
 #[tokio::test]
 async fn a_denied_check_waits_for_its_retry_and_is_allowed() {
@@ -151,54 +158,41 @@ async fn waiters_on_one_key_get_one_freed_unit_each_in_arrival_order() {
 }
 
 #[tokio::test]
-async fn a_waiter_in_line_answers_the_denial_once_its_time_cannot_cover_the_retry() {
+async fn a_waiter_the_line_cannot_serve_in_time_is_answered_at_once_without_a_try() {
     let rig = rig(10);
     let check = bucket("k");
     assert!(rig.limiter.check(&check).await.unwrap().allowed);
     let (limiter, first) = (rig.limiter.clone(), check.clone());
     let head = tokio::spawn(async move { limiter.check_waiting(&first, SECOND).await });
     settle().await;
-    // Behind the head, with time for the head's unit but not the next.
-    let (limiter, second) = (rig.limiter.clone(), check.clone());
-    let short = tokio::spawn(async move {
-        limiter
-            .check_waiting(&second, Duration::from_millis(150))
-            .await
-    });
-    settle().await;
-    assert_eq!(rig.limiter.waiters(), 2);
-    rig.advance_ms(100).await;
-    assert!(head.await.unwrap().unwrap().decision.allowed);
-    // Its turn came at 100 ms; the next unit at 200 ms is past its 150.
-    let waited = short.await.unwrap().unwrap();
-    assert!(!waited.decision.allowed);
-    assert_eq!(waited.waited, Duration::from_millis(100));
-    assert_eq!(waited.decision.retry_after_ms, 100);
-    // And a newcomer whose deadline is before the head's next try is not
-    // queued at all.
-    let (limiter, third) = (rig.limiter.clone(), check.clone());
-    let long = tokio::spawn(async move { limiter.check_waiting(&third, SECOND).await });
-    settle().await;
-    let quick = rig
+    let calls = rig.store_calls();
+    // Second in line: served at the earliest at 200 ms, past its 150.
+    let short = rig
         .limiter
-        .check_waiting(&check, Duration::from_millis(50))
+        .check_waiting(&check, Duration::from_millis(150))
         .await
         .unwrap();
-    assert!(!quick.decision.allowed);
-    assert_eq!(quick.waited, Duration::ZERO);
+    assert!(!short.decision.allowed);
+    assert_eq!(short.waited, Duration::ZERO);
+    assert_eq!(
+        short.decision.retry_after_ms, 200,
+        "when its turn would come"
+    );
+    assert_eq!(rig.store_calls(), calls, "the head's denial, no try");
+    assert_eq!(rig.limiter.waiters(), 1);
     rig.advance_ms(100).await;
-    assert!(long.await.unwrap().unwrap().decision.allowed);
+    assert!(head.await.unwrap().unwrap().decision.allowed);
 }
 
 #[tokio::test]
-async fn a_waiter_in_line_leaves_once_the_heads_next_try_is_past_its_deadline() {
+async fn a_waiter_in_line_leaves_once_the_heads_plan_cannot_serve_it_in_time() {
     let rig = rig(10);
     let check = bucket("k");
     assert!(rig.limiter.check(&check).await.unwrap().allowed);
     let mut tasks = Vec::new();
-    // The head (next try at 100 ms), then one with time, then one whose
-    // 150 ms cover the head's try but not the next head's (at 200 ms).
-    for wait in [SECOND, SECOND, Duration::from_millis(150)] {
+    // The head (next try at 100 ms), one whose 250 ms cover its turn at
+    // 200 ms, and one with time.
+    for wait in [SECOND, Duration::from_millis(250), SECOND] {
         let (limiter, check) = (rig.limiter.clone(), check.clone());
         tasks.push(tokio::spawn(async move {
             limiter.check_waiting(&check, wait).await
@@ -206,13 +200,19 @@ async fn a_waiter_in_line_leaves_once_the_heads_next_try_is_past_its_deadline() 
         settle().await;
     }
     assert_eq!(rig.limiter.waiters(), 3);
+    // At 100 ms someone else (another instance) takes the unit before the
+    // head's try: the head plans 200 ms, so the second's turn is 300 ms.
+    rig.timer.advance_us(100_000);
+    assert!(rig.limiter.check(&check).await.unwrap().allowed);
+    settle().await;
+    assert!(tasks[1].is_finished(), "told to leave at once");
+    let calls = rig.store_calls();
+    let second = tasks.remove(1).await.unwrap().unwrap();
+    assert!(!second.decision.allowed);
+    assert_eq!(second.waited, Duration::from_millis(100));
+    assert_eq!(second.decision.retry_after_ms, 200);
+    assert_eq!(rig.store_calls(), calls);
     rig.advance_ms(100).await;
-    // At 100 ms: the first is served, the second tries and plans 200 ms,
-    // and the third answers then rather than at its deadline.
-    assert!(tasks[2].is_finished());
-    let third = tasks.pop().unwrap().await.unwrap().unwrap();
-    assert!(!third.decision.allowed);
-    assert_eq!(third.waited, Duration::from_millis(100));
     rig.advance_ms(100).await;
     for task in tasks {
         assert!(task.await.unwrap().unwrap().decision.allowed);
