@@ -39,6 +39,7 @@ pub mod queue;
 mod tests;
 pub mod timer;
 
+use crate::domain::Algorithm;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -175,7 +176,7 @@ impl Limiter {
                 return Ok(decision);
             }
             let at = now + retry_us(&decision);
-            ticket.plan(at, retry_us(&decision), &decision, now);
+            ticket.plan(at, unit_us(check, &decision), &decision, now);
             tokio::select! {
                 biased;
                 () = ticket.closed() => return Ok(decision),
@@ -269,6 +270,24 @@ fn worth_waiting(decision: &Decision, now_us: u64, deadline_us: u64) -> bool {
 }
 
 /// At least 1 ms, so a denial without a wait never spins.
+/// A lower bound on the time one more unit takes to free after the head's
+/// try, for judging waiters further back: only the buckets free units one
+/// at a time (at most `retry / cost` apart, since the head waits for its
+/// whole cost at once). Windows and logs can free many units at one
+/// instant, so for them nothing is assumed (0): a waiter is then only
+/// turned away when even the head's next try is past its deadline.
+fn unit_us(check: &Check, decision: &Decision) -> u64 {
+    let buckets = check
+        .limits
+        .iter()
+        .all(|l| matches!(l.rule.algorithm, Algorithm::TokenBucket | Algorithm::Gcra));
+    if buckets {
+        retry_us(decision) / check.cost.max(1)
+    } else {
+        0
+    }
+}
+
 fn retry_us(decision: &Decision) -> u64 {
     decision.retry_after_ms.max(1).saturating_mul(1_000)
 }

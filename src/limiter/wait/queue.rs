@@ -65,18 +65,20 @@ struct Plan {
     /// When the head asks the store next; `None` while it is asking (or
     /// about to: a new head, a wake-up).
     next_try_us: Option<u64>,
-    /// Time between two freed units, from the head's last denial.
-    retry_us: u64,
+    /// A lower bound on the time between two freed units (0 when units
+    /// can free together: windows and logs).
+    unit_us: u64,
     last: Option<Decision>,
 }
 
 impl Plan {
-    /// The head's last denial for the waiter `behind` places after it,
-    /// if that waiter cannot be served by `deadline_us`.
-    fn too_late(&self, behind: u64, deadline_us: u64, now_us: u64) -> Option<Decision> {
+    /// The head's last denial for a waiter that needs `units` after the
+    /// head's (its own and those of the waiters between), if it cannot be
+    /// served by `deadline_us` even at the soonest.
+    fn too_late(&self, units: u64, deadline_us: u64, now_us: u64) -> Option<Decision> {
         let at = self
             .next_try_us?
-            .saturating_add(behind.saturating_mul(self.retry_us));
+            .saturating_add(units.saturating_mul(self.unit_us));
         let last = self.last.as_ref()?;
         (at > deadline_us).then(|| denial_until(last, at, now_us))
     }
@@ -163,6 +165,7 @@ impl Waiters {
         let mut lines = self.lines();
         let line = lines.get(&key);
         let queued = line.map_or(0, |l| l.tickets.len());
+        let ahead = line.map_or(0, |l| units_waiting(l.tickets.values().skip(1)));
         if *self.closed.borrow()
             || queued >= self.max_per_key
             || self.count.load(Ordering::Acquire) >= self.max
@@ -170,8 +173,10 @@ impl Waiters {
             self.rejected.inc();
             return Err(Refused::Full);
         }
-        if let Some(answer) = line.and_then(|l| l.plan.too_late(queued as u64, deadline_us, now_us))
-        {
+        if let Some(answer) = line.and_then(|l| {
+            l.plan
+                .too_late(ahead.saturating_add(cost), deadline_us, now_us)
+        }) {
             return Err(Refused::TooLate(answer));
         }
         self.count.fetch_add(1, Ordering::AcqRel);
@@ -282,22 +287,28 @@ impl Ticket<'_> {
 
     /// The head was denied with `last` and asks next at `at_us`; those
     /// behind it who cannot be served in time are told to leave.
-    pub fn plan(&self, at_us: u64, retry_us: u64, last: &Decision, now_us: u64) {
+    pub fn plan(&self, at_us: u64, unit_us: u64, last: &Decision, now_us: u64) {
         let mut lines = self.waiters.lines();
         let Some(line) = lines.get_mut(&self.key) else {
             return;
         };
         line.plan = Plan {
             next_try_us: Some(at_us),
-            retry_us,
+            unit_us,
             last: Some(last.clone()),
         };
-        for (behind, slot) in line.tickets.values().enumerate().skip(1) {
+        // Only waiters who stay count as ahead of the next one.
+        let mut ahead = 0u64;
+        for slot in line.tickets.values().skip(1) {
             if !matches!(*slot.turn.borrow(), Turn::Waiting) {
                 continue;
             }
-            if let Some(answer) = line.plan.too_late(behind as u64, slot.deadline_us, now_us) {
-                slot.turn.send_replace(Turn::Leave(answer));
+            let units = ahead.saturating_add(slot.cost);
+            match line.plan.too_late(units, slot.deadline_us, now_us) {
+                Some(answer) => {
+                    slot.turn.send_replace(Turn::Leave(answer));
+                }
+                None => ahead = units,
             }
         }
     }
@@ -308,8 +319,10 @@ impl Ticket<'_> {
     pub fn answer_now(&self, now_us: u64) -> Option<Decision> {
         let lines = self.waiters.lines();
         let line = lines.get(&self.key)?;
-        let behind = line.tickets.range(..self.id).count() as u64;
-        line.plan.too_late(behind, now_us, now_us)
+        let ahead = units_waiting(line.tickets.range(..self.id).skip(1).map(|(_, s)| s));
+        let own = line.tickets.get(&self.id).map_or(0, |s| s.cost);
+        line.plan
+            .too_late(ahead.saturating_add(own), now_us, now_us)
     }
 }
 
@@ -348,4 +361,11 @@ impl Drop for Ticket<'_> {
         self.waiters.count.fetch_sub(1, Ordering::AcqRel);
         self.waiters.gauge.dec();
     }
+}
+
+/// The units of the waiters in `slots` still waiting (not told to leave).
+fn units_waiting<'a>(slots: impl Iterator<Item = &'a Slot>) -> u64 {
+    slots
+        .filter(|s| matches!(*s.turn.borrow(), Turn::Waiting))
+        .fold(0u64, |sum, s| sum.saturating_add(s.cost))
 }
