@@ -90,6 +90,10 @@ impl InvalidationSink for CacheSink {
     fn subscribed(&self, up: bool) {
         if up {
             self.cache.resume();
+            // Resets published while we were not listening are lost:
+            // every line's head asks the store again rather than sleep
+            // out a denial one of them may have ended.
+            self.waiters.wake_all();
             self.metrics.invalidation_subscribed.set(1);
         } else {
             let was_up = self.metrics.invalidation_subscribed.get() == 1;

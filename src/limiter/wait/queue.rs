@@ -166,10 +166,11 @@ impl Waiters {
         let line = lines.get(&key);
         let queued = line.map_or(0, |l| l.tickets.len());
         let ahead = line.map_or(0, |l| units_waiting(l.tickets.values().skip(1)));
-        if *self.closed.borrow()
-            || queued >= self.max_per_key
-            || self.count.load(Ordering::Acquire) >= self.max
-        {
+        if *self.closed.borrow() {
+            // Draining, not the bound: not counted as rejected.
+            return Err(Refused::Full);
+        }
+        if queued >= self.max_per_key || self.count.load(Ordering::Acquire) >= self.max {
             self.rejected.inc();
             return Err(Refused::Full);
         }
