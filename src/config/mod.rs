@@ -12,12 +12,14 @@ use config::{Config, Environment, File, FileFormat};
 
 mod reader;
 mod redis;
+mod sections;
 #[cfg(test)]
 mod tests;
 
 use reader::Reader;
 use redis::read_redis;
 pub use redis::{RedisSettings, redact_url};
+use sections::{MAX_WAIT_US, int_in, parse_listen, read_auth, read_breaker};
 
 use crate::domain::forward::IpNet;
 use crate::domain::{Bounds, parse_duration_us};
@@ -389,63 +391,4 @@ fn process_env() -> (Environment, Vec<String>) {
         .partition(|(name, _)| is_config_var(name));
     let env = Environment::default().source(Some(vars.into_iter().collect()));
     (env, ignored.into_iter().map(|(name, _)| name).collect())
-}
-
-fn parse_listen(s: &str) -> Result<SocketAddr, String> {
-    s.parse::<SocketAddr>()
-        .map_err(|_| "must be an address with a port, e.g. 127.0.0.1:8080".into())
-}
-
-/// The `[breaker]` section; `None` when any key is invalid.
-fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
-    let consecutive = r.parse("breaker.consecutive_failures", |s| int_in(s, 1, 1_000_000));
-    let ratio = r.parse("breaker.failure_ratio", |s| match s.parse::<f64>() {
-        Ok(v) if v > 0.0 && v <= 1.0 => Ok(v),
-        _ => Err("must be a number above 0 and at most 1, e.g. 0.5".into()),
-    });
-    let interval = r.duration("breaker.interval");
-    let min_calls = r.parse("breaker.min_calls", |s| int_in(s, 1, 1_000_000));
-    let open_for = r.duration("breaker.open_for");
-    Some(BreakerConfig {
-        consecutive_failures: consecutive? as u32,
-        failure_ratio: ratio?,
-        interval: interval?,
-        min_calls: min_calls? as u32,
-        open_for: open_for?,
-        ..BreakerConfig::default()
-    })
-}
-
-/// The `[auth]` section; `None` when a key is invalid.
-fn read_auth(r: &mut Reader) -> Option<AuthSettings> {
-    let tokens_file = r.parse("auth.tokens_file", |s| {
-        Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
-    });
-    let protect_metrics = r.parse("auth.protect_metrics", |s| match s {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err("must be true or false".into()),
-    });
-    let (tokens_file, protect_metrics) = (tokens_file?, protect_metrics?);
-    if protect_metrics && tokens_file.is_none() {
-        // Without tokens nothing is protected: refuse rather than leave
-        // /metrics open while the setting says otherwise.
-        r.problems
-            .push("auth.protect_metrics: needs auth.tokens_file (no tokens, no protection)".into());
-        return None;
-    }
-    Some(AuthSettings {
-        tokens_file,
-        protect_metrics,
-    })
-}
-
-/// Longest `limits.max_wait`.
-const MAX_WAIT_US: u64 = 3_600_000_000;
-
-fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
-    match s.parse::<u64>() {
-        Ok(v) if (min..=max).contains(&v) => Ok(v),
-        _ => Err(format!("must be a whole number from {min} to {max}")),
-    }
 }
