@@ -86,17 +86,18 @@ impl Limiter {
         check: &Check,
         wait: Duration,
     ) -> Result<Waited, LimiterError> {
-        let timer = self.waiting.timer.clone();
-        let started = timer.now_us();
-        let deadline = started.saturating_add(wait.as_micros() as u64);
         // Answered without standing in line: nothing waited.
         let answer = |decision: Decision| Waited {
             decision,
             waited: Duration::ZERO,
         };
+        // Most checks do not wait: no timer work on their path.
         if wait.is_zero() || check.shadow {
             return Ok(answer(self.decide(check).await?));
         }
+        let timer = self.waiting.timer.clone();
+        let started = timer.now_us();
+        let deadline = started.saturating_add(wait.as_micros() as u64);
         let key = QueueKey::of(check);
         // With others already in line, asking the store first would jump
         // the line (and add a try per arrival); without, most checks pass
