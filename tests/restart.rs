@@ -53,6 +53,9 @@ struct Recovery {
     degraded_after_back: usize,
     /// Degraded answers after the first answer Redis gave once back.
     degraded_after_first_ok: usize,
+    /// Of the store errors after that first answer, the checks that timed
+    /// out on their own (each answers degraded once).
+    timeouts_after_first_ok: usize,
     /// From `back` to the first answer Redis gave.
     first_ok_ms: f64,
     /// From `back` to the last degraded answer (0 if none).
@@ -212,6 +215,12 @@ fn measure(
         degraded_after_first_ok: first_ok.map_or(degraded.len(), |ok| {
             degraded.iter().filter(|&&d| d > ok).count()
         }),
+        timeouts_after_first_ok: first_ok.map_or(0, |ok| {
+            errors
+                .iter()
+                .filter(|(at, kind)| *at > ok && *kind == "timeout")
+                .count()
+        }),
         first_ok_ms: first_ok.map_or(f64::INFINITY, |ok| ms(back, ok)),
         last_degraded_ms: degraded.last().map_or(0.0, |&d| ms(back, d)),
         answers_after_back: after.len(),
@@ -255,10 +264,20 @@ async fn after_a_restart_batched_checks_recover_like_direct_ones() {
     eprintln!("direct: {direct:?}\nbatched: {batched:?}");
     for (path, r) in [("direct", direct), ("batched", batched)] {
         assert!(r.first_ok_ms.is_finite(), "{path}: Redis never answered");
+        // A check whose own call outran `redis.timeout` once Redis was back
+        // (the machine stalled: CI once saw 17 at one instant, 800 ms after
+        // the restart, with the breaker shut) is not what this test is
+        // about; answers by policy with no such reason are (an open
+        // breaker, a pool that did not come back). A stall long or
+        // frequent enough to matter still fails the share below.
+        let unexplained = r
+            .degraded_after_first_ok
+            .saturating_sub(r.timeouts_after_first_ok);
         assert!(
-            r.degraded_after_first_ok <= 2,
+            unexplained <= 2,
             "{path}: degraded answers after Redis answered again: {r:?}"
         );
+        assert_eq!(r.breaker_opened, 0, "{path}: the breaker opened: {r:?}");
         // Timing-free: the share of the load answered by policy once the
         // server is back. An opened breaker makes it about 2/3 (1 s of 1.5 s).
         assert!(
