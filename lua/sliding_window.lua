@@ -22,12 +22,15 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
 
   local before = weighted(prev, curr, now - index * window)
   local allowed = math.floor(before) + need <= limit
-  local after = before
+  -- Counted as the decision counts: floor(weighted), plus what this check
+  -- spent. So `remaining` units are exactly what a next check may take
+  -- (limit - floor(before + cost) would say 0 while one still passes).
+  local used = math.floor(before)
   if allowed then
     curr = curr + cost
-    after = before + cost
+    used = used + cost
   end
-  local remaining = math.max(0, math.floor(limit - after))
+  local remaining = math.max(0, limit - used)
   local commit = nil
   if allowed and cost > 0 then
     local p, c = prev, curr

@@ -110,9 +110,10 @@ async fn refunds_give_back_the_most_recent_spending() {
         clock.set_us(T0 + 10 * SEC); // previous window weighs fully
         spend(&*store, &sw, 1).await;
         assert_eq!(remaining(&refund(&*store, &sw, 2).await), [2], "{name}");
-        // Half a window on: the previous window's 3 weigh 1.5.
+        // Half a window on: the previous window's 3 weigh 1.5, counted as
+        // 1 (the decision floors the weight), so 4 remain.
         clock.set_us(T0 + 15 * SEC);
-        assert_eq!(remaining(&spend(&*store, &sw, 0).await), [3], "{name}");
+        assert_eq!(remaining(&spend(&*store, &sw, 0).await), [4], "{name}");
 
         // Sliding log: the newest units go, the oldest still expire on time.
         let sl = Check::single(unique_key("sl"), rule(Algorithm::SlidingLog), 0);

@@ -32,16 +32,17 @@ pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u6
 
     let before = weighted(state.prev, state.curr, window, elapsed);
     let allowed = before.floor() as u64 + need <= limit;
-    let after = if allowed {
+    // Counted as the decision counts (see lua/sliding_window.lua): then
+    // `remaining` units are exactly what a next check may take.
+    let mut used = before.floor() as u64;
+    if allowed {
         state.curr += cost;
-        before + cost as f64
-    } else {
-        before
-    };
+        used += cost;
+    }
     if allowed && cost > 0 {
         *stored = state.clone();
     }
-    let remaining = (limit as f64 - after).floor().max(0.0) as u64;
+    let remaining = limit.saturating_sub(used);
 
     let retry_after_us = if allowed {
         0
@@ -207,6 +208,25 @@ mod tests {
         let probe = s.apply(&r, 0, 0);
         assert!(!probe.allowed);
         assert_retry_exact(&s, &r, 0, 0, probe);
+    }
+
+    #[test]
+    fn remaining_is_what_a_next_check_may_take_when_the_weight_is_fractional() {
+        // 10 spent in the previous window, 4 % of the window gone: the
+        // weight is 9.6, which the decision counts as 9.
+        let r = sw(10, 10 * SEC);
+        let mut s = state(1_001, 0, 10);
+        let now = 1_002 * 10 * SEC + 400 * MS;
+        let probe = s.apply(&r, now, 0);
+        assert!(probe.allowed);
+        assert_eq!(
+            probe.remaining, 1,
+            "a cost-0 check passes iff a unit remains"
+        );
+        let spend = s.apply(&r, now, 1);
+        assert!(spend.allowed);
+        assert_eq!(spend.remaining, 0);
+        assert!(!s.apply(&r, now, 1).allowed, "remaining 0 means denied");
     }
 
     #[test]
