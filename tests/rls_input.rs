@@ -147,13 +147,8 @@ async fn an_oversized_call_is_refused_and_the_server_goes_on() {
         .ask(request("edge", vec![desc(&[("client", &huge)])]))
         .await
         .expect_err("too large");
-    assert!(
-        matches!(
-            status.code(),
-            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
-        ),
-        "{status:?}"
-    );
+    // tonic's answer to a message over the decoding limit.
+    assert_eq!(status.code(), tonic::Code::OutOfRange, "{status:?}");
     let ok = rls
         .codes(request("edge", vec![desc(&[("client", "a")])]))
         .await;

@@ -54,7 +54,8 @@ pub struct RlsService {
 }
 
 /// The largest request decoded: Envoy's are a few KiB; this bounds the
-/// memory one client can make the server hold (RESOURCE_EXHAUSTED beyond).
+/// memory one client can make the server hold (tonic answers OUT_OF_RANGE
+/// beyond).
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// Streams (calls) at once, per HTTP/2 connection.
 const MAX_STREAMS: u32 = 256;

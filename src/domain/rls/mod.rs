@@ -198,30 +198,63 @@ impl RlsConfig {
             };
             planned.push((p, cl.name.as_ref()));
         }
-        // One store call applies them all: the same bound as any check. The
-        // limited descriptors past it are refused (OVER_LIMIT), never
-        // dropped: dropping would let a request through unlimited.
-        let mut limited = 0;
-        let out: Vec<Planned> = planned
-            .into_iter()
-            .map(|(p, name)| match (p, name) {
-                (_, Some(n)) if replaced.contains(&n) => Planned::NoLimit,
-                (p @ Planned::Limited { .. }, _) => {
-                    limited += 1;
-                    if limited > bounds.max_limits_per_check {
-                        Planned::Refused(format!(
-                            "more than {} limited descriptors (limits.max_limits_per_check)",
-                            bounds.max_limits_per_check
-                        ))
-                    } else {
-                        p
-                    }
-                }
-                (p, _) => p,
-            })
-            .collect();
+        let out = capped(planned, &replaced, bounds.max_limits_per_check);
         Ok((Some(dom), out))
     }
+}
+
+/// `replaces` applied, then the work of one request bounded like any
+/// check's: at most `max` distinct enforced limits (a descriptor repeated
+/// with the same cost is one counter, applied once) and, separately, at
+/// most `max` distinct shadow limits. Enforced limits past the bound are
+/// refused (OVER_LIMIT), never dropped: dropping would let the request
+/// through unlimited. Shadow limits past theirs are not evaluated and
+/// answer OK: they never deny, so skipping one lets nothing through,
+/// while refusing would make a shadow trial deny real traffic.
+fn capped(
+    planned: Vec<(Planned, Option<&Arc<str>>)>,
+    replaced: &[&Arc<str>],
+    max: usize,
+) -> Vec<Planned> {
+    // [enforced, shadow]: the distinct (limit, cost) pairs admitted so far.
+    let mut seen: [Vec<(Limit, u64)>; 2] = Default::default();
+    planned
+        .into_iter()
+        .map(|(p, name)| match (p, name) {
+            (_, Some(n)) if replaced.contains(&n) => Planned::NoLimit,
+            (
+                Planned::Limited {
+                    limit,
+                    unit,
+                    shadow,
+                    cost,
+                },
+                _,
+            ) => {
+                let seen = &mut seen[usize::from(shadow)];
+                let known = seen.iter().any(|(l, c)| *l == limit && *c == cost);
+                if !known && seen.len() >= max {
+                    return if shadow {
+                        Planned::NoLimit
+                    } else {
+                        Planned::Refused(format!(
+                            "more than {max} distinct limited descriptors (limits.max_limits_per_check)"
+                        ))
+                    };
+                }
+                if !known {
+                    seen.push((limit.clone(), cost));
+                }
+                Planned::Limited {
+                    limit,
+                    unit,
+                    shadow,
+                    cost,
+                }
+            }
+            (p, _) => p,
+        })
+        .collect()
 }
 
 impl RlsDomain {

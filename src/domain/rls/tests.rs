@@ -171,6 +171,20 @@ fn long_values_are_hashed_and_excess_or_bad_descriptors_refused() {
             .all(|p| matches!(p, Planned::Limited { .. }))
     );
     assert!(matches!(out[8], Planned::Refused(_)));
+    // The same descriptor again is one counter: it never reaches the bound.
+    let same: Vec<_> = (0..20).map(|_| d(&[("client", "a")])).collect();
+    let out = c.plan("edge", &same, 1, &b).unwrap().1;
+    assert!(out.iter().all(|p| name_of(p) == "client"), "{out:?}");
+    // Shadow limits have a bound of their own and, past it, answer OK
+    // unevaluated: a shadow trial never refuses, nor takes the enforced
+    // limits' places.
+    let mut mixed: Vec<_> = (0..10).map(|i| d(&[("remote", &i.to_string())])).collect();
+    mixed.extend((0..8).map(|i| d(&[("client", &i.to_string())])));
+    let out = c.plan("edge", &mixed, 1, &b).unwrap().1;
+    let shadow = |p: &Planned| matches!(p, Planned::Limited { shadow: true, .. });
+    assert!(out[..8].iter().all(shadow), "{out:?}");
+    assert_eq!(out[8..10], [Planned::NoLimit, Planned::NoLimit]);
+    assert!(out[10..].iter().all(|p| name_of(p) == "client"), "{out:?}");
     for o in [(0, Some(Unit::Second)), (5, None)] {
         let mut bad = d(&[("client", "a")]);
         bad.override_limit = Some(o);
