@@ -12,6 +12,7 @@ use crate::config::{LogFormat, LogSettings};
 pub fn init(settings: &LogSettings) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
+    let filter = quiet_watcher(filter);
     let terminal = std::io::stdout().is_terminal();
     let json = match settings.format {
         LogFormat::Json => true,
@@ -26,4 +27,18 @@ pub fn init(settings: &LogSettings) {
     } else {
         builder.compact().try_init()
     };
+}
+
+/// The file watcher logs every event in a watched directory at trace. A
+/// log written into the directory of the policies or tokens file would then
+/// log its own writes, without end (gigabytes in minutes at `trace`), so
+/// its target stops at debug unless the filter names it.
+fn quiet_watcher(filter: EnvFilter) -> EnvFilter {
+    if filter.to_string().contains("notify") {
+        return filter;
+    }
+    match "notify=debug".parse() {
+        Ok(directive) => filter.add_directive(directive),
+        Err(_) => filter,
+    }
 }

@@ -291,3 +291,44 @@ fn a_bad_redis_url_is_reported_without_its_password() {
     assert!(stderr.contains("redis.url"), "{stderr}");
     assert!(!stderr.contains("s3cret-pw"), "{stderr}");
 }
+
+/// At `RUST_LOG=trace`, a log file in the policies file's directory must
+/// not feed on itself: the file watcher sees each write of the log as an
+/// event in the watched directory, and logging those at trace wrote 20 MB
+/// a second, without end, before they were cut at debug.
+#[test]
+fn a_trace_log_in_the_watched_directory_does_not_log_its_own_writes() {
+    let dir = support::fresh_dir("trace-log");
+    let policies = dir.join("policies.toml");
+    std::fs::copy("config/policies.example.toml", &policies).unwrap();
+    let log_path = dir.join("ratekeeper.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let _service = KillOnDrop(
+        ratekeeper()
+            .args(["serve", "--listen", "127.0.0.1:0", "--policies"])
+            .arg(&policies)
+            .env("RUST_LOG", "trace")
+            .env("RATEKEEPER_LOG__FORMAT", "json")
+            .stdout(Stdio::from(log.try_clone().unwrap()))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .unwrap(),
+    );
+    let size = || std::fs::metadata(&log_path).unwrap().len();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !std::fs::read_to_string(&log_path)
+        .unwrap()
+        .contains("ratekeeper listening")
+    {
+        assert!(std::time::Instant::now() < deadline, "never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let before = size();
+    std::thread::sleep(Duration::from_secs(2));
+    let grown = size() - before;
+    assert!(
+        grown < 64 * 1024,
+        "an idle service logged {grown} bytes in 2 s at trace"
+    );
+}
