@@ -140,6 +140,12 @@ async fn behind_a_trusted_proxy_the_rightmost_untrusted_hop_is_the_client(app: &
         (vec![("x-forwarded-for", format!("::ffff:{a5}"))], 1000),
         (vec![("x-real-ip", a5.clone())], 1000),
         (vec![("x-real-ip", a6.clone())], 5),
+        // Two X-Real-IP: neither is believed (a proxy that appends would
+        // put the forged one first); the peer is the client.
+        (
+            vec![("x-real-ip", a6.clone()), ("x-real-ip", a5.clone())],
+            1000,
+        ),
     ];
     for (headers, want) in cases {
         let headers: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();

@@ -187,7 +187,7 @@ impl Check {
                 };
                 return Err(ValidationError::new(
                     "cost",
-                    format!("must be between 0 and the {what}{whose} ({max_cost}), got {cost}"),
+                    format!("must be at most the {what}{whose} ({max_cost}), got {cost}"),
                 ));
             }
         }

@@ -175,7 +175,13 @@ fn client_behind(peer: IpAddr, trusted: &[IpNet], headers: &HeaderMap) -> (IpAdd
     }
     let forwarded = forwarded_hops(headers);
     let forwarded: Vec<&str> = forwarded.iter().map(String::as_str).collect();
-    let real_ip = headers.get("x-real-ip").and_then(|v| v.to_str().ok());
+    // One X-Real-IP only: a proxy that appends rather than replaces it
+    // would put the client's forged value first.
+    let mut real_ips = headers.get_all("x-real-ip").iter();
+    let real_ip = match (real_ips.next(), real_ips.next()) {
+        (Some(v), None) => v.to_str().ok(),
+        _ => None,
+    };
     (client_ip(peer, trusted, &forwarded, real_ip), true)
 }
 
