@@ -1,6 +1,8 @@
 //! Bearer tokens: the tokens file's format, and deciding what a presented
-//! token may do. Pure: the file is read, watched and swapped at the edge
-//! (`crate::auth`), and the header is taken apart in `crate::http`.
+//! token may do, whichever transport it came by ([`presented`], [`TokenSet::authorize`]: the
+//! HTTP `Authorization` header and the gRPC `authorization` metadata are
+//! taken apart by the same code). Pure: the file is read, watched and
+//! swapped at the edge (`crate::tokens`).
 //!
 //! A token is never kept in clear: each is held as its SHA-256 digest, and
 //! a presented token is hashed and compared with every digest in constant
@@ -8,8 +10,12 @@
 //! variation with the token's length tells an attacker how close a guess
 //! came, and a core dump or a `Debug` print holds no usable token.
 
+mod credentials;
+
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+pub use credentials::{Malformed, Presented, Refusal, presented};
 
 /// The shortest token accepted, in bytes. 16 random bytes (128 bits, or
 /// 22 characters of base64) cannot be guessed over the network; anything

@@ -14,7 +14,7 @@ use utoipa::ToSchema;
 use super::MAX_BODY_BYTES;
 use super::server::BodyDeadline;
 use crate::domain::ValidationError;
-use crate::domain::auth::Scope;
+use crate::domain::auth::{Refusal, Scope};
 use crate::limiter::LimiterError;
 
 #[derive(Debug, thiserror::Error)]
@@ -172,6 +172,19 @@ pub(super) fn status_only(status: StatusCode) -> Response {
 impl From<ValidationError> for ApiError {
     fn from(e: ValidationError) -> Self {
         ApiError::InvalidRequest(e.to_string())
+    }
+}
+
+/// The HTTP message for a malformed header stays one text whatever was
+/// wrong (RFC 6750's `invalid_request`); gRPC names the problem.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> ApiError {
+        match refusal {
+            Refusal::Missing => ApiError::MissingToken,
+            Refusal::Malformed(_) => ApiError::MalformedAuthorization,
+            Refusal::Invalid => ApiError::InvalidToken,
+            Refusal::Scope(required) => ApiError::InsufficientScope(required),
+        }
     }
 }
 

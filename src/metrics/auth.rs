@@ -2,18 +2,32 @@
 
 use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
+use crate::domain::auth::Refusal;
+
 /// Why a request was refused by bearer authentication: the bounded
 /// `reason` label of `ratekeeper_auth_failures_total`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AuthFailure {
-    /// No `Authorization: Bearer` header.
+    /// No `Authorization: Bearer` header (or gRPC metadata).
     Missing,
-    /// A malformed `Authorization` header (400 invalid_request).
+    /// A malformed `Authorization` header (400 invalid_request), or
+    /// malformed gRPC `authorization` metadata.
     Malformed,
     /// A token that is not one of ours.
     Invalid,
     /// A good token whose scope does not cover the route (403).
     Scope,
+}
+
+impl From<&Refusal> for AuthFailure {
+    fn from(refusal: &Refusal) -> AuthFailure {
+        match refusal {
+            Refusal::Missing => AuthFailure::Missing,
+            Refusal::Malformed(_) => AuthFailure::Malformed,
+            Refusal::Invalid => AuthFailure::Invalid,
+            Refusal::Scope(_) => AuthFailure::Scope,
+        }
+    }
 }
 
 impl AuthFailure {
@@ -48,7 +62,7 @@ pub(super) fn auth_metrics() -> (
     let failures = IntCounterVec::new(
         Opts::new(
             "ratekeeper_auth_failures_total",
-            "Requests refused by bearer authentication, by reason: missing (no bearer token, 401), malformed (a malformed Authorization header, 400), invalid (not a configured token, 401), scope (a check token on an admin route, 403).",
+            "Requests refused by bearer authentication, HTTP and gRPC, by reason: missing (no bearer token: 401, UNAUTHENTICATED), malformed (a malformed Authorization header or authorization metadata: 400, UNAUTHENTICATED), invalid (not a configured token: 401, UNAUTHENTICATED), scope (a check token on an admin route, 403).",
         ),
         &["reason"],
     )

@@ -103,3 +103,54 @@ fn debug_shows_counts_only() {
     let shown = format!("{:?}", set());
     assert_eq!(shown, "TokenSet { check: 1, admin: 1 }");
 }
+
+/// The HTTP header and the gRPC metadata both come through here.
+#[test]
+fn bearer_credentials_parsing() {
+    use Malformed::*;
+    let with = |values: &[&'static str]| match presented(values.iter().map(|v| v.as_bytes())) {
+        Presented::Token(t) => Ok(t.to_vec()),
+        Presented::Nothing => Err(None),
+        Presented::Malformed(why) => Err(Some(why)),
+    };
+    let token = |t: &[u8]| Ok(t.to_vec());
+    assert_eq!(with(&["Bearer abc"]), token(b"abc"));
+    assert_eq!(with(&["bearer  abc "]), token(b"abc"));
+    assert_eq!(with(&["BEARER abc=="]), token(b"abc=="));
+    assert_eq!(with(&["Basic dXNlcjpwYXNz"]), Err(None));
+    assert_eq!(with(&["Bearerabc"]), Err(None));
+    assert_eq!(with(&[]), Err(None));
+    for (malformed, why) in [
+        (&["Bearer"][..], NoToken),
+        (&["Bearer "], NoToken),
+        (&["Bearer a b"], NotB64token),
+        (&["Bearer a,b"], NotB64token),
+        (&["Bearer =abc"], NotB64token),
+        (&["Bearer \"abc\""], NotB64token),
+        (&["Bearer abc", "Bearer abc"], Several),
+        (&["Bearer abc", "Basic dXNlcjpwYXNz"], Several),
+    ] {
+        assert_eq!(with(malformed), Err(Some(why)), "{malformed:?}");
+    }
+}
+
+#[test]
+fn authorize_by_scope() {
+    let set = set();
+    let bearer = |t: &str| format!("Bearer {t}");
+    let (check, admin) = (bearer(CHECK), bearer(ADMIN));
+    let ask = |value: &str, required| set.authorize([value.as_bytes()], required);
+    assert_eq!(ask(&check, Scope::Check), Ok(Scope::Check));
+    assert_eq!(ask(&admin, Scope::Check), Ok(Scope::Admin));
+    assert_eq!(ask(&admin, Scope::Admin), Ok(Scope::Admin));
+    assert_eq!(ask(&check, Scope::Admin), Err(Refusal::Scope(Scope::Admin)));
+    assert_eq!(
+        ask("Bearer chk_0123456789abcdeX", Scope::Check),
+        Err(Refusal::Invalid)
+    );
+    assert_eq!(
+        ask("Bearer", Scope::Check),
+        Err(Refusal::Malformed(Malformed::NoToken))
+    );
+    assert_eq!(set.authorize([], Scope::Check), Err(Refusal::Missing));
+}
