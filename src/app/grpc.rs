@@ -62,11 +62,13 @@ pub(super) struct Grpc {
 }
 
 /// Serves the Envoy RLS on the bound gRPC listener, and watches
-/// `rls.config` when it is reloadable.
+/// `rls.config` when it is reloadable. `tokens` are the HTTP listener's
+/// (`auth.tokens_file`): with them every call needs a `check` token.
 pub(super) fn spawn_grpc(
     grpc: Grpc,
     limiter: &Arc<Limiter>,
     settings: &Settings,
+    auth: crate::rls::auth::RlsAuth,
     background: &mut Vec<JoinHandle<()>>,
 ) {
     let Grpc {
@@ -76,15 +78,17 @@ pub(super) fn spawn_grpc(
         reloader,
     } = grpc;
     let domains = config.load().domains.len();
-    info!(grpc_addr = %addr, domains, "Envoy RLS gRPC listening on {addr}");
-    // Tokens or not: auth.tokens_file guards HTTP only, and the RLS
-    // protocol has no credentials of its own to check.
-    if !addr.ip().is_loopback() {
+    let bearer_auth = auth.tokens.is_some();
+    info!(grpc_addr = %addr, domains, bearer_auth, "Envoy RLS gRPC listening on {addr}");
+    // The HTTP listener's rule: without tokens, a port reachable from other
+    // hosts lets anyone spend (or exhaust) any client's quota.
+    if !bearer_auth && !addr.ip().is_loopback() {
         warn!(
             grpc_addr = %addr,
-            "the Envoy RLS gRPC service on {addr} is unauthenticated (auth.tokens_file \
-             covers HTTP only): anyone who reaches it may spend any key's quota; bind \
-             grpc.listen to loopback or a network that only your Envoys reach"
+            "the Envoy RLS gRPC service on {addr} is unauthenticated (no auth.tokens_file): \
+             anyone who reaches it may spend any key's quota; set auth.tokens_file (Envoy \
+             then sends a check token as initial_metadata), or bind grpc.listen to loopback \
+             or a network that only your Envoys reach"
         );
     }
     if let Some(reloader) = reloader {
@@ -95,5 +99,5 @@ pub(super) fn spawn_grpc(
         config,
         bounds: settings.limits,
     };
-    background.push(crate::rls::server::spawn(listener, service));
+    background.push(crate::rls::server::spawn(listener, service, auth));
 }

@@ -124,7 +124,11 @@ impl Application {
         background.push(limiter.spawn_prober(probe_interval));
         let grpc_addr = grpc.as_ref().map(|g| g.addr);
         if let Some(grpc) = grpc {
-            grpc::spawn_grpc(grpc, &limiter, &settings, &mut background);
+            let auth = crate::rls::auth::RlsAuth {
+                tokens: auth.tokens.clone(),
+                metrics: metrics.clone(),
+            };
+            grpc::spawn_grpc(grpc, &limiter, &settings, auth, &mut background);
         }
         log_listening(addr, &limiter, &settings);
 

@@ -1,6 +1,8 @@
 //! Envoy's rate limit service (RLS v3) over gRPC: loading the
-//! envoyproxy/ratelimit YAML files, and the tonic server ([`server`]).
+//! envoyproxy/ratelimit YAML files, the tonic server ([`server`]), and
+//! its bearer-token check ([`auth`]).
 
+pub mod auth;
 pub mod reload;
 pub mod server;
 

@@ -21,9 +21,11 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
+use crate::domain::auth::Refusal;
 use crate::domain::rls::{DescriptorInput, InvalidRequest, Planned, RlsConfig, Unit};
 use crate::domain::{Bounds, Check, Decision, Limit, LimitDecision};
 use crate::limiter::{Limiter, LimiterError};
@@ -35,6 +37,9 @@ pub enum RlsError {
     Invalid(#[from] InvalidRequest),
     #[error("store error: {0}")]
     Store(#[from] LimiterError),
+    /// Refused by bearer authentication ([`super::auth`]).
+    #[error("unauthenticated: {0:?}")]
+    Unauthenticated(Refusal),
 }
 
 impl From<RlsError> for Status {
@@ -42,6 +47,27 @@ impl From<RlsError> for Status {
         match e {
             RlsError::Invalid(e) => Status::invalid_argument(e.0),
             RlsError::Store(e) => Status::unavailable(e.to_string()),
+            RlsError::Unauthenticated(refusal) => Status::unauthenticated(refused(refusal)),
+        }
+    }
+}
+
+/// What an `UNAUTHENTICATED` status says: what is wrong, never what was
+/// sent.
+fn refused(refusal: Refusal) -> String {
+    const EXPECTED: &str = "expected one `authorization: Bearer <token>` metadata entry";
+    match refusal {
+        Refusal::Missing => format!("this service needs a bearer token: {EXPECTED}"),
+        Refusal::Malformed(why) => {
+            format!(
+                "malformed authorization metadata: {}; {EXPECTED}",
+                why.what()
+            )
+        }
+        Refusal::Invalid => "the bearer token is not valid".into(),
+        // Every token covers `check`, all this service needs.
+        Refusal::Scope(required) => {
+            format!("this service needs a token of scope {}", required.as_str())
         }
     }
 }
@@ -66,8 +92,14 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `service` on `listener` until the task is aborted.
-pub fn spawn(listener: TcpListener, service: RlsService) -> tokio::task::JoinHandle<()> {
+/// Serves `service` on `listener`, each call through `auth` first, until
+/// the task is aborted.
+pub fn spawn(
+    listener: TcpListener,
+    service: RlsService,
+    auth: super::auth::RlsAuth,
+) -> tokio::task::JoinHandle<()> {
+    let server = RateLimitServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
     tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(MAX_STREAMS))
@@ -75,9 +107,7 @@ pub fn spawn(listener: TcpListener, service: RlsService) -> tokio::task::JoinHan
             .timeout(CALL_TIMEOUT)
             .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
             .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-            .add_service(
-                RateLimitServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES),
-            )
+            .add_service(InterceptedService::new(server, auth))
             .serve_with_incoming(TcpIncoming::from(listener))
             .await;
         if let Err(error) = result {
