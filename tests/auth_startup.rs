@@ -1,5 +1,5 @@
 //! What the real binary says, or refuses, at startup about how exposed it
-//! is: the unauthenticated gRPC listener, a tokens file others may write
+//! is: a gRPC listener without tokens, a tokens file others may write
 //! (or that sits in a directory anyone may replace it in), and the
 //! shipped example's placeholders.
 
@@ -43,8 +43,10 @@ fn count(log: &str, needle: &str) -> usize {
 
 const GRPC_WARNING: &str = "gRPC service on";
 
+/// The HTTP listener's rule: beyond loopback, a warning unless tokens
+/// guard the listener (with them, every gRPC call needs one).
 #[test]
-fn a_grpc_listener_beyond_loopback_is_warned_about_tokens_or_not() {
+fn a_grpc_listener_beyond_loopback_is_warned_about_without_tokens() {
     let dir = fresh_dir("auth-grpc");
     let file = dir.join("tokens");
     std::fs::write(&file, "check grpc-test-token-0123456789\n").unwrap();
@@ -54,7 +56,7 @@ fn a_grpc_listener_beyond_loopback_is_warned_about_tokens_or_not() {
         ("127.0.0.1:0", false, 0),
         ("127.0.0.1:0", true, 0),
         ("0.0.0.0:0", false, 1),
-        ("0.0.0.0:0", true, 1),
+        ("0.0.0.0:0", true, 0),
     ] {
         let mut env = vec![("RATEKEEPER_GRPC__LISTEN", grpc)];
         if with_tokens {
@@ -63,8 +65,10 @@ fn a_grpc_listener_beyond_loopback_is_warned_about_tokens_or_not() {
         let log = startup_log(&env);
         let what = format!("grpc.listen {grpc}, tokens {with_tokens}");
         assert_eq!(count(&log, GRPC_WARNING), warned, "{what}:\n{log}");
+        let auth = format!(r#""bearer_auth":{with_tokens}"#);
+        assert_eq!(count(&log, &auth), 1, "{what}:\n{log}");
         if warned == 1 {
-            assert!(log.contains("unauthenticated"), "{log}");
+            assert!(log.contains("unauthenticated (no auth.tokens_file)"), "{log}");
             assert!(log.contains(r#""level":"WARN""#), "{log}");
         }
     }
