@@ -1,8 +1,8 @@
 //! Bearer tokens and the real binary: a bad tokens file stops startup
 //! (exit 64, naming the file and line, never the token); tokens never
-//! reach a log line (at trace level), `/metrics`, a response, the command
-//! line or the environment; without tokens, one warning when listening
-//! beyond loopback.
+//! reach a log line (at trace level), `/metrics`, a response (HTTP or
+//! gRPC), the command line or the environment; without tokens, one
+//! warning when listening beyond loopback.
 
 use std::io::{Read, Write};
 use std::path::Path;
@@ -80,6 +80,16 @@ impl Service {
 
     fn output(&self) -> String {
         self.output.lock().unwrap().clone()
+    }
+
+    /// Where the gRPC listener is (from its startup line).
+    fn grpc_addr(&self) -> String {
+        let output = self.output();
+        let line = output
+            .lines()
+            .find(|l| l.contains("Envoy RLS gRPC listening"));
+        let log: serde_json::Value = serde_json::from_str(line.expect("a gRPC line")).unwrap();
+        log["grpc_addr"].as_str().unwrap().to_string()
     }
 
     /// One HTTP/1.1 request; returns the whole response, head and body.
@@ -226,6 +236,46 @@ fn call_with_every_kind_of_token(service: &Service, check: &str, admin: &str) ->
     seen
 }
 
+/// `ShouldRateLimit` with good, wrong, short, doubled, malformed and
+/// missing tokens; returns every answer (status or response) as printed.
+fn grpc_with_every_kind_of_token(service: &Service, check: &str, admin: &str) -> Vec<String> {
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+    let bearer = |t: &str| format!("Bearer {t}");
+    let calls: Vec<(Vec<String>, bool)> = vec![
+        (vec![bearer(check)], true),
+        (vec![bearer(admin)], true),
+        (vec![bearer(&format!("{check}x"))], false),
+        (vec![bearer(&check[..10])], false),
+        (vec![bearer(check), bearer(check)], false),
+        (vec![format!("Bearer {check},{admin}")], false),
+        (vec![], false),
+    ];
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let addr = format!("http://{}", service.grpc_addr());
+        let mut client = RateLimitServiceClient::connect(addr).await.unwrap();
+        let mut seen = Vec::new();
+        for (values, ok) in calls {
+            let mut request = tonic::Request::new(RateLimitRequest {
+                domain: "edge".into(),
+                ..Default::default()
+            });
+            for value in &values {
+                let value = value.parse().unwrap();
+                request.metadata_mut().append("authorization", value);
+            }
+            let answer = client.should_rate_limit(request).await;
+            assert_eq!(answer.is_ok(), ok, "{}: {answer:?}", values.len());
+            seen.push(format!("{answer:?}"));
+        }
+        seen
+    })
+}
+
 /// Bad versions of `file`, one naming a real token on a bad line, kept
 /// out (and re-judged on SIGHUP); then `good` back in.
 fn reload_bad_files(
@@ -272,9 +322,11 @@ fn tokens_never_appear_in_logs_metrics_responses_or_the_process() {
             ("RATEKEEPER_AUTH__PROTECT_METRICS", "true"),
             ("RATEKEEPER_LOG__LEVEL", "trace"),
             ("RATEKEEPER_POLICIES__POLL_INTERVAL", "1h"),
+            ("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0"),
         ],
     );
     let mut seen = call_with_every_kind_of_token(&service, &check, &admin);
+    seen.extend(grpc_with_every_kind_of_token(&service, &check, &admin));
     seen.extend(reload_bad_files(&service, &file, &good, &check, &admin));
 
     let pid = service.child.0.id();
@@ -285,6 +337,8 @@ fn tokens_never_appear_in_logs_metrics_responses_or_the_process() {
     assert!(output.contains(r#""level":"TRACE""#));
     assert!(output.contains("tokens file rejected"), "{output}");
     assert!(output.contains("line 1: unknown scope"), "{output}");
+    // h2 traced the gRPC calls' frames (headers included, were it to log them).
+    assert!(output.contains(r#""target":"h2"#), "{output}");
     let mut places = vec![
         ("stdout and stderr", output),
         ("cmdline", String::from_utf8_lossy(&cmdline).into_owned()),

@@ -68,7 +68,10 @@ fn a_grpc_listener_beyond_loopback_is_warned_about_without_tokens() {
         let auth = format!(r#""bearer_auth":{with_tokens}"#);
         assert_eq!(count(&log, &auth), 1, "{what}:\n{log}");
         if warned == 1 {
-            assert!(log.contains("unauthenticated (no auth.tokens_file)"), "{log}");
+            assert!(
+                log.contains("unauthenticated (no auth.tokens_file)"),
+                "{log}"
+            );
             assert!(log.contains(r#""level":"WARN""#), "{log}");
         }
     }
