@@ -8,6 +8,10 @@
 //! Then ratekeeper is killed while Envoy keeps serving: Envoy's own
 //! `failure_mode_deny` decides, false lets requests through, true answers
 //! 500.
+//! With `auth.tokens_file`, `examples/envoy/ratelimit-tokens.yaml`: Envoy's
+//! `check` token in `initial_metadata` limits as before; a wrong one (or the
+//! placeholder as shipped) is UNAUTHENTICATED, which Envoy's
+//! `failure_mode_deny` treats like ratekeeper gone.
 //!
 //! All the clients are on loopback: each test sends from an address of
 //! 127.0.0.0/8 of its own, so their address budgets are apart.
@@ -24,12 +28,25 @@ use support::binary::KillOnDrop;
 use support::{free_port, unique_key};
 
 const EXAMPLE: &str = include_str!("../examples/envoy/ratelimit.yaml");
+const TOKENS_EXAMPLE: &str = include_str!("../examples/envoy/ratelimit-tokens.yaml");
+const ENVOY_TOKEN: &str = "envoy-rls-check-token-0123456789abcdef";
 const RLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy/rls.yaml");
 const N: usize = 3;
 /// rls.yaml's per-address limit.
 const PER_ADDRESS: usize = 12;
 
 async fn start_envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
+    start_example(EXAMPLE, upstream, grpc, deny, &[]).await
+}
+
+/// `example` with its addresses (and `more`) substituted.
+async fn start_example(
+    example: &str,
+    upstream: &Upstream,
+    grpc: u16,
+    deny: bool,
+    more: &[(&str, String)],
+) -> Envoy {
     let port = free_port();
     let mut pairs = vec![
         ("port_value: 10000", format!("port_value: {port}")),
@@ -42,19 +59,28 @@ async fn start_envoy(upstream: &Upstream, grpc: u16, deny: bool) -> Envoy {
     if deny {
         pairs.push(("failure_mode_deny: false", "failure_mode_deny: true".into()));
     }
-    let bootstrap = substitute(EXAMPLE, &pairs);
+    pairs.extend(more.iter().cloned());
+    let bootstrap = substitute(example, &pairs);
     Envoy::start(&bootstrap, port).await
 }
 
 /// The ratekeeper binary serving rls.yaml on a free gRPC port.
 fn ratekeeper() -> (KillOnDrop, u16) {
+    let (service, grpc, _) = ratekeeper_with(&[]);
+    (service, grpc)
+}
+
+/// The same, with `env` too; also returns its HTTP address.
+fn ratekeeper_with(env: &[(&str, &str)]) -> (KillOnDrop, u16, String) {
     let grpc = free_port();
     let grpc_listen = format!("127.0.0.1:{grpc}");
-    let (service, _) = support::binary::serve(&[
+    let mut all = vec![
         ("RATEKEEPER_GRPC__LISTEN", grpc_listen.as_str()),
         ("RATEKEEPER_RLS__CONFIG", RLS),
-    ]);
-    (service, grpc)
+    ];
+    all.extend_from_slice(env);
+    let (service, http) = support::binary::serve(&all);
+    (service, grpc, http)
 }
 
 /// A loopback address no other test (or run this minute) sends from.
@@ -207,4 +233,74 @@ async fn a_client_rotating_or_omitting_api_keys_is_limited_by_its_address() {
 
     let elsewhere = client_from(fresh_loopback());
     assert_eq!(get(&elsewhere, &envoy, None).await.status(), 200);
+}
+
+/// Envoy with ratelimit-tokens.yaml, its token in place of the placeholder
+/// (`None`: the file as shipped).
+async fn start_with_token(
+    upstream: &Upstream,
+    grpc: u16,
+    deny: bool,
+    token: Option<&str>,
+) -> Envoy {
+    let mut more = Vec::new();
+    if let Some(token) = token {
+        more.push(("Bearer <check token>", format!("Bearer {token}")));
+    }
+    start_example(TOKENS_EXAMPLE, upstream, grpc, deny, &more).await
+}
+
+/// `ratekeeper_auth_failures_total{reason}` of the service at `http`.
+async fn auth_failures(http: &str, reason: &str) -> u64 {
+    let url = format!("http://{http}/metrics");
+    let body = reqwest::get(url).await.unwrap().text().await.unwrap();
+    let line = format!("ratekeeper_auth_failures_total{{reason=\"{reason}\"}} ");
+    let value = body.lines().find_map(|l| l.strip_prefix(line.as_str()));
+    value.expect("the metric").parse().unwrap()
+}
+
+/// With `auth.tokens_file`: Envoy's own `check` token in `initial_metadata`
+/// limits as before. A wrong token, or the placeholder left as shipped, is
+/// refused (UNAUTHENTICATED), and Envoy's `failure_mode_deny` decides as
+/// when ratekeeper is gone: false lets every request through unlimited,
+/// true answers 500. Only ratekeeper's metric tells.
+#[tokio::test]
+async fn with_tokens_envoy_authenticates_and_a_wrong_token_fails_by_its_own_mode() {
+    let dir = support::fresh_dir("envoy-rls-tokens");
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, format!("check {ENVOY_TOKEN}\n")).unwrap();
+    let upstream = Upstream::start().await;
+    let path = tokens.to_str().unwrap();
+    let (_service, grpc, http) = ratekeeper_with(&[("RATEKEEPER_AUTH__TOKENS_FILE", path)]);
+    let good = start_with_token(&upstream, grpc, false, Some(ENVOY_TOKEN)).await;
+    let wrong = "wrong-envoy-token-0123456789abcdef";
+    let wrong_open = start_with_token(&upstream, grpc, false, Some(wrong)).await;
+    let wrong_closed = start_with_token(&upstream, grpc, true, Some(wrong)).await;
+    let shipped = start_with_token(&upstream, grpc, false, None).await;
+    let client = client_from(fresh_loopback());
+
+    early_in_a_minute().await;
+    let key = unique_key("envoy-rls-tokens");
+    spend_a_key(&client, &good, &key).await;
+    // The key is spent, yet a wrong token lets every request through.
+    for envoy in [&wrong_open, &shipped] {
+        for i in 0..=N {
+            let response = get(&client, envoy, Some(&key)).await;
+            assert_eq!(response.status(), 200, "request {i}\n{}", envoy.log());
+            assert!(!response.headers().contains_key("ratelimit"));
+        }
+    }
+    let response = get(&client, &wrong_closed, Some(&key)).await;
+    assert_eq!(response.status(), 500, "{}", wrong_closed.log());
+    assert!(!response.headers().contains_key("x-envoy-ratelimited"));
+    assert_eq!(response.text().await.unwrap(), "", "an empty body");
+    assert_eq!(upstream.seen(), N + 2 * (N + 1));
+    // Each refused call counted: the wrong token's, and the placeholder's
+    // (`<` is no token character).
+    assert_eq!(auth_failures(&http, "invalid").await, N as u64 + 2);
+    assert_eq!(auth_failures(&http, "malformed").await, N as u64 + 1);
+    assert_eq!(auth_failures(&http, "missing").await, 0);
+    // Nothing refused was spent: the good token still sees the key spent
+    // by its own 4 calls only (its 429), and the address budget likewise.
+    assert_eq!(get(&client, &good, Some(&key)).await.status(), 429);
 }
