@@ -300,6 +300,17 @@ async fn with_tokens_envoy_authenticates_and_a_wrong_token_fails_by_its_own_mode
     assert_eq!(auth_failures(&http, "invalid").await, N as u64 + 2);
     assert_eq!(auth_failures(&http, "malformed").await, N as u64 + 1);
     assert_eq!(auth_failures(&http, "missing").await, 0);
+    // Envoy's side: errors, let through by failure_mode_deny: false.
+    let (error, allowed) = (
+        "cluster.app.ratelimit.error",
+        "cluster.app.ratelimit.failure_mode_allowed",
+    );
+    for envoy in [&wrong_open, &shipped] {
+        assert_eq!(envoy.counter(error).await, N as u64 + 1);
+        assert_eq!(envoy.counter(allowed).await, N as u64 + 1);
+    }
+    assert_eq!(wrong_closed.counter(error).await, 1);
+    assert_eq!(wrong_closed.counter(allowed).await, 0);
     // Nothing refused was spent: the good token still sees the key spent
     // by its own 4 calls only (its 429), and the address budget likewise.
     assert_eq!(get(&client, &good, Some(&key)).await.status(), 429);

@@ -28,6 +28,7 @@ pub fn envoy_binary() -> PathBuf {
 pub struct Envoy {
     child: Child,
     pub port: u16,
+    admin: u16,
     dir: PathBuf,
 }
 
@@ -74,7 +75,12 @@ impl Envoy {
             .stderr(log)
             .spawn()
             .expect("envoy starts");
-        let mut envoy = Envoy { child, port, dir };
+        let mut envoy = Envoy {
+            child,
+            port,
+            admin,
+            dir,
+        };
         let deadline = Instant::now() + Duration::from_secs(20);
         while !(admin_ready(admin) && TcpStream::connect(("127.0.0.1", port)).is_ok()) {
             if let Ok(Some(status)) = envoy.child.try_wait() {
@@ -97,6 +103,15 @@ impl Envoy {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    /// The counter `name` from the admin `/stats` (0 until first counted).
+    pub async fn counter(&self, name: &str) -> u64 {
+        let url = format!("http://127.0.0.1:{}/stats?filter=^{name}$", self.admin);
+        let body = reqwest::get(url).await.unwrap().text().await.unwrap();
+        let prefix = format!("{name}: ");
+        let value = body.lines().find_map(|l| l.strip_prefix(prefix.as_str()));
+        value.map_or(0, |v| v.trim().parse().unwrap())
     }
 }
 
