@@ -17,7 +17,8 @@
 //!   on file events, SIGHUP and a slow poll.
 //! - [`tokens`]: the bearer tokens file (`auth.tokens_file`): reading it,
 //!   swapping it in whole, reloading it like the policies file.
-//! - [`rls`]: the Envoy RLS v3 gRPC server and its `rls.config` files.
+//! - [`rls`]: the Envoy RLS v3 gRPC server, its bearer-token check (the
+//!   same tokens as HTTP) and its `rls.config` files.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
 //! - [`limiter`]: runs a check on the store, and resets and refunds (never

@@ -73,7 +73,45 @@ fn the_readme_excerpts_of_traefik_and_envoy_are_in_the_files() {
         ),
         ("yaml", "request_headers:", "examples/envoy/ratelimit.yaml"),
         ("yaml", "requests_per_unit", "examples/envoy/rls.yaml"),
+        (
+            "yaml",
+            "initial_metadata:",
+            "examples/envoy/ratelimit-tokens.yaml",
+        ),
     ] {
         assert_excerpt(block_with(&readme, lang, marker), &read(path), path);
     }
+}
+
+/// The tokens variant of the Envoy rate limit example is the example plus
+/// its `initial_metadata` block, line for line (comments aside), so a
+/// change to one cannot leave the other behind.
+#[test]
+fn the_envoy_tokens_variant_is_the_example_plus_initial_metadata() {
+    let lines = |path| -> Vec<String> {
+        let text = read(path);
+        let code = text.lines().filter(|l| !code(l).is_empty());
+        code.map(str::to_string).collect()
+    };
+    let plain = lines("examples/envoy/ratelimit.yaml");
+    let tokens = lines("examples/envoy/ratelimit-tokens.yaml");
+    let at = tokens
+        .iter()
+        .position(|l| l.trim() == "initial_metadata:")
+        .expect("an initial_metadata block");
+    let added: Vec<&str> = tokens[at..at + 3].iter().map(|l| l.trim()).collect();
+    assert_eq!(
+        added,
+        [
+            "initial_metadata:",
+            "- key: authorization",
+            "value: \"Bearer <check token>\"",
+        ]
+    );
+    let rest: Vec<&String> = tokens[..at].iter().chain(&tokens[at + 3..]).collect();
+    let plain: Vec<&String> = plain.iter().collect();
+    assert_eq!(
+        rest, plain,
+        "ratelimit-tokens.yaml drifted from ratelimit.yaml"
+    );
 }

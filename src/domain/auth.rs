@@ -29,8 +29,8 @@ pub const MAX_TOKEN_BYTES: usize = 4096;
 /// What a token may call. `Admin` includes everything `Check` may.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Scope {
-    /// `POST /v1/check`, forward-auth (`/v1/auth/...`), and `/metrics`
-    /// when `auth.protect_metrics` is on.
+    /// `POST /v1/check`, forward-auth (`/v1/auth/...`), the gRPC
+    /// `ShouldRateLimit`, and `/metrics` when `auth.protect_metrics` is on.
     Check,
     /// Also reset, refund and `GET /v1/policies`.
     Admin,
