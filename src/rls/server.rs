@@ -38,7 +38,7 @@ pub enum RlsError {
     #[error("store error: {0}")]
     Store(#[from] LimiterError),
     /// Refused by bearer authentication ([`super::auth`]).
-    #[error("unauthenticated: {0:?}")]
+    #[error("{}", refused(*.0))]
     Unauthenticated(Refusal),
 }
 
@@ -47,7 +47,7 @@ impl From<RlsError> for Status {
         match e {
             RlsError::Invalid(e) => Status::invalid_argument(e.0),
             RlsError::Store(e) => Status::unavailable(e.to_string()),
-            RlsError::Unauthenticated(refusal) => Status::unauthenticated(refused(refusal)),
+            RlsError::Unauthenticated(_) => Status::unauthenticated(e.to_string()),
         }
     }
 }
