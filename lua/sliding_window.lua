@@ -22,15 +22,16 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
 
   local before = weighted(prev, curr, now - index * window)
   local allowed = math.floor(before) + need <= limit
-  -- Counted as the decision counts: floor(weighted), plus what this check
-  -- spent. So `remaining` units are exactly what a next check may take
-  -- (limit - floor(before + cost) would say 0 while one still passes).
-  local used = math.floor(before)
+  -- The weight as the next check at this instant will compute it, rounded
+  -- down as the decision rounds it: then `remaining` units are exactly
+  -- what that check may take (limit - ceil(weight) said 0 with 9.6 of 10
+  -- while one more still passed).
+  local used = before
   if allowed then
     curr = curr + cost
-    used = used + cost
+    used = weighted(prev, curr, now - index * window)
   end
-  local remaining = math.max(0, limit - used)
+  local remaining = math.max(0, limit - math.floor(used))
   local commit = nil
   if allowed and cost > 0 then
     local p, c = prev, curr

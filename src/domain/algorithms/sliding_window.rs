@@ -32,17 +32,19 @@ pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u6
 
     let before = weighted(state.prev, state.curr, window, elapsed);
     let allowed = before.floor() as u64 + need <= limit;
-    // Counted as the decision counts (see lua/sliding_window.lua): then
-    // `remaining` units are exactly what a next check may take.
-    let mut used = before.floor() as u64;
-    if allowed {
+    // The weight as the next check will compute it, rounded down as the
+    // decision rounds it (see lua/sliding_window.lua): then `remaining` is
+    // exactly what that check may take.
+    let used = if allowed {
         state.curr += cost;
-        used += cost;
-    }
+        weighted(state.prev, state.curr, window, elapsed)
+    } else {
+        before
+    };
     if allowed && cost > 0 {
         *stored = state.clone();
     }
-    let remaining = limit.saturating_sub(used);
+    let remaining = limit.saturating_sub(used.floor() as u64);
 
     let retry_after_us = if allowed {
         0
@@ -227,6 +229,18 @@ mod tests {
         assert!(spend.allowed);
         assert_eq!(spend.remaining, 0);
         assert!(!s.apply(&r, now, 1).allowed, "remaining 0 means denied");
+
+        // Large numbers, where floor(weight) + cost and floor(weight + cost)
+        // differ in the last unit (found by review): remaining must still
+        // be exactly what passes.
+        let r = sw(1_000_000_000_000, SEC);
+        let mut s = state(1_000, 776_579_721_677, 62_512_645_676);
+        let now = 1_000 * SEC + 674_037;
+        let o = s.apply(&r, now, 270_034_426_635);
+        assert!(o.allowed);
+        let mut probe = s.clone();
+        assert!(probe.apply(&r, now, o.remaining).allowed, "{o:?}");
+        assert!(!s.apply(&r, now, o.remaining + 1).allowed, "{o:?}");
     }
 
     #[test]

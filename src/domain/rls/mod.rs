@@ -139,8 +139,8 @@ pub enum Planned {
         shadow: bool,
         cost: u64,
     },
-    /// A descriptor that cannot be evaluated (a bad `limit` override, or a
-    /// limited descriptor past `limits.max_limits_per_check`): it answers
+    /// A descriptor that cannot be evaluated (a bad `limit` override, or an
+    /// enforced limit past `limits.max_limits_per_check` distinct ones): it answers
     /// OVER_LIMIT, so the request does. Refusing the whole request instead
     /// would make Envoy (`failure_mode_deny: false` by default) let it
     /// through with no limit at all. The text is for logs only.
