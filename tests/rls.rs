@@ -131,12 +131,7 @@ async fn replaces_shadow_duplicates_and_unknown_domain() {
     assert_eq!(rls.codes(twice).await, (Ok, vec![Ok, Ok], vec![2, 2]));
 
     // Metrics name the domain and the config's limit, never a value.
-    let metrics = reqwest::get(format!("{}/metrics", rls.http))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rls.metrics().await;
     assert!(metrics.contains(r#"policy="rls.edge""#), "{metrics}");
     assert!(metrics.contains(r#"limit="global""#));
     assert!(!metrics.contains("client=e") && !metrics.contains("\"g\""));

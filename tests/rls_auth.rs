@@ -12,11 +12,10 @@ mod support;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use rls_support::{CONFIG, Rls, config_file, desc, request, rls_settings, start};
 use support::{RedisServer, fresh_dir};
-use tonic::metadata::MetadataValue;
 
 const CHECK: &str = "rls-check-token-0123456789abcdef";
 const ADMIN: &str = "rls-admin-token-0123456789abcdef";
@@ -33,21 +32,6 @@ async fn start_with_tokens(redis: Option<&str>, tokens: &Path) -> Rls {
     // Changes are seen through file events only.
     settings.policies_poll_interval = Duration::from_secs(3600);
     start(settings).await
-}
-
-/// One `ShouldRateLimit` with these `authorization` metadata values.
-async fn ask(
-    rls: &Rls,
-    req: RateLimitRequest,
-    authorization: &[&str],
-) -> Result<RateLimitResponse, tonic::Status> {
-    let mut req = tonic::Request::new(req);
-    for value in authorization {
-        let value: MetadataValue<_> = value.parse().unwrap();
-        req.metadata_mut().append("authorization", value);
-    }
-    let answer = rls.client.clone().should_rate_limit(req).await;
-    answer.map(|r| r.into_inner())
 }
 
 /// A call on `client`'s 3-an-hour limit.
@@ -101,12 +85,7 @@ fn refused_calls() -> Vec<(Vec<String>, &'static str, &'static str, &'static str
 
 /// The Prometheus value of `ratekeeper_auth_failures_total{reason}`.
 async fn failures(rls: &Rls, reason: &str) -> u64 {
-    let body = reqwest::get(format!("{}/metrics", rls.http))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = rls.metrics().await;
     let line = format!("ratekeeper_auth_failures_total{{reason=\"{reason}\"}} ");
     let value = body.lines().find_map(|l| l.strip_prefix(line.as_str()));
     value
@@ -121,7 +100,7 @@ async fn refusals_spend_nothing_and_both_scopes_pass(redis: Option<&str>) {
     let calls = refused_calls();
     for (values, _, says, hidden) in &calls {
         let values: Vec<&str> = values.iter().map(String::as_str).collect();
-        let status = ask(&rls, on("a"), &values).await.unwrap_err();
+        let status = rls.ask_with(on("a"), &values).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "{values:?}");
         let message = status.message();
         assert!(message.contains(says), "{values:?}: {message}");
@@ -136,13 +115,13 @@ async fn refusals_spend_nothing_and_both_scopes_pass(redis: Option<&str>) {
     // Either scope passes; the scheme is case-insensitive, as over HTTP.
     let admin = format!("bearer  {ADMIN} ");
     for (token, remaining) in [(bearer(CHECK), 2), (admin, 1)] {
-        let answer = ask(&rls, on("a"), &[&token]).await.unwrap();
+        let answer = rls.ask_with(on("a"), &[&token]).await.unwrap();
         assert_eq!(answer.overall_code(), Code::Ok);
         assert_eq!(answer.statuses[0].limit_remaining, remaining);
     }
-    let answer = ask(&rls, on("a"), &[&bearer(CHECK)]).await.unwrap();
+    let answer = rls.ask_with(on("a"), &[&bearer(CHECK)]).await.unwrap();
     assert_eq!(answer.statuses[0].limit_remaining, 0);
-    let denied = ask(&rls, on("a"), &[&bearer(CHECK)]).await.unwrap();
+    let denied = rls.ask_with(on("a"), &[&bearer(CHECK)]).await.unwrap();
     assert_eq!(denied.overall_code(), Code::OverLimit);
 }
 
@@ -162,7 +141,7 @@ async fn refusals_spend_nothing_and_both_scopes_pass_redis() {
 async fn wait_for(rls: &Rls, token: &str, want_refused: bool, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(2);
     loop {
-        let answer = ask(rls, on("reload"), &[&bearer(token)]).await;
+        let answer = rls.ask_with(on("reload"), &[&bearer(token)]).await;
         if answer.is_err() == want_refused {
             if let Err(status) = answer {
                 assert_eq!(status.code(), tonic::Code::Unauthenticated);
@@ -183,8 +162,8 @@ async fn wait_for(rls: &Rls, token: &str, want_refused: bool, what: &str) {
 async fn a_reload_that_revokes_a_token_counts_within_2_s() {
     let tokens = tokens_file(&format!("check {CHECK}\n"));
     let rls = start_with_tokens(None, &tokens).await;
-    assert!(ask(&rls, on("reload"), &[&bearer(CHECK)]).await.is_ok());
-    assert!(ask(&rls, on("reload"), &[&bearer(ADMIN)]).await.is_err());
+    assert!(rls.ask_with(on("reload"), &[&bearer(CHECK)]).await.is_ok());
+    assert!(rls.ask_with(on("reload"), &[&bearer(ADMIN)]).await.is_err());
 
     // Revoked: a new file renamed over the old one.
     let staged = tokens.with_file_name("tokens.new");
@@ -210,7 +189,7 @@ async fn without_tokens_the_listener_is_open_as_before() {
     let malformed = [bearer(CHECK), "Bearer".into()];
     let sent: [&[&str]; 3] = [&[], &["Bearer"], &[&malformed[0], &malformed[1]]];
     for (i, values) in sent.iter().enumerate() {
-        let answer = ask(&rls, on("open"), values).await.unwrap();
+        let answer = rls.ask_with(on("open"), values).await.unwrap();
         assert_eq!(answer.statuses[0].limit_remaining, 2 - i as u32);
     }
     assert_eq!(failures(&rls, "missing").await, 0);

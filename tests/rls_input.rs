@@ -73,12 +73,7 @@ async fn huge_keys_values_and_domains_are_answered() {
     assert_eq!(rls.codes(key).await, (Code::Ok, vec![Code::Ok], vec![0]));
     let domain = request(&huge, vec![desc(&[("client", "a")])]);
     assert_eq!(rls.codes(domain).await, (Code::Ok, vec![Code::Ok], vec![0]));
-    let metrics = reqwest::get(format!("{}/metrics", rls.http))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = rls.metrics().await;
     assert!(!metrics.contains("vvvvvvvv"), "a value in the metrics");
     let ok = rls
         .codes(request("edge", vec![desc(&[("client", "a")])]))

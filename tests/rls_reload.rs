@@ -87,9 +87,9 @@ async fn wait_for(rls: &Rls, domain: &str, want: u32, what: &str) {
 }
 
 async fn metric(rls: &Rls, series: &str) -> f64 {
-    let url = format!("{}/metrics", rls.http);
-    let text = reqwest::get(url).await.unwrap().text().await.unwrap();
-    text.lines()
+    rls.metrics()
+        .await
+        .lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
         .map_or(0.0, |v| v.parse().unwrap())
 }

@@ -108,11 +108,32 @@ pub fn request(domain: &str, descriptors: Vec<RateLimitDescriptor>) -> RateLimit
 
 impl Rls {
     pub async fn ask(&self, req: RateLimitRequest) -> Result<RateLimitResponse, tonic::Status> {
-        self.client
-            .clone()
-            .should_rate_limit(req)
+        self.ask_with(req, &[]).await
+    }
+
+    /// [`Rls::ask`] with these `authorization` metadata values, in order.
+    pub async fn ask_with(
+        &self,
+        req: RateLimitRequest,
+        authorization: &[&str],
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let mut req = tonic::Request::new(req);
+        for value in authorization {
+            let value: tonic::metadata::MetadataValue<_> = value.parse().unwrap();
+            req.metadata_mut().append("authorization", value);
+        }
+        let answer = self.client.clone().should_rate_limit(req).await;
+        answer.map(|r| r.into_inner())
+    }
+
+    /// The service's `/metrics` text, from its HTTP listener.
+    pub async fn metrics(&self) -> String {
+        reqwest::get(format!("{}/metrics", self.http))
             .await
-            .map(|r| r.into_inner())
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
     }
 
     pub async fn codes(&self, req: RateLimitRequest) -> (Code, Vec<Code>, Vec<u32>) {
