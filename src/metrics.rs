@@ -54,7 +54,9 @@ pub struct Metrics {
     /// Keys the embedded store evicted before their reset (synced when
     /// /metrics is read).
     pub store_evictions: IntCounter,
+    /// Serialises the scrape-time syncs of counters the store keeps itself.
     evictions_sync: std::sync::Mutex<()>,
+    pub redis_connections_replaced: IntCounter,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
     /// `ratekeeper_invalidations_sent_total{result="ok"|"error"}`: ok when
@@ -175,6 +177,13 @@ impl Metrics {
         let store_evictions = IntCounter::new(
             "ratekeeper_store_evictions_total",
             "Keys the embedded store evicted before their reset because it held memory.max_keys (nearest reset first).",
+        )
+        .expect("valid metric");
+        let redis_connections_replaced = IntCounter::new(
+            "ratekeeper_redis_connections_replaced_total",
+            "Redis connections replaced because they stopped answering (a call timed out and a \
+             PING on the same connection got no reply within redis.unresponsive_timeout): a \
+             silently dead path, or a frozen Redis.",
         )
         .expect("valid metric");
         let deny_cache_hits = IntCounter::new(
@@ -316,6 +325,7 @@ impl Metrics {
             Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
             Box::new(store_evictions.clone()),
+            Box::new(redis_connections_replaced.clone()),
             Box::new(store_up.clone()),
             Box::new(breaker_vec),
             Box::new(breaker_opened.clone()),
@@ -365,6 +375,7 @@ impl Metrics {
             store_keys,
             store_evictions,
             evictions_sync: std::sync::Mutex::new(()),
+            redis_connections_replaced,
             store_up,
             breaker_state,
             breaker_opened,

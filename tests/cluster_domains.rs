@@ -34,6 +34,7 @@ fn options(url: String) -> RedisOptions {
         timeout: Duration::from_secs(5),
         pool_size: 2,
         reconnect_max_delay: Duration::from_millis(200),
+        unresponsive_timeout: Duration::from_millis(500),
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,
@@ -108,6 +109,7 @@ async fn one_lost_connection_does_not_degrade_a_healthy_node() {
     let store = RedisStore::connect(RedisOptions {
         timeout: Duration::from_millis(500),
         reconnect_max_delay: Duration::from_millis(50),
+        unresponsive_timeout: Duration::from_millis(500),
         ..options(cluster.url())
     })
     .unwrap();

@@ -195,6 +195,7 @@ mod multi_limit {
                 timeout: Duration::from_secs(5),
                 pool_size: 4,
                 reconnect_max_delay: Duration::from_millis(100),
+                unresponsive_timeout: Duration::from_millis(500),
                 batch_window,
                 clock: None,
                 ttl_pad_ms: 0,

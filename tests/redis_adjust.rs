@@ -96,6 +96,7 @@ async fn reset_and_refund_of_several_limits_on_a_cluster() {
         timeout: Duration::from_secs(5),
         pool_size: 1,
         reconnect_max_delay: Duration::from_millis(200),
+        unresponsive_timeout: Duration::from_millis(500),
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,

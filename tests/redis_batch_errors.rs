@@ -20,6 +20,7 @@ fn store(url: String) -> RedisStore {
         timeout: Duration::from_secs(2),
         pool_size: 1,
         reconnect_max_delay: Duration::from_millis(100),
+        unresponsive_timeout: Duration::from_millis(500),
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,

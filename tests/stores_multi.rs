@@ -162,6 +162,7 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
         timeout: Duration::from_millis(10),
         pool_size: 1,
         reconnect_max_delay: Duration::from_millis(10),
+        unresponsive_timeout: Duration::from_millis(500),
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,

@@ -316,6 +316,7 @@ pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
         timeout: redis.timeout,
         pool_size: redis.pool_size,
         reconnect_max_delay: redis.reconnect_max_delay,
+        unresponsive_timeout: redis.unresponsive_timeout,
         batch_window: redis.batch_window,
         clock: None,
         ttl_pad_ms: 0,

@@ -167,6 +167,7 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.timeout",
     "redis.pool_size",
     "redis.reconnect_max_delay",
+    "redis.unresponsive_timeout",
     "redis.probe_interval",
     "redis.batch_window",
     "failure.mode",

@@ -15,6 +15,7 @@ pub struct RedisSettings {
     pub timeout: Duration,
     pub pool_size: usize,
     pub reconnect_max_delay: Duration,
+    pub unresponsive_timeout: Duration,
     pub probe_interval: Duration,
     /// Micro-batching window; zero turns batching off.
     pub batch_window: Duration,
@@ -28,6 +29,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("timeout", &self.timeout)
             .field("pool_size", &self.pool_size)
             .field("reconnect_max_delay", &self.reconnect_max_delay)
+            .field("unresponsive_timeout", &self.unresponsive_timeout)
             .field("probe_interval", &self.probe_interval)
             .field("batch_window", &self.batch_window)
             .finish()
@@ -76,6 +78,15 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
     let timeout = r.duration("redis.timeout");
     let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
     let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
+    let unresponsive_timeout = r.parse("redis.unresponsive_timeout", |s| {
+        let us = parse_duration_us(s)?;
+        // Below ~100 ms the kernel's TCP_USER_TIMEOUT would cut connections
+        // over a single lost packet's retransmission.
+        (100_000..=600_000_000)
+            .contains(&us)
+            .then(|| Duration::from_micros(us))
+            .ok_or_else(|| "must be from 100ms to 10m".into())
+    });
     let probe_interval = r.duration("redis.probe_interval");
     let batch_window = r.parse("redis.batch_window", |s| {
         let us = parse_duration_us(s)?;
@@ -90,6 +101,7 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         timeout: timeout?,
         pool_size: pool_size? as usize,
         reconnect_max_delay: reconnect_max_delay?,
+        unresponsive_timeout: unresponsive_timeout?,
         probe_interval: probe_interval?,
         batch_window: batch_window?,
     };

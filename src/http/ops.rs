@@ -74,6 +74,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(total) = state.limiter.store_evictions() {
         state.metrics.sync_store_evictions(total);
     }
+    if let Some(total) = state.limiter.store_connections_replaced() {
+        state.metrics.sync_connections_replaced(total);
+    }
     state.metrics.store_up.set(state.limiter.is_ready() as i64);
     (
         [(

@@ -181,6 +181,11 @@ impl Limiter {
         self.store.evictions()
     }
 
+    /// Store connections replaced because they stopped answering (Redis).
+    pub fn store_connections_replaced(&self) -> Option<u64> {
+        self.store.connections_replaced()
+    }
+
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
         let decision = self.decide(check).await?;
         self.metrics.record_decision(check, &decision);

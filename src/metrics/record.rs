@@ -102,11 +102,20 @@ impl Metrics {
     /// count. Under a lock: two scrapes at once would otherwise both add
     /// the same difference.
     pub fn sync_store_evictions(&self, total: u64) {
+        self.sync_counter(&self.store_evictions, total);
+    }
+
+    /// Brings `ratekeeper_redis_connections_replaced_total` up to the
+    /// store's own count.
+    pub fn sync_connections_replaced(&self, total: u64) {
+        self.sync_counter(&self.redis_connections_replaced, total);
+    }
+
+    fn sync_counter(&self, counter: &prometheus::IntCounter, total: u64) {
         let _one_at_a_time = self
             .evictions_sync
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        let counter = &self.store_evictions;
         counter.inc_by(total.saturating_sub(counter.get()));
     }
 

@@ -57,6 +57,12 @@ pub trait Store: Send + Sync + 'static {
     fn evictions(&self) -> Option<u64> {
         None
     }
+
+    /// Connections to the store replaced because they stopped answering,
+    /// if it has connections (Redis).
+    fn connections_replaced(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What a reset or refund did: the answer of a check of cost 0 afterwards

@@ -215,6 +215,7 @@ pub fn simulated_redis(
             timeout: Duration::from_secs(5),
             pool_size: 1,
             reconnect_max_delay: Duration::from_millis(200),
+            unresponsive_timeout: Duration::from_millis(500),
             batch_window: Duration::ZERO,
             clock: Some(Arc::new(clock.clone())),
             // Simulated time runs ahead of and behind real time: keep keys

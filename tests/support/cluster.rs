@@ -18,6 +18,8 @@ pub struct RedisCluster {
     pub ports: Vec<u16>,
     nodes: Vec<Option<Child>>,
     dir: PathBuf,
+    /// Client ports the nodes announce, by start order; empty: their own.
+    announced: Vec<u16>,
 }
 
 /// One line of `CLUSTER NODES`, as far as the tests need it.
@@ -45,11 +47,19 @@ impl RedisCluster {
     /// refuses every key while one slot range has no live primary, so one
     /// failed node would take the whole cluster down until the failover.
     pub fn start_with(primaries: usize, replicas: usize) -> RedisCluster {
+        Self::start_announcing(primaries, replicas, &[])
+    }
+
+    /// Like [`start_with`](Self::start_with), node `i` announcing
+    /// `announced[i]` as its client port (`cluster-announce-port`), so
+    /// clients reach it through a proxy there; the cluster bus stays direct.
+    pub fn start_announcing(primaries: usize, replicas: usize, announced: &[u16]) -> RedisCluster {
         let _ = redis_cli_binary(); // fail early and clearly if it is missing
         let mut cluster = RedisCluster {
             ports: Vec::new(),
             nodes: Vec::new(),
             dir: fresh_dir("cluster"),
+            announced: announced.to_vec(),
         };
         for _ in 0..primaries * (1 + replicas) {
             let (port, child) = (0..5)
@@ -83,7 +93,17 @@ impl RedisCluster {
         let (port, bus) = (free_port(), free_port());
         let node_dir = self.dir.join(port.to_string());
         std::fs::create_dir_all(&node_dir).unwrap();
+        let announce: Vec<String> = match self.announced.get(self.ports.len()) {
+            Some(announced) => vec![
+                "--cluster-announce-port".into(),
+                announced.to_string(),
+                "--cluster-announce-bus-port".into(),
+                bus.to_string(),
+            ],
+            None => Vec::new(),
+        };
         let mut child = Command::new(redis_server_binary())
+            .args(&announce)
             .args(["--port", &port.to_string()])
             .args(["--cluster-port", &bus.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])

@@ -35,6 +35,7 @@ pub fn options(url: String) -> RedisOptions {
         timeout: Duration::from_secs(1),
         pool_size: 1,
         reconnect_max_delay: Duration::from_millis(100),
+        unresponsive_timeout: Duration::from_millis(500),
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,

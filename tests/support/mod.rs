@@ -11,6 +11,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 pub mod binary;
+pub mod blackhole;
 mod cluster;
 pub mod invalidation;
 mod load;
@@ -27,7 +28,7 @@ pub use load::{
 pub use nix::sys::signal::Signal;
 use ratekeeper::app::{Application, Backend};
 use ratekeeper::config::{Overrides, Settings};
-pub use sentinel::{SentinelGroup, sentinel_primary};
+pub use sentinel::{LoneSentinel, SentinelGroup, sentinel_primary};
 
 /// A `redis-server` child process on its own port and directory.
 pub struct RedisServer {
@@ -321,6 +322,15 @@ impl TestApp {
 
     pub async fn get(&self, path: &str) -> reqwest::Response {
         self.http.get(self.url(path)).send().await.unwrap()
+    }
+
+    /// The value of one series of `/metrics` (name and labels exactly as
+    /// exposed); 0 when it is absent.
+    pub async fn metric(&self, series: &str) -> f64 {
+        let text = self.get("/metrics").await.text().await.unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .map_or(0.0, |v| v.parse().unwrap())
     }
 
     /// Stops the server and waits for it to finish.

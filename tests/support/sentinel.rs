@@ -63,38 +63,7 @@ impl SentinelGroup {
     }
 
     fn spawn_sentinel(&self, quorum: usize) -> Option<(u16, Child)> {
-        let port = free_port();
-        let dir = self.dir.join(port.to_string());
-        std::fs::create_dir_all(&dir).unwrap();
-        let conf = dir.join("sentinel.conf");
-        let primary = self.primary.port;
-        std::fs::write(
-            &conf,
-            format!(
-                "port {port}\nbind 127.0.0.1\ndir {dir}\n\
-                 sentinel monitor {SERVICE} 127.0.0.1 {primary} {quorum}\n\
-                 sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n\
-                 sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n\
-                 sentinel parallel-syncs {SERVICE} 1\n",
-                dir = path_str(&dir),
-            ),
-        )
-        .unwrap();
-        // `redis-server FILE --sentinel` needs no package beyond redis-server.
-        let mut child = Command::new(redis_server_binary())
-            .arg(&conf)
-            .arg("--sentinel")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("failed to run redis-server --sentinel");
-        if wait_for_ping(&mut child, port) {
-            Some((port, child))
-        } else {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
+        spawn_sentinel(&self.dir, self.primary.port, quorum, DOWN_AFTER_MS)
     }
 
     pub fn sentinel_ports(&self) -> Vec<u16> {
@@ -112,6 +81,90 @@ impl SentinelGroup {
             "redis-sentinel://127.0.0.1:{}/0?sentinelServiceName={SERVICE}{others}",
             ports[0]
         )
+    }
+}
+
+/// One sentinel watching the primary at `127.0.0.1:primary` with no
+/// replica to promote, so it never fails over: for tests where what
+/// Sentinel names must stay put (a proxy in front of the primary).
+pub struct LoneSentinel {
+    pub port: u16,
+    child: Child,
+    dir: PathBuf,
+}
+
+impl LoneSentinel {
+    pub fn start(primary: u16) -> LoneSentinel {
+        let _ = redis_cli_binary();
+        let dir = fresh_dir("sentinel");
+        // Long: the sentinel's own link through a cut proxy must not make
+        // it judge the primary down while the test runs.
+        let (port, child) = (0..5)
+            .find_map(|_| spawn_sentinel(&dir, primary, 1, 60_000))
+            .expect("could not start a sentinel on a free port");
+        let sentinel = LoneSentinel { port, child, dir };
+        wait_until(
+            Duration::from_secs(10),
+            "sentinel knows the primary",
+            || sentinel_primary(port) == Some(primary),
+        );
+        sentinel
+    }
+
+    pub fn url(&self) -> String {
+        format!(
+            "redis-sentinel://127.0.0.1:{}/0?sentinelServiceName={SERVICE}",
+            self.port
+        )
+    }
+}
+
+impl Drop for LoneSentinel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A sentinel on a free port with its config in a directory of its own
+/// under `dir`, watching `127.0.0.1:primary`; `None` if it did not start.
+fn spawn_sentinel(
+    dir: &std::path::Path,
+    primary: u16,
+    quorum: usize,
+    down_after_ms: u64,
+) -> Option<(u16, Child)> {
+    let port = free_port();
+    let dir = dir.join(port.to_string());
+    std::fs::create_dir_all(&dir).unwrap();
+    let conf = dir.join("sentinel.conf");
+    std::fs::write(
+        &conf,
+        format!(
+            "port {port}\nbind 127.0.0.1\ndir {dir}\n\
+             sentinel monitor {SERVICE} 127.0.0.1 {primary} {quorum}\n\
+             sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n\
+             sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n\
+             sentinel parallel-syncs {SERVICE} 1\n",
+            dir = path_str(&dir),
+        ),
+    )
+    .unwrap();
+    // `redis-server FILE --sentinel` needs no package beyond redis-server.
+    let mut child = Command::new(redis_server_binary())
+        .arg(&conf)
+        .arg("--sentinel")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("failed to run redis-server --sentinel");
+    if wait_for_ping(&mut child, port) {
+        Some((port, child))
+    } else {
+        let _ = child.kill();
+        let _ = child.wait();
+        None
     }
 }
 

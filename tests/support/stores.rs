@@ -19,6 +19,7 @@ pub fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64)
         timeout: Duration::from_secs(2),
         pool_size: 1,
         reconnect_max_delay: Duration::from_millis(100),
+        unresponsive_timeout: Duration::from_millis(500),
         batch_window: Duration::ZERO,
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms,

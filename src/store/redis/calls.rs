@@ -81,6 +81,7 @@ impl Inner {
             }
             other => other,
         };
+        self.liveness.observe(client, &result);
         if let (Err(e), Some(domains)) = (&result, &self.domains) {
             if is_moved(e) {
                 domains.suspect(&self.pool);

@@ -197,6 +197,7 @@ mod url_tests {
                 timeout: Duration::from_millis(100),
                 pool_size: 1,
                 reconnect_max_delay: Duration::from_millis(100),
+                unresponsive_timeout: Duration::from_millis(500),
                 batch_window: Duration::ZERO,
                 clock: None,
                 ttl_pad_ms: 0,

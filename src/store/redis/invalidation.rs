@@ -38,7 +38,7 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{RedisStore, client_config, reconnect_policy};
+use super::{RedisStore, client_config, reconnect_policy, tcp_config};
 use crate::store::{InvalidationSink, StoreError};
 
 /// The longest message taken as a client key: the largest key
@@ -94,6 +94,7 @@ impl RedisStore {
             .with_connection_config(|c| {
                 c.connection_timeout = timeout;
                 c.internal_command_timeout = timeout;
+                c.tcp = tcp_config(options);
             })
             .set_policy(reconnect_policy(max_delay))
             .build()

@@ -28,6 +28,7 @@ mod domains;
 mod errors;
 mod invalidation;
 mod keys;
+mod liveness;
 mod nodes;
 
 use std::sync::Arc;
@@ -54,6 +55,9 @@ pub struct RedisOptions {
     pub pool_size: usize,
     /// Longest pause between reconnect attempts.
     pub reconnect_max_delay: Duration,
+    /// A connection that leaves a call, then a PING, unanswered this long
+    /// is replaced (see `liveness.rs`).
+    pub unresponsive_timeout: Duration,
     /// Micro-batching: how long checks that arrive while another call is in
     /// flight wait to share one EVALSHA. Zero sends every check on its own.
     pub batch_window: Duration,
@@ -90,6 +94,8 @@ pub(super) struct Inner {
     auth: Arc<auth::AuthWatch>,
     /// Which node serves which slot, in a cluster.
     domains: Option<domains::Domains>,
+    /// Replaces connections that stopped answering, in every pool.
+    liveness: Arc<liveness::Liveness>,
     options: RedisOptions,
 }
 
@@ -107,10 +113,24 @@ pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool,
             c.max_command_attempts = 1;
             c.connection_timeout = options.timeout.max(Duration::from_millis(500));
             c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
+            c.tcp = tcp_config(options);
         })
         .set_policy(reconnect_policy(max_delay))
         .build_pool(options.pool_size.max(1))
         .map_err(|e| StoreError::Backend(e.to_string()))
+}
+
+/// Without this, data sent down a path that silently died sits
+/// unacknowledged until TCP's own retransmissions give up, 15 minutes by
+/// default on Linux; with it the kernel closes the socket and fred
+/// reconnects. A backstop to `liveness.rs` (which sees a silent connection
+/// first) for a client stuck writing into a full socket buffer; at least
+/// a second, so one lost packet's retransmission never cuts a connection.
+pub(super) fn tcp_config(options: &RedisOptions) -> fred::types::config::TcpConfig {
+    fred::types::config::TcpConfig {
+        user_timeout: Some(options.unresponsive_timeout.max(Duration::from_secs(1))),
+        ..Default::default()
+    }
 }
 
 /// The client configuration `options.url` describes, for every client of
@@ -164,6 +184,7 @@ impl RedisStore {
             clustered,
             auth,
             domains,
+            liveness: liveness::Liveness::new(options.unresponsive_timeout),
             options,
         });
         let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
@@ -277,7 +298,9 @@ impl Store for RedisStore {
     }
 
     async fn ping(&self) -> Result<(), StoreError> {
-        let pong: Result<String, _> = self.inner.pool.next_connected().ping(None).await;
+        let client = self.inner.pool.next_connected();
+        let pong: Result<String, _> = client.ping(None).await;
+        self.inner.liveness.observe(client, &pong);
         pong.map_err(|e| self.inner.auth.explain(classify(e)))?;
         if !self.inner.scripts_loaded.load(Ordering::Acquire) {
             self.inner.load_scripts().await?;
@@ -287,6 +310,10 @@ impl Store for RedisStore {
 
     fn name(&self) -> &'static str {
         "redis"
+    }
+
+    fn connections_replaced(&self) -> Option<u64> {
+        Some(self.inner.liveness.replaced())
     }
 
     fn failure_domain(&self, check: &Check) -> u64 {

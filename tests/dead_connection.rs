@@ -1,0 +1,168 @@
+//! A Redis connection that dies silently (no FIN, no RST: an expired
+//! conntrack or NAT entry, a half-open path) is replaced, and checks are
+//! exact again within 2 s, while new connections to Redis work all along.
+//! Without this every check down the dead connections timed out and was
+//! answered by the failure policy (under fail-open: limiting off) until TCP
+//! gave up, minutes later.
+//!
+//! Each topology sits behind [`Blackhole`] proxies that cut every open
+//! connection at once, the check pools', the cluster client's and the
+//! invalidation subscriber's alike, while accepting new ones. Defaults
+//! throughout (`redis.timeout`, `redis.unresponsive_timeout`, the breaker),
+//! fail-open, checks flowing from 8 workers.
+
+mod support;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::blackhole::Blackhole;
+use support::unique_key;
+use support::{Load, LoneSentinel, Outage, RedisCluster, RedisServer, TestApp, ms, settings};
+
+/// The bound: from the cut (Redis reachable on a new connection
+/// all along) to the last degraded answer.
+const EXACT_AGAIN_WITHIN: Duration = Duration::from_secs(2);
+
+async fn spawn(url: &str) -> Arc<TestApp> {
+    let mut config = settings(Some(url));
+    config.failure.mode = ratekeeper::domain::FailureMode::Open;
+    Arc::new(TestApp::spawn(config).await)
+}
+
+fn body(key: &str, limit: u64) -> Value {
+    json!({"key": key, "limit": limit, "window": "1h", "algorithm": "fixed_window"})
+}
+
+/// Cuts every connection open through `proxies` while checks flow, then
+/// asserts that degraded answers stopped within [`EXACT_AGAIN_WITHIN`],
+/// that limits are exact again (N parallel callers on limit L get L), and
+/// that the invalidation subscription was lost and came back.
+async fn cut_then_exact(topology: &str, app: Arc<TestApp>, proxies: &[Blackhole]) {
+    wait_subscribed(&app).await;
+    let keys: Vec<Value> = (0..12)
+        .map(|_| body(&unique_key("dead"), 1_000_000))
+        .collect();
+    let lost_before = app
+        .metric("ratekeeper_invalidation_subscription_lost_total")
+        .await;
+    let load = Load::start(app.clone(), keys, 8, Duration::from_millis(5), 4_000);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let accepted_before: u64 = proxies.iter().map(Blackhole::accepted).sum();
+    let cut_at = Instant::now();
+    for proxy in proxies {
+        proxy.cut();
+    }
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let samples = load.finish().await;
+    let outage = Outage::measure(&samples, cut_at, |_| true);
+    println!(
+        "DEAD {topology} last_degraded_ms={} checks={} degraded={}",
+        ms(outage.last_degraded_after),
+        outage.checks,
+        outage.degraded
+    );
+    assert!(
+        samples.iter().all(|s| s.status == 200),
+        "every check answered 200"
+    );
+    // The cut was felt: otherwise the test proves nothing.
+    assert!(outage.degraded > 0, "{outage:?}");
+    let last = outage.last_degraded_after.unwrap();
+    assert!(
+        last < EXACT_AGAIN_WITHIN,
+        "degraded until {last:?}: {outage:?}"
+    );
+    let accepted_after: u64 = proxies.iter().map(Blackhole::accepted).sum();
+    assert!(
+        accepted_after > accepted_before,
+        "new connections were made"
+    );
+    assert!(
+        app.metric("ratekeeper_redis_connections_replaced_total")
+            .await
+            >= 1.0
+    );
+    assert_exact(&app).await;
+    // The subscriber's connection was cut too: lost, then back.
+    wait_subscribed(&app).await;
+    assert!(
+        app.metric("ratekeeper_invalidation_subscription_lost_total")
+            .await
+            > lost_before
+    );
+    assert_eq!(app.get("/readyz").await.status(), 200);
+}
+
+/// 30 parallel callers on each of 6 keys of limit 10: exactly 10 each,
+/// none degraded.
+async fn assert_exact(app: &Arc<TestApp>) {
+    for _ in 0..6 {
+        let key = unique_key("exact");
+        let calls = (0..30).map(|_| {
+            let (app, body) = (app.clone(), body(&key, 10));
+            tokio::spawn(async move { app.check(body).await })
+        });
+        let mut allowed = 0;
+        for call in calls {
+            let (status, answer) = call.await.unwrap();
+            assert_eq!(status, 200, "{answer}");
+            assert_eq!(answer["degraded"], false, "{answer}");
+            allowed += usize::from(answer["allowed"] == true);
+        }
+        assert_eq!(allowed, 10, "key {key}");
+    }
+}
+
+async fn wait_subscribed(app: &Arc<TestApp>) {
+    let deadline = Instant::now() + EXACT_AGAIN_WITHIN;
+    while app.metric("ratekeeper_invalidation_subscribed").await != 1.0 {
+        assert!(Instant::now() < deadline, "invalidation not subscribed");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn single_server() {
+    let redis = RedisServer::start();
+    let proxy = Blackhole::start(redis.port);
+    let app = spawn(&format!("redis://127.0.0.1:{}", proxy.port)).await;
+    cut_then_exact("single", app, &[proxy]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sentinel() {
+    let primary = RedisServer::start();
+    let proxy = Blackhole::start(primary.port);
+    // The sentinel names the proxy as the primary, so every client
+    // connection (found through the sentinel) goes through it.
+    let port = proxy.port;
+    let sentinel = tokio::task::spawn_blocking(move || LoneSentinel::start(port))
+        .await
+        .unwrap();
+    let app = spawn(&sentinel.url()).await;
+    cut_then_exact("sentinel", app, &[proxy]).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cluster() {
+    let proxies: Vec<Blackhole> = (0..3).map(|_| Blackhole::bind()).collect();
+    let announced: Vec<u16> = proxies.iter().map(|p| p.port).collect();
+    let cluster =
+        tokio::task::spawn_blocking(move || RedisCluster::start_announcing(3, 0, &announced))
+            .await
+            .unwrap();
+    for (proxy, &port) in proxies.iter().zip(&cluster.ports) {
+        proxy.forward_to(port);
+    }
+    // Every node known by its proxy's port, so every client connection,
+    // the cluster client's and each node pool's, goes through a proxy.
+    let url = format!(
+        "redis-cluster://127.0.0.1:{}?node=127.0.0.1:{}",
+        proxies[0].port, proxies[1].port
+    );
+    let app = spawn(&url).await;
+    cut_then_exact("cluster", app, &proxies).await;
+    drop(cluster);
+}
