@@ -6,7 +6,7 @@ mod support;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-use rls_support::{CONFIG, config_file, desc, request, rls_settings, start};
+use rls_support::{CONFIG, config_file, desc, raw_request, request, rls_settings, start};
 
 /// Malformed requests get INVALID_ARGUMENT with a message naming the
 /// problem, whatever the domain (known or not), and the server goes on.
@@ -148,4 +148,40 @@ async fn an_oversized_call_is_refused_and_the_server_goes_on() {
         .codes(request("edge", vec![desc(&[("client", "a")])]))
         .await;
     assert_eq!(ok.0, Code::Ok);
+}
+
+/// Entry values that are not UTF-8, as Envoy sends a client's raw header
+/// bytes (`X-API-Key: \xff\xfe`): decided like any other value, each with
+/// its own counter, where the whole call used to fail (INTERNAL) and Envoy
+/// then let the request through unlimited. A key that is not UTF-8
+/// matches no configured key (no limit); a value that is not UTF-8 takes
+/// its key's default, nested ones included.
+#[tokio::test]
+async fn entries_that_are_not_utf8_are_decided_like_any_other() {
+    let rls = start(rls_settings(None, config_file(CONFIG))).await;
+    let raw = |value: &[u8]| raw_request("edge", &[(b"client", value)]);
+    for remaining in [2, 1, 0] {
+        let got = rls.codes_raw(raw(b"\xff\xfe")).await;
+        assert_eq!(got, (Code::Ok, vec![Code::Ok], vec![remaining]));
+    }
+    assert_eq!(rls.codes_raw(raw(b"\xff\xfe")).await.0, Code::OverLimit);
+    // Its neighbours are other keys: other bytes, the UTF-8 text that
+    // looks like them, their escaped form.
+    for other in [&b"\xff\xfd"[..], "ÿþ".as_bytes(), b"%FF%FE", b"\xff"] {
+        let got = rls.codes_raw(raw(other)).await;
+        assert_eq!(got, (Code::Ok, vec![Code::Ok], vec![2]), "{other:?}");
+    }
+    let login = raw_request("edge", &[(b"client", b"\xfe"), (b"path", b"/login")]);
+    assert_eq!(rls.codes_raw(login).await.2, [1], "the nested login limit");
+    let key = raw_request("edge", &[(b"client\xff", b"a")]);
+    assert_eq!(
+        rls.codes_raw(key).await,
+        (Code::Ok, vec![Code::Ok], vec![0])
+    );
+    let unknown = raw_request("unknown", &[(b"client", b"\xff\xfe")]);
+    assert_eq!(rls.codes_raw(unknown).await.0, Code::Ok);
+    assert!(
+        !rls.metrics().await.contains("%FF"),
+        "a value in the metrics"
+    );
 }
