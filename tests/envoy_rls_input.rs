@@ -167,3 +167,31 @@ async fn empty_long_and_repeated_values_are_limited() {
     assert_eq!(get(&envoy, c, &api_key(b"second")).await, 200);
     assert_eq!(envoy.counter(ENVOY_ERRORS).await, 0, "{}", envoy.log());
 }
+
+/// With `skip_if_absent: true` on the X-API-Key action (a documented Envoy
+/// option), a request without the header makes Envoy send that rate
+/// limit's descriptor with no entries at all. That must not fail the call:
+/// it has no limit, and the address limit beside it still holds.
+#[tokio::test]
+async fn a_header_left_out_under_skip_if_absent_keeps_the_address_limit() {
+    let upstream = Upstream::start().await;
+    let (_service, grpc) = ratekeeper();
+    let skip = (
+        "descriptor_key: api_key",
+        "descriptor_key: api_key\n                                      skip_if_absent: true"
+            .into(),
+    );
+    let envoy = envoy(&upstream, grpc, &[skip]).await;
+    let from = fresh_loopback();
+
+    early_in_a_minute().await;
+    let got = statuses(&envoy, from, b"", PER_ADDRESS + 1).await;
+    assert!(got[..PER_ADDRESS].iter().all(|s| *s == 200), "{got:?}");
+    assert_eq!(got[PER_ADDRESS], 429, "{}", envoy.log());
+    assert_eq!(envoy.counter(ENVOY_ERRORS).await, 0);
+    // The key, when sent, is limited as before.
+    let key = api_key(b"present");
+    let other = fresh_loopback();
+    let got = statuses(&envoy, other, &key, PER_KEY + 1).await;
+    assert_eq!(got, [200, 200, 200, 429]);
+}

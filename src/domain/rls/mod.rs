@@ -295,10 +295,15 @@ fn validate(domain: &str, descriptors: &[DescriptorInput]) -> Result<(), Invalid
         ));
     }
     for (i, d) in descriptors.iter().enumerate() {
+        // No entries is allowed: Envoy sends that when every action of a
+        // rate limit is a `skip_if_absent` header the client left out. It
+        // matches nothing (no limit), as in envoyproxy/ratelimit; refusing
+        // it would fail the whole call, and Envoy would let it through
+        // with no limit at all.
         let n = d.entries.len();
-        if n == 0 || n > MAX_ENTRIES {
+        if n > MAX_ENTRIES {
             return bad(format!(
-                "descriptors[{i}] must hold 1 to {MAX_ENTRIES} entries, got {n}"
+                "descriptors[{i}] must hold at most {MAX_ENTRIES} entries, got {n}"
             ));
         }
         if d.entries.iter().any(|(k, _)| k.is_empty()) {

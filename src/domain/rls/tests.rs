@@ -233,4 +233,6 @@ fn entries_that_are_not_utf8_are_matched_and_scoped_like_any_other() {
     ]);
     let names: Vec<&str> = got.iter().map(name_of).collect();
     assert_eq!(names, ["client", "login", "none", "none"]);
+    // No entries at all (every `skip_if_absent` header left out): no limit.
+    assert_eq!(plan(&[raw(&[])]), [Planned::NoLimit]);
 }
