@@ -195,3 +195,45 @@ async fn a_header_left_out_under_skip_if_absent_keeps_the_address_limit() {
     let got = statuses(&envoy, other, &key, PER_KEY + 1).await;
     assert_eq!(got, [200, 200, 200, 429]);
 }
+
+/// A call over ratekeeper's 1 MiB bound: with Envoy's header limit raised
+/// (`max_request_headers_kb`) and a rate limit per header, a client's
+/// large headers make one. It used to get OUT_OF_RANGE, which Envoy let
+/// through; now it is denied (OVER_LIMIT), and a request of ordinary size
+/// passes as before.
+#[tokio::test]
+async fn a_call_over_the_size_bound_is_denied() {
+    const HEADERS: usize = 20;
+    let upstream = Upstream::start().await;
+    let (_service, grpc) = ratekeeper();
+    let anchor = "                              - actions:\n                                  - remote_address: {}\n";
+    let per_header: String = (0..HEADERS)
+        .map(|i| {
+            format!(
+                "                              - actions:\n                                  - request_headers:\n                                      header_name: x-k{i}\n                                      descriptor_key: k{i}\n"
+            )
+        })
+        .collect();
+    let more = [
+        (anchor, format!("{anchor}{per_header}")),
+        (
+            "use_remote_address: true",
+            "use_remote_address: true\n                max_request_headers_kb: 8192".into(),
+        ),
+    ];
+    let envoy = envoy(&upstream, grpc, &more).await;
+    let from = fresh_loopback();
+    let headers = |size: usize| -> Vec<u8> {
+        let value = vec![b'v'; size];
+        let line = |i| [format!("X-K{i}: ").as_bytes(), &value, b"\r\n"].concat();
+        (0..HEADERS).flat_map(line).collect()
+    };
+
+    early_in_a_minute().await;
+    // 20 descriptors of 60 KiB: a call of 1.2 MiB. (Before, Envoy let it
+    // through, and the upstream here refused its 1.2 MiB of headers: 431.)
+    assert_eq!(get(&envoy, from, &headers(60 * 1024)).await, 429);
+    assert_eq!(envoy.counter(ENVOY_ERRORS).await, 0, "{}", envoy.log());
+    assert_eq!(get(&envoy, from, &headers(1024)).await, 200);
+    assert_eq!(upstream.seen(), 1);
+}

@@ -78,8 +78,8 @@ pub struct RlsService {
 }
 
 /// The largest request decoded: Envoy's are a few KiB; this bounds the
-/// memory one client can make the server hold (tonic answers OUT_OF_RANGE
-/// beyond).
+/// memory one client can make the server hold. A larger one is not read,
+/// and answered OVER_LIMIT ([`super::service`]).
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// Streams (calls) at once, per HTTP/2 connection.
 const MAX_STREAMS: u32 = 256;
@@ -97,7 +97,7 @@ pub fn spawn(
     service: RlsService,
     auth: super::auth::RlsAuth,
 ) -> tokio::task::JoinHandle<()> {
-    let server = RlsServer::new(service);
+    let server = RlsServer::new(service, auth.metrics.clone());
     tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(MAX_STREAMS))
@@ -115,19 +115,10 @@ pub fn spawn(
 }
 
 impl RlsService {
-    /// The answer to a call whose message decoded to `message` (`Ok(None)`:
-    /// the call ended without one).
-    pub(super) async fn should_rate_limit(
+    pub(super) async fn answer(
         &self,
-        message: Result<Option<RateLimitRequest>, Status>,
-    ) -> Result<RateLimitResponse, Status> {
-        let Some(request) = message? else {
-            return Err(Status::invalid_argument("no RateLimitRequest message"));
-        };
-        Ok(self.answer(request).await?)
-    }
-
-    async fn answer(&self, req: RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+        req: RateLimitRequest,
+    ) -> Result<RateLimitResponse, RlsError> {
         let inputs = req
             .descriptors
             .into_iter()
@@ -263,6 +254,11 @@ fn over_capacity(check: &Check) -> Decision {
         })
         .collect();
     Decision::from_outcomes(check, &outcomes)
+}
+
+/// OVER_LIMIT for the whole request, no descriptor decided.
+pub(super) fn over_limit() -> RateLimitResponse {
+    response(Code::OverLimit, Vec::new(), None)
 }
 
 fn status_without_limit(p: &Planned) -> DescriptorStatus {
