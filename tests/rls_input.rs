@@ -6,6 +6,7 @@ mod support;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::RateLimitOverride;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::google::protobuf::UInt64Value;
 use rls_support::{CONFIG, config_file, desc, raw_request, request, rls_settings, start};
 
 /// Malformed requests get INVALID_ARGUMENT with a message naming the
@@ -128,6 +129,23 @@ async fn client_controlled_input_is_limited_never_refused() {
         .codes(request("edge", vec![desc(&[("client", "n0")])]))
         .await;
     assert_eq!(r.2, [2], "the refused request spent nothing");
+
+    // hits_addend is whatever Envoy's config makes it, a client's header
+    // included (`HitsAddend.format`): any number is decided, never an
+    // error. Above the limit, OVER_LIMIT and nothing spent; 0 spends
+    // nothing (as in envoyproxy/ratelimit).
+    for (hits, code) in [
+        (u64::MAX, Code::OverLimit),
+        (1 << 32, Code::OverLimit),
+        (0, Code::Ok),
+    ] {
+        let mut costly = desc(&[("client", "h")]);
+        costly.hits_addend = Some(UInt64Value { value: hits });
+        let (overall, _, _) = rls.codes(request("edge", vec![costly])).await;
+        assert_eq!(overall, code, "{hits}");
+    }
+    let h = rls.codes(request("edge", vec![desc(&[("client", "h")])]));
+    assert_eq!(h.await.2, [2], "nothing spent before");
 
     for (rpu, unit) in [(0, 2), (5, 0), (5, 99)] {
         let mut bad = desc(&[("client", "o")]);
