@@ -16,8 +16,11 @@ use crate::limiter::breaker::State as BreakerState;
 
 mod auth;
 mod record;
+mod rls;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
+pub use rls::RlsRequestError;
+use rls::rls_metrics;
 
 /// The `limit` label of an inline check's limit: its position (the
 /// configured maximum caps the count; the last label covers any beyond).
@@ -93,6 +96,9 @@ pub struct Metrics {
     pub rls_reloads_error: IntCounter,
     pub rls_domains_loaded: IntGauge,
     pub rls_last_reload: Gauge,
+    /// `ratekeeper_rls_request_errors_total{reason}`, indexed by
+    /// [`RlsRequestError`].
+    rls_request_errors: [IntCounter; 3],
     /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
     auth_failures: [IntCounter; 4],
     /// `ratekeeper_auth_reloads_total{result="ok"|"error"}`.
@@ -292,6 +298,7 @@ impl Metrics {
         .expect("valid metric");
         let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
             auth_metrics();
+        let (rls_vecs, rls_request_errors) = rls_metrics();
         let waiters = IntGauge::new(
             "ratekeeper_waiters",
             "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
@@ -343,6 +350,7 @@ impl Metrics {
         ]
         .into_iter()
         .chain(auth_vecs)
+        .chain(rls_vecs)
         {
             registry
                 .register(collector)
@@ -389,6 +397,7 @@ impl Metrics {
             rls_reloads_error,
             rls_domains_loaded,
             rls_last_reload,
+            rls_request_errors,
             auth_failures,
             auth_reloads_ok,
             auth_reloads_error,

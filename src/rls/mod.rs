@@ -1,10 +1,13 @@
 //! Envoy's rate limit service (RLS v3) over gRPC: loading the
-//! envoyproxy/ratelimit YAML files, the tonic server ([`server`]), and
-//! its bearer-token check ([`auth`]).
+//! envoyproxy/ratelimit YAML files, the tonic server ([`server`]: the
+//! answers; [`service`]: the gRPC method, decoding with [`wire`]'s types),
+//! and its bearer-token check ([`auth`]).
 
 pub mod auth;
 pub mod reload;
 pub mod server;
+pub mod service;
+pub mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -11,22 +11,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tokio::net::TcpListener;
+use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::server::TcpIncoming;
-use tonic::{Request, Response, Status};
 
+use super::service::RlsServer;
+use super::wire::RateLimitRequest;
 use crate::domain::auth::Refusal;
-use crate::domain::rls::{DescriptorInput, InvalidRequest, Planned, RlsConfig, Unit};
+use crate::domain::rls::{InvalidRequest, Planned, RlsConfig, Unit};
 use crate::domain::{Bounds, Check, Decision, Limit, LimitDecision};
 use crate::limiter::{Limiter, LimiterError};
 
@@ -80,8 +78,8 @@ pub struct RlsService {
 }
 
 /// The largest request decoded: Envoy's are a few KiB; this bounds the
-/// memory one client can make the server hold (tonic answers OUT_OF_RANGE
-/// beyond).
+/// memory one client can make the server hold. A larger one is not read,
+/// and answered OVER_LIMIT ([`super::service`]).
 pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
 /// Streams (calls) at once, per HTTP/2 connection.
 const MAX_STREAMS: u32 = 256;
@@ -99,7 +97,7 @@ pub fn spawn(
     service: RlsService,
     auth: super::auth::RlsAuth,
 ) -> tokio::task::JoinHandle<()> {
-    let server = RateLimitServiceServer::new(service).max_decoding_message_size(MAX_REQUEST_BYTES);
+    let server = RlsServer::new(service, auth.metrics.clone());
     tokio::spawn(async move {
         let result = tonic::transport::Server::builder()
             .max_concurrent_streams(Some(MAX_STREAMS))
@@ -116,23 +114,16 @@ pub fn spawn(
     })
 }
 
-#[tonic::async_trait]
-impl RateLimitService for RlsService {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        Ok(Response::new(self.answer(request.into_inner()).await?))
-    }
-}
-
 impl RlsService {
-    async fn answer(&self, req: RateLimitRequest) -> Result<RateLimitResponse, RlsError> {
+    pub(super) async fn answer(
+        &self,
+        req: RateLimitRequest,
+    ) -> Result<RateLimitResponse, RlsError> {
         let inputs = req
             .descriptors
-            .iter()
+            .into_iter()
             .enumerate()
-            .map(|(i, d)| input_of(i, d))
+            .map(|(i, d)| d.into_input(i))
             .collect::<Result<Vec<_>, _>>()?;
         let hits = u64::from(req.hits_addend);
         let config = self.config.load_full();
@@ -265,26 +256,9 @@ fn over_capacity(check: &Check) -> Decision {
     Decision::from_outcomes(check, &outcomes)
 }
 
-fn input_of(i: usize, d: &RateLimitDescriptor) -> Result<DescriptorInput, InvalidRequest> {
-    if d.is_negative_hits {
-        return Err(InvalidRequest(format!(
-            "descriptors[{i}]: is_negative_hits is not supported"
-        )));
-    }
-    // An unknown unit is the domain's to refuse, for this descriptor only.
-    let override_limit = d
-        .limit
-        .as_ref()
-        .map(|o| (u64::from(o.requests_per_unit), unit_of(o.unit)));
-    Ok(DescriptorInput {
-        entries: d
-            .entries
-            .iter()
-            .map(|e| (e.key.clone(), e.value.clone()))
-            .collect(),
-        override_limit,
-        hits_addend: d.hits_addend.as_ref().map(|h| h.value),
-    })
+/// OVER_LIMIT for the whole request, no descriptor decided.
+pub(super) fn over_limit() -> RateLimitResponse {
+    response(Code::OverLimit, Vec::new(), None)
 }
 
 fn status_without_limit(p: &Planned) -> DescriptorStatus {
@@ -333,20 +307,6 @@ fn duration(ms: u64) -> PbDuration {
         seconds: i64::try_from(ms / 1_000).unwrap_or(i64::MAX),
         nanos: ((ms % 1_000) * 1_000_000) as i32,
     }
-}
-
-/// The proto's unit numbers (WEEK was added after YEAR, hence 7).
-fn unit_of(n: i32) -> Option<Unit> {
-    Some(match n {
-        1 => Unit::Second,
-        2 => Unit::Minute,
-        3 => Unit::Hour,
-        4 => Unit::Day,
-        5 => Unit::Month,
-        6 => Unit::Year,
-        7 => Unit::Week,
-        _ => return None,
-    })
 }
 
 fn proto_unit(u: Unit) -> i32 {

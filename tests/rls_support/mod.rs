@@ -13,7 +13,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratekeeper::app::Application;
 use ratekeeper::config::Settings;
+use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
+
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// Every counted limit is per hour (and the servers are fresh per test):
 /// a per-minute window could turn over in the middle of a test's sequence
@@ -41,6 +44,7 @@ descriptors:
 
 pub struct Rls {
     pub client: RateLimitServiceClient<Channel>,
+    channel: Channel,
     pub http: String,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
 }
@@ -67,11 +71,14 @@ pub async fn start(settings: Settings) -> Rls {
     tokio::spawn(app.run_until_stopped(async move {
         let _ = stopped.await;
     }));
-    let client = RateLimitServiceClient::connect(format!("http://{addr}"))
+    let channel = Channel::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .connect()
         .await
         .expect("grpc connects");
     Rls {
-        client,
+        client: RateLimitServiceClient::new(channel.clone()),
+        channel,
         http,
         stop: Some(stop),
     }
@@ -136,12 +143,74 @@ impl Rls {
             .unwrap()
     }
 
+    /// `ShouldRateLimit` with `message` as its request, whatever its type
+    /// ([`RawRequest`], or a message that is no `RateLimitRequest`).
+    pub async fn ask_raw<M: prost::Message + Send + 'static>(
+        &self,
+        message: M,
+    ) -> Result<RateLimitResponse, tonic::Status> {
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        grpc.ready().await.expect("ready");
+        let codec = tonic_prost::ProstCodec::<M, RateLimitResponse>::default();
+        let path = PathAndQuery::from_static(SHOULD_RATE_LIMIT);
+        let answer = grpc.unary(tonic::Request::new(message), path, codec).await;
+        answer.map(|r| r.into_inner())
+    }
+
     pub async fn codes(&self, req: RateLimitRequest) -> (Code, Vec<Code>, Vec<u32>) {
         let r = self.ask(req).await.expect("answered");
-        (
-            r.overall_code(),
-            r.statuses.iter().map(|s| s.code()).collect(),
-            r.statuses.iter().map(|s| s.limit_remaining).collect(),
-        )
+        codes_of(&r)
     }
+
+    /// [`Rls::codes`] of a request with raw entries.
+    pub async fn codes_raw(&self, req: RawRequest) -> (Code, Vec<Code>, Vec<u32>) {
+        codes_of(&self.ask_raw(req).await.expect("answered"))
+    }
+}
+
+/// `RateLimitRequest` as Envoy may send it: the same fields and numbers as
+/// the proto's, but the entries' `string`s written as `bytes` (the same on
+/// the wire), so they can hold what Envoy copies from a client's header.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RawRequest {
+    #[prost(string, tag = "1")]
+    pub domain: String,
+    #[prost(message, repeated, tag = "2")]
+    pub descriptors: Vec<RawDescriptor>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RawDescriptor {
+    #[prost(message, repeated, tag = "1")]
+    pub entries: Vec<RawEntry>,
+}
+
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RawEntry {
+    #[prost(bytes = "vec", tag = "1")]
+    pub key: Vec<u8>,
+    #[prost(bytes = "vec", tag = "2")]
+    pub value: Vec<u8>,
+}
+
+/// A request of one descriptor with these raw (key, value) entries.
+pub fn raw_request(domain: &str, entries: &[(&[u8], &[u8])]) -> RawRequest {
+    let entries = entries.iter().map(|(k, v)| RawEntry {
+        key: k.to_vec(),
+        value: v.to_vec(),
+    });
+    RawRequest {
+        domain: domain.into(),
+        descriptors: vec![RawDescriptor {
+            entries: entries.collect(),
+        }],
+    }
+}
+
+fn codes_of(r: &RateLimitResponse) -> (Code, Vec<Code>, Vec<u32>) {
+    (
+        r.overall_code(),
+        r.statuses.iter().map(|s| s.code()).collect(),
+        r.statuses.iter().map(|s| s.limit_remaining).collect(),
+    )
 }

@@ -25,7 +25,9 @@ use super::{Algorithm, Bounds, Limit, Rule, RuleInput, WindowInput};
 /// refused as invalid rather than walked. Only what Envoy's own config
 /// decides (the number of actions and of entries per action, the domain,
 /// the entry keys) can reach these: a client's HTTP request only chooses
-/// entry values, and no value is ever refused (see [`bounded_scope`]).
+/// entry values (any bytes, of any length), whether an entry is sent at
+/// all (`skip_if_absent`, so a descriptor may arrive with none), and no
+/// value is ever refused (see [`bounded_scope`]).
 pub const MAX_DESCRIPTORS: usize = 64;
 pub const MAX_ENTRIES: usize = 32;
 
@@ -119,7 +121,12 @@ pub struct RlsConfig {
 /// One request descriptor, as the transport hands it over.
 #[derive(Debug, Clone)]
 pub struct DescriptorInput {
-    pub entries: Vec<(String, String)>,
+    /// (key, value) as sent: protobuf `string`s, but Envoy copies a
+    /// header's bytes as they are, so a value (or key) need not be UTF-8.
+    /// Such bytes never equal a configured key or value (the config is
+    /// UTF-8): a value falls to its key's default, with a counter of its
+    /// own ([`scope_of`]).
+    pub entries: Vec<(Vec<u8>, Vec<u8>)>,
     /// `RateLimitOverride`: requests per unit, and the unit (`None`: a
     /// unit number this server does not know).
     pub override_limit: Option<(u64, Option<Unit>)>,
@@ -260,11 +267,13 @@ fn capped(
 impl RlsDomain {
     /// The node reached by the descriptor's last entry and its limit (see
     /// the module doc).
-    fn find(&self, entries: &[(String, String)]) -> Option<(&Node, &ConfigLimit)> {
+    fn find(&self, entries: &[(Vec<u8>, Vec<u8>)]) -> Option<(&Node, &ConfigLimit)> {
         let mut level = &self.root;
         for (i, (key, value)) in entries.iter().enumerate() {
-            let nodes = level.children.get(key.as_str())?;
-            let next = nodes.values.get(value.as_str()).or(nodes.any.as_deref())?;
+            let nodes = level.children.get(std::str::from_utf8(key).ok()?)?;
+            let exact = std::str::from_utf8(value).ok();
+            let exact = exact.and_then(|v| nodes.values.get(v));
+            let next = exact.or(nodes.any.as_deref())?;
             if i == entries.len() - 1 {
                 return next.limit.as_ref().map(|l| (next, l));
             }
@@ -286,10 +295,15 @@ fn validate(domain: &str, descriptors: &[DescriptorInput]) -> Result<(), Invalid
         ));
     }
     for (i, d) in descriptors.iter().enumerate() {
+        // No entries is allowed: Envoy sends that when every action of a
+        // rate limit is a `skip_if_absent` header the client left out. It
+        // matches nothing (no limit), as in envoyproxy/ratelimit; refusing
+        // it would fail the whole call, and Envoy would let it through
+        // with no limit at all.
         let n = d.entries.len();
-        if n == 0 || n > MAX_ENTRIES {
+        if n > MAX_ENTRIES {
             return bad(format!(
-                "descriptors[{i}] must hold 1 to {MAX_ENTRIES} entries, got {n}"
+                "descriptors[{i}] must hold at most {MAX_ENTRIES} entries, got {n}"
             ));
         }
         if d.entries.iter().any(|(k, _)| k.is_empty()) {
@@ -330,7 +344,7 @@ fn overridden(rpu: u64, unit: Option<Unit>, scope: String, cost: u64, bounds: &B
 /// after `%sha256-`: a long header value is limited like any other, with a
 /// bounded store key (at most max(max_key_bytes, 72) bytes). `%` followed
 /// by `s` never occurs in an escaped scope, so the two forms never meet.
-pub fn bounded_scope(entries: &[(String, String)], max_key_bytes: usize) -> String {
+pub fn bounded_scope(entries: &[(Vec<u8>, Vec<u8>)], max_key_bytes: usize) -> String {
     let scope = scope_of(entries);
     if scope.len() <= max_key_bytes {
         return scope;
@@ -344,7 +358,11 @@ pub fn bounded_scope(entries: &[(String, String)], max_key_bytes: usize) -> Stri
 /// The descriptor's client key: its entries as `key=value` joined by `,`,
 /// with `%`, `=`, `,`, `:`, `{` and `}` percent-escaped so two different
 /// descriptors never share a scope and the store key stays parseable.
-pub fn scope_of(entries: &[(String, String)]) -> String {
+/// Bytes that are not UTF-8 are percent-escaped too (`%FF`): always 0x80
+/// or above, so never one of the escaped ASCII characters, and a `%` sent
+/// as such is `%25`. Every byte string has its own scope (`\xff`, `ÿ` and
+/// `%FF` three different ones), and the scope stays UTF-8.
+pub fn scope_of(entries: &[(Vec<u8>, Vec<u8>)]) -> String {
     let mut out = String::new();
     for (i, (k, v)) in entries.iter().enumerate() {
         if i > 0 {
@@ -357,13 +375,22 @@ pub fn scope_of(entries: &[(String, String)]) -> String {
     out
 }
 
-fn escape_into(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match c {
-            '%' | '=' | ',' | ':' | '{' | '}' => {
-                out.push_str(&format!("%{:02X}", c as u32));
+fn escape_into(out: &mut String, bytes: &[u8]) {
+    use std::fmt::Write;
+    // Writing to a String cannot fail.
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            match c {
+                '%' | '=' | ',' | ':' | '{' | '}' => {
+                    let _ = write!(out, "%{:02X}", c as u32);
+                }
+                c => out.push(c),
             }
-            c => out.push(c),
+        }
+        // An invalid sequence never holds an ASCII byte (one is valid on
+        // its own), so these are all 0x80 or above.
+        for b in chunk.invalid() {
+            let _ = write!(out, "%{b:02X}");
         }
     }
 }

@@ -23,7 +23,7 @@ fn d(entries: &[(&str, &str)]) -> DescriptorInput {
     DescriptorInput {
         entries: entries
             .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .map(|(k, v)| (k.as_bytes().to_vec(), v.as_bytes().to_vec()))
             .collect(),
         override_limit: None,
         hits_addend: None,
@@ -105,7 +105,9 @@ fn bad_requests_and_bad_configs() {
     let b = Bounds::default();
     assert!(c.plan("", &[], 1, &b).is_err());
     assert!(c.plan("edge", &[d(&[("", "x")])], 1, &b).is_err());
-    let many: Vec<(String, String)> = (0..1000).map(|i| (format!("k{i}"), "v".into())).collect();
+    let many: Vec<(Vec<u8>, Vec<u8>)> = (0..1000)
+        .map(|i| (format!("k{i}").into_bytes(), b"v".to_vec()))
+        .collect();
     let big = DescriptorInput {
         entries: many,
         override_limit: None,
@@ -195,4 +197,42 @@ fn long_values_are_hashed_and_excess_or_bad_descriptors_refused() {
         assert_eq!(name_of(&out[0]), "client");
         assert!(matches!(out[1], Planned::Refused(_)), "{o:?}");
     }
+}
+
+/// Envoy copies a client's header bytes as they are: a value that is not
+/// UTF-8 is matched and counted like any other, under a scope of its own.
+#[test]
+fn entries_that_are_not_utf8_are_matched_and_scoped_like_any_other() {
+    let scope = |v: &[u8]| scope_of(&[(b"k".to_vec(), v.to_vec())]);
+    assert_eq!(scope(b"\xff\xfe"), "k=%FF%FE");
+    assert_eq!(scope(b"a\xe2\x82b"), "k=a%E2%82b", "a cut-off sequence");
+    let scopes = [
+        scope(b"\xff\xfe"),
+        scope("ÿþ".as_bytes()),
+        scope(b"%FF%FE"),
+        scope(b"\xff"),
+        scope(b"\xfe\xff"),
+        scope(b""),
+    ];
+    for (i, a) in scopes.iter().enumerate() {
+        assert!(scopes[i + 1..].iter().all(|b| a != b), "{a} twice");
+    }
+    let raw = |entries: &[(&[u8], &[u8])]| DescriptorInput {
+        entries: entries
+            .iter()
+            .map(|(k, v)| (k.to_vec(), v.to_vec()))
+            .collect(),
+        override_limit: None,
+        hits_addend: None,
+    };
+    let got = plan(&[
+        raw(&[(b"client", b"\xff")]),
+        raw(&[(b"client", b"\xff"), (b"path", b"/login")]),
+        raw(&[(b"client", b"\xff"), (b"path", b"/login\xff")]),
+        raw(&[(b"client\xff", b"a")]),
+    ]);
+    let names: Vec<&str> = got.iter().map(name_of).collect();
+    assert_eq!(names, ["client", "login", "none", "none"]);
+    // No entries at all (every `skip_if_absent` header left out): no limit.
+    assert_eq!(plan(&[raw(&[])]), [Planned::NoLimit]);
 }

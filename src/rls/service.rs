@@ -1,0 +1,219 @@
+//! The gRPC service tonic serves, written out rather than envoy-types'
+//! generated `RateLimitServiceServer`: that one decodes with the generated
+//! `string` fields and answers a failed decode itself, before any of our
+//! code runs, with nothing logged or counted. Here the request is decoded
+//! with [`super::wire`]'s types, and every call not decided as sent is
+//! counted (`ratekeeper_rls_request_errors_total{reason}`) and logged, at
+//! most one line per [`LOG_EVERY`]: Envoy, failing open by default, lets
+//! such a call's request through unlimited, so it must not go unseen.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
+use tonic::codegen::{Body, BoxFuture, Context, Poll, Service, StdError, http};
+use tonic::server::{ClientStreamingService, Grpc, NamedService};
+use tonic::{Code, Request, Response, Status, Streaming};
+
+use super::server::{MAX_REQUEST_BYTES, RlsError, RlsService, over_limit};
+use super::wire;
+use crate::metrics::{Metrics, RlsRequestError};
+
+/// At most one log line per this for calls not decided as sent.
+const LOG_EVERY: Duration = Duration::from_secs(10);
+
+/// The one method served.
+const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// `envoy.service.ratelimit.v3.RateLimitService`, for tonic's router.
+#[derive(Clone)]
+pub struct RlsServer {
+    inner: Arc<Shared>,
+}
+
+struct Shared {
+    service: RlsService,
+    metrics: Arc<Metrics>,
+    log: LogThrottle,
+}
+
+impl RlsServer {
+    pub fn new(service: RlsService, metrics: Arc<Metrics>) -> RlsServer {
+        RlsServer {
+            inner: Arc::new(Shared {
+                service,
+                metrics,
+                log: LogThrottle::default(),
+            }),
+        }
+    }
+}
+
+impl NamedService for RlsServer {
+    const NAME: &'static str = "envoy.service.ratelimit.v3.RateLimitService";
+}
+
+impl<B> Service<http::Request<B>> for RlsServer
+where
+    B: Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        if request.uri().path() != SHOULD_RATE_LIMIT {
+            return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
+        }
+        let method = ShouldRateLimit(self.inner.clone());
+        Box::pin(async move {
+            let codec =
+                tonic_prost::ProstCodec::<RateLimitResponse, wire::RateLimitRequest>::default();
+            let mut grpc = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_BYTES);
+            // A unary call is one message each way; served as client
+            // streaming so that a message that fails to decode (too large,
+            // or not a RateLimitRequest) comes to us as an error to answer,
+            // rather than being answered by tonic.
+            Ok(grpc.client_streaming(method, request).await)
+        })
+    }
+}
+
+struct ShouldRateLimit(Arc<Shared>);
+
+impl ClientStreamingService<wire::RateLimitRequest> for ShouldRateLimit {
+    type Response = RateLimitResponse;
+    type Future = BoxFuture<Response<RateLimitResponse>, Status>;
+
+    fn call(&mut self, request: Request<Streaming<wire::RateLimitRequest>>) -> Self::Future {
+        let shared = self.0.clone();
+        Box::pin(async move {
+            let peer = request.remote_addr();
+            // The first message is the request; a unary client sends no more.
+            let message = request.into_inner().message().await;
+            shared.decide(message, peer).await.map(Response::new)
+        })
+    }
+}
+
+impl Shared {
+    /// The answer to a call whose message decoded to `message` (`Ok(None)`:
+    /// the call ended without one).
+    async fn decide(
+        &self,
+        message: Result<Option<wire::RateLimitRequest>, Status>,
+        peer: Option<SocketAddr>,
+    ) -> Result<RateLimitResponse, Status> {
+        let request = match message {
+            Ok(Some(request)) => request,
+            Ok(None) => {
+                let status = Status::internal("no RateLimitRequest message");
+                self.note(RlsRequestError::Malformed, status.message(), peer);
+                return Err(status);
+            }
+            // Over the size bound (tonic's only OUT_OF_RANGE): denied, not
+            // an error. Envoy sends one when a client's headers are large
+            // (its header limit raised, a header copied into several
+            // descriptors); an error would let that request through.
+            Err(status) if status.code() == Code::OutOfRange => {
+                self.note(RlsRequestError::TooLarge, status.message(), peer);
+                return Ok(over_limit());
+            }
+            Err(status) => {
+                self.note(RlsRequestError::Malformed, status.message(), peer);
+                return Err(status);
+            }
+        };
+        self.service.answer(request).await.map_err(|error| {
+            if let RlsError::Invalid(why) = &error {
+                self.note(RlsRequestError::Invalid, &why.0, peer);
+            }
+            error.into()
+        })
+    }
+
+    /// Counts a call not decided as sent, and logs it unless one was
+    /// logged less than [`LOG_EVERY`] ago. `why` names what was wrong,
+    /// never a value (prost's and tonic's messages hold none).
+    fn note(&self, reason: RlsRequestError, why: &str, peer: Option<SocketAddr>) {
+        self.metrics.record_rls_request_error(reason);
+        if let Some(unlogged) = self.log.admit() {
+            let peer = peer.map(|p| p.to_string()).unwrap_or_default();
+            // Behind Envoy's default failure_mode_deny: false, an error
+            // status lets the call's request through unlimited.
+            let answer = match reason {
+                RlsRequestError::TooLarge => "OVER_LIMIT",
+                _ => "an error status",
+            };
+            tracing::warn!(
+                reason = reason.as_str(),
+                answer,
+                %peer,
+                error = why,
+                unlogged,
+                "an Envoy RLS call was not decided as sent ({answer}); \
+                 unlogged: such calls since the previous line"
+            );
+        }
+    }
+}
+
+/// Lets one log line through per [`LOG_EVERY`], and counts the others.
+#[derive(Default)]
+struct LogThrottle {
+    /// When the next line may be logged, in ms after [`epoch`].
+    next_ms: AtomicU64,
+    /// Calls not logged since the last line.
+    skipped: AtomicU64,
+}
+
+impl LogThrottle {
+    /// `Some(calls not logged since the last line)` if this one may log.
+    fn admit(&self) -> Option<u64> {
+        let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX);
+        let next = self.next_ms.load(Ordering::Relaxed);
+        let until = now.saturating_add(LOG_EVERY.as_millis() as u64);
+        let ours = now >= next
+            && self
+                .next_ms
+                .compare_exchange(next, until, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+        if ours {
+            Some(self.skipped.swap(0, Ordering::Relaxed))
+        } else {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            None
+        }
+    }
+}
+
+/// A fixed instant the throttle's times are counted from.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_log_throttle_lets_one_line_through_and_counts_the_rest() {
+        let log = LogThrottle::default();
+        assert_eq!(log.admit(), Some(0));
+        assert_eq!(log.admit(), None);
+        assert_eq!(log.admit(), None);
+        // As if LOG_EVERY had passed: the next line tells the two.
+        log.next_ms.store(0, Ordering::Relaxed);
+        assert_eq!(log.admit(), Some(2));
+        assert_eq!(log.admit(), None);
+    }
+}
