@@ -14,7 +14,8 @@
 //! - [`policies`]: the policies file: reading, validating, swapping it in
 //!   whole.
 //! - [`watch`]: reloading a config path (the policies file, `rls.config`)
-//!   on file events, SIGHUP and a slow poll.
+//!   on file events, SIGHUP and a slow poll; [`watch::read`], the one
+//!   bounded reader of every watched file.
 //! - [`tokens`]: the bearer tokens file (`auth.tokens_file`): reading it,
 //!   swapping it in whole, reloading it like the policies file.
 //! - [`rls`]: the Envoy RLS v3 gRPC server, its bearer-token check (the

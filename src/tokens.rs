@@ -6,7 +6,7 @@
 //! the line only, the fingerprint that tells versions apart stays in
 //! memory, and what is logged is counts per scope.
 
-use std::io::{self, Read};
+use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -17,18 +17,19 @@ use tracing::{error, info, warn};
 
 use crate::domain::auth::{Scope, TokenFileError, TokenSet};
 use crate::metrics::Metrics;
+use crate::watch::read::{ReadError, read_with_metadata};
 
 /// The largest tokens file read: thousands of tokens fit; a wrong path (a
 /// log file, say) is refused rather than read whole.
-const MAX_FILE_BYTES: u64 = 1024 * 1024;
+const MAX_FILE_BYTES: u64 = crate::watch::read::MAX_FILE_BYTES;
 
 /// Why a tokens file was not loaded. The path is shown, never the content.
 #[derive(Debug, thiserror::Error)]
 pub enum TokensError {
     #[error("cannot read the tokens file {path}: {source}")]
     Read { path: String, source: io::Error },
-    #[error("the tokens file {path} is not a regular file")]
-    NotAFile { path: String },
+    #[error("the tokens file {path} is {kind}; it must be a regular file")]
+    NotAFile { path: String, kind: &'static str },
     #[error("the tokens file {path} is larger than {MAX_FILE_BYTES} bytes (1 MiB)")]
     TooLarge { path: String },
     #[error("the tokens file {path} is not UTF-8 text")]
@@ -120,36 +121,25 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 }
 
 /// The file's text (following symlinks, so a Kubernetes Secret's
-/// `..data` swap is seen), and who else may read or change it.
+/// `..data` swap is seen), and who else may read or change it. Read by
+/// the reader of every watched file ([`read_regular`]): a FIFO or a device
+/// at the path is refused, never waited on.
 fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
-    use std::os::unix::fs::OpenOptionsExt;
     let shown = || path.display().to_string();
-    let read_error = |source| TokensError::Read {
-        path: shown(),
-        source,
-    };
-    if !std::fs::metadata(path).map_err(read_error)?.is_file() {
-        return Err(TokensError::NotAFile { path: shown() });
-    }
-    // Non-blocking: a FIFO swapped in after the check cannot hang reloads.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-        .map_err(read_error)?;
-    let meta = file.metadata().map_err(read_error)?;
-    if !meta.is_file() {
-        return Err(TokensError::NotAFile { path: shown() });
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(TokensError::TooLarge { path: shown() });
-    }
+    let (bytes, meta) = read_with_metadata(path, MAX_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => TokensError::Read {
+            path: shown(),
+            source,
+        },
+        ReadError::NotAFile(kind) => TokensError::NotAFile {
+            path: shown(),
+            kind,
+        },
+        ReadError::TooLarge(_) => TokensError::TooLarge { path: shown() },
+    })?;
+    let mode = meta.permissions().mode();
     let text = String::from_utf8(bytes).map_err(|_| TokensError::NotUtf8 { path: shown() })?;
-    Ok((text, Exposure::of(path, meta.permissions().mode())))
+    Ok((text, Exposure::of(path, mode)))
 }
 
 /// Judges the text read from `path`.
@@ -320,4 +310,31 @@ pub fn start(
         tokens: Some(tokens),
         reloader: Some(Arc::new(reloader)),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The tokens file goes through the shared reader: a FIFO and a link
+    /// to a device are refused, with what they are, and never read.
+    #[test]
+    fn a_fifo_or_a_device_is_refused() {
+        let dir = std::env::temp_dir().join(format!("rk-tokens-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let zero = dir.join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        for (path, kind) in [(fifo, "a FIFO"), (zero, "a device")] {
+            let err = load(&path).unwrap_err();
+            assert!(
+                matches!(err, TokensError::NotAFile { kind: k, .. } if k == kind),
+                "{err}"
+            );
+            assert!(err.to_string().ends_with("; it must be a regular file"));
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

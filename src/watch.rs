@@ -20,6 +20,11 @@
 //! (the re-read is cheap: unchanged bytes are not swapped), and every
 //! second the watched directories are compared with what the path resolves
 //! to now; a difference, or an error, re-creates the watcher.
+//!
+//! Every watched file is read by [`read::read_regular`]: regular files
+//! only, non-blocking, capped.
+
+pub mod read;
 
 use std::ffi::OsString;
 use std::os::unix::fs::MetadataExt;

@@ -2,7 +2,8 @@
 //! (the peer is 127.0.0.1, a trusted proxy in some tests and not in
 //! others): key_from sources and templates, forwarding headers from an
 //! untrusted peer, the walk of X-Forwarded-For behind a trusted one, and
-//! a store outage.
+//! a store outage; a key header's value as any UTF-8 text, and a key
+//! header sent twice or not UTF-8 refused.
 
 mod forward_auth_support;
 mod policy_checks;
@@ -13,11 +14,13 @@ use std::time::Duration;
 use forward_auth_support::{get, keyed, unique_ip};
 use policy_checks::install;
 use ratekeeper::domain::FailureMode;
+use reqwest::header::HeaderValue;
 use support::{TestApp, settings, unique_key};
 
 on_both_stores!(false =>
     key_sources_in_order_and_templates,
     forwarding_headers_from_an_untrusted_peer_are_ignored,
+    a_key_header_is_any_utf8_sent_once,
 );
 
 on_both_stores!(true =>
@@ -152,6 +155,54 @@ async fn behind_a_trusted_proxy_the_rightmost_untrusted_hop_is_the_client(app: &
         let a = get(app, "/v1/auth/ip", &headers).await;
         assert_eq!((a.status, a.limit()), (200, want), "{headers:?}");
     }
+}
+
+/// `/v1/auth/{policy}` with `headers` given as raw bytes.
+async fn get_raw(app: &TestApp, policy: &str, headers: &[(&str, &[u8])]) -> (u16, String) {
+    let mut request = app.http.get(app.url(&format!("/v1/auth/{policy}")));
+    for (name, value) in headers {
+        request = request.header(*name, HeaderValue::from_bytes(value).unwrap());
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap())
+}
+
+async fn a_key_header_is_any_utf8_sent_once(app: &TestApp) {
+    let key = format!("José-ü-{}", unique_key("k"));
+    let by_key = format!("h:x-api-key={key}");
+    let mut strict = keyed("strict", 5, &[], &[]);
+    strict.forward.missing_key_status = 403;
+    // The peer's address is not marked: keyed by it, the limit says 5.
+    install(app, vec![keyed("dflt", 5, &[], &[&by_key]), strict]);
+    // Non-ASCII UTF-8 is a key like any other (it used to be absent, and
+    // the address answered).
+    let a = get(app, "/v1/auth/dflt", &[("x-api-key", &key)]).await;
+    assert_eq!((a.status, a.limit()), (200, 1000), "{}", a.body);
+
+    // Sent twice: refused with missing_key_status, neither value taken (a
+    // proxy that appends its own would let the client's first one win),
+    // and not keyed by the address either.
+    let twice: &[(&str, &[u8])] = &[("x-api-key", b"forged"), ("x-api-key", key.as_bytes())];
+    for (policy, status) in [("dflt", 401), ("strict", 403)] {
+        let (got, body) = get_raw(app, policy, twice).await;
+        assert_eq!(got, status, "{body}");
+        let body: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], "missing_key");
+        assert_eq!(
+            body["error"]["message"],
+            "no key: the key header x-api-key was sent more than once; \
+             it must be sent once, as UTF-8 text"
+        );
+    }
+    // Bytes that are not UTF-8: refused too (the body names the header,
+    // never its value).
+    let (got, body) = get_raw(app, "dflt", &[("x-api-key", b"\xff\xfe")]).await;
+    assert_eq!(got, 401, "{body}");
+    assert!(
+        body.contains("the key header x-api-key is not UTF-8"),
+        "{body}"
+    );
 }
 
 /// Redis unreachable: each policy's failure mode, marked degraded.

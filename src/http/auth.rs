@@ -26,7 +26,7 @@ use serde::Deserialize;
 use super::AppState;
 use super::check::unknown_policy;
 use super::error::{ErrorBody, ErrorDetail};
-use crate::domain::forward::{IpNet, RequestView, canonical, client_ip};
+use crate::domain::forward::{Header, IpNet, RequestView, Unreadable, canonical, client_ip};
 use crate::domain::{Check, Decision, ValidationError};
 use crate::limiter::LimiterError;
 
@@ -48,6 +48,10 @@ pub enum AuthError {
         "no key: none of the policy's key_from sources is present in the request (tried {tried})"
     )]
     MissingKey { status: StatusCode, tried: String },
+    /// The policy's `missing_key_status` too: a key header that is there
+    /// but is not one UTF-8 value (see [`crate::domain::forward`]).
+    #[error("no key: {0}; it must be sent once, as UTF-8 text")]
+    UnreadableKey(Unreadable, StatusCode),
     /// 400: a key longer than `limits.max_key_bytes`, or a bad
     /// `X-RateLimit-Cost`.
     #[error("{0}")]
@@ -61,7 +65,9 @@ impl IntoResponse for AuthError {
     fn into_response(self) -> Response {
         let (status, code) = match &self {
             AuthError::UnknownPolicy(_) => (StatusCode::NOT_FOUND, "unknown_policy"),
-            AuthError::MissingKey { status, .. } => (*status, "missing_key"),
+            AuthError::MissingKey { status, .. } | AuthError::UnreadableKey(_, status) => {
+                (*status, "missing_key")
+            }
             AuthError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
             AuthError::Internal(e) => {
                 tracing::error!(error = %e, "forward-auth check failed");
@@ -129,7 +135,7 @@ fn prepare(
     let (ip, from_proxy) = client_of(state, request);
     let forward = &policy.forward;
     let key = {
-        let lookup = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+        let lookup = |name: &str| header(headers, name);
         // `/v1/auth/p/` is the original path `/` (Envoy appends it).
         let rest = match &path.rest {
             Some(r) => Some(format!("/{r}")),
@@ -141,7 +147,9 @@ fn prepare(
             ip,
             path: rest.as_deref(),
         };
-        forward.key(&view)
+        forward
+            .key(&view)
+            .map_err(|e| AuthError::UnreadableKey(e, status(forward.missing_key_status)))?
     };
     let Some(key) = key else {
         return Err(AuthError::MissingKey {
@@ -155,6 +163,19 @@ fn prepare(
         .check(key, cost, &state.bounds)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
     Ok((check, status(forward.deny_status)))
+}
+
+/// What the request holds under `name`, for a `header:` key source. Any
+/// UTF-8 text counts (`HeaderValue::to_str` takes visible ASCII only, and
+/// would make `X-User: José` absent); a value sent twice, or not UTF-8,
+/// is unreadable and refuses the request.
+fn header<'a>(headers: &'a HeaderMap, name: &str) -> Header<'a> {
+    let mut values = headers.get_all(name).iter();
+    match (values.next(), values.next()) {
+        (None, _) => Header::Absent,
+        (Some(_), Some(_)) => Header::Repeated,
+        (Some(v), None) => std::str::from_utf8(v.as_bytes()).map_or(Header::NotUtf8, Header::One),
+    }
 }
 
 /// The client's address (see [`client_ip`] for whom we believe), and

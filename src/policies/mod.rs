@@ -8,7 +8,7 @@
 //! path that is not a regular file, and a file with no policies at all
 //! while some are in force, unless SIGHUP asked for it.
 
-use std::io::{self, Read};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -19,10 +19,11 @@ use tracing::{error, info};
 use crate::domain::policy::sha256_hex;
 use crate::domain::{Bounds, PolicyFileError, PolicySet};
 use crate::metrics::Metrics;
+use crate::watch::read::{ReadError, read_regular};
 
 /// The largest policies file read: parsing stays cheap, and a wrong path
 /// (a log file, say) is refused rather than read whole.
-pub const MAX_FILE_BYTES: u64 = 1024 * 1024;
+pub const MAX_FILE_BYTES: u64 = crate::watch::read::MAX_FILE_BYTES;
 
 /// Why a policies file was not loaded.
 #[derive(Debug, thiserror::Error)]
@@ -52,63 +53,25 @@ pub enum LoadError {
     },
 }
 
-/// The file's bytes, at most [`MAX_FILE_BYTES`]. Opening the path follows
-/// symlinks, so a Kubernetes ConfigMap mount (`policies.toml ->
-/// ..data/policies.toml`) reads the version `..data` points at now.
-///
-/// Only a regular file is read: a FIFO (or a device) at the path would
-/// block the read, and with it every later reload, for good. It is opened
-/// non-blocking too, so one swapped in between the check and the open
-/// cannot block either (the second check, on the open file, refuses it).
+/// The file's bytes, at most [`MAX_FILE_BYTES`], by the reader of every
+/// watched file ([`read_regular`]: a regular file only, non-blocking, so
+/// a FIFO or a device at the path cannot block every later reload).
+/// Opening the path follows symlinks, so a Kubernetes ConfigMap mount
+/// (`policies.toml -> ..data/policies.toml`) reads the version `..data`
+/// points at now.
 pub fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let shown = || path.display().to_string();
-    let read_error = |source| LoadError::Read {
-        path: shown(),
-        source,
-    };
-    let not_a_file = |meta: &std::fs::Metadata| {
-        (!meta.is_file()).then(|| LoadError::NotAFile {
-            path: shown(),
-            kind: file_kind(meta),
-        })
-    };
-    if let Some(e) = not_a_file(&std::fs::metadata(path).map_err(read_error)?) {
-        return Err(e);
-    }
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::fcntl::OFlag::O_NONBLOCK.bits())
-        .open(path)
-        .map_err(read_error)?;
-    if let Some(e) = not_a_file(&file.metadata().map_err(read_error)?) {
-        return Err(e);
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(read_error)?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
-        return Err(LoadError::TooLarge { path: shown() });
-    }
-    Ok(bytes)
-}
-
-/// What a path that is not a regular file is, for the error message.
-fn file_kind(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_dir() {
-        "a directory"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_char_device() || t.is_block_device() {
-        "a device"
-    } else {
-        "not a regular file"
-    }
+    let path_shown = path.display().to_string();
+    read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) => LoadError::Read {
+            path: path_shown,
+            source,
+        },
+        ReadError::NotAFile(kind) => LoadError::NotAFile {
+            path: path_shown,
+            kind,
+        },
+        ReadError::TooLarge(_) => LoadError::TooLarge { path: path_shown },
+    })
 }
 
 /// Parses `bytes` read from `path` into a set stamped with `loaded_at`.
@@ -282,5 +245,31 @@ impl crate::watch::Reload for Reloader {
 
     fn reread(&self, forced: bool) {
         self.reload(forced);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The policies file goes through the shared reader: a FIFO and a link
+    /// to a device are refused, with what they are, and never read.
+    #[test]
+    fn a_fifo_or_a_device_is_refused() {
+        let dir = std::env::temp_dir().join(format!("rk-policies-read-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("fifo.toml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let zero = dir.join("zero.toml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        for (path, kind) in [(fifo, "a FIFO"), (zero, "a device")] {
+            let err = read(&path).unwrap_err();
+            assert!(
+                matches!(err, LoadError::NotAFile { kind: k, .. } if k == kind),
+                "{err}"
+            );
+        }
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -14,9 +14,19 @@ use std::sync::Arc;
 
 use crate::domain::Bounds;
 use crate::domain::rls::{RlsConfig, parse_domain};
+use crate::watch::read::read_regular;
 
-/// The largest config file read: bounds memory on a wrong path.
-const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+/// The largest config file read, the cap of every watched file. A real
+/// domain's descriptors take kilobytes (envoyproxy/ratelimit's examples
+/// are under 2 KiB), and a Kubernetes ConfigMap holds at most 1 MiB.
+const MAX_FILE_BYTES: u64 = crate::watch::read::MAX_FILE_BYTES;
+
+/// The most config files a directory may hold (one domain each) ...
+const MAX_FILES: usize = 256;
+
+/// ... and the most bytes they may hold together: what one reload reads
+/// and parses stays bounded whatever the directory holds.
+const MAX_TOTAL_BYTES: u64 = 4 * MAX_FILE_BYTES;
 
 /// A problem loading `rls.config`; always names the file.
 #[derive(Debug, thiserror::Error)]
@@ -48,10 +58,20 @@ pub fn load(path: &Path, bounds: &Bounds) -> Result<RlsConfig, RlsLoadError> {
 pub(crate) type Snapshot = Vec<(PathBuf, String)>;
 
 pub(crate) fn snapshot(path: &Path) -> Result<Snapshot, RlsLoadError> {
-    files_of(path)?
-        .into_iter()
-        .map(|file| read(&file).map(|text| (file, text)))
-        .collect()
+    let mut total = 0;
+    let mut files = Vec::new();
+    for file in files_of(path)? {
+        let text = read(&file)?;
+        total += text.len() as u64;
+        if total > MAX_TOTAL_BYTES {
+            return Err(file_error(
+                path,
+                format!("its files hold more than {MAX_TOTAL_BYTES} bytes together"),
+            ));
+        }
+        files.push((file, text));
+    }
+    Ok(files)
 }
 
 pub(crate) fn parse_all(files: &Snapshot, bounds: &Bounds) -> Result<RlsConfig, RlsLoadError> {
@@ -80,7 +100,14 @@ fn files_of(path: &Path) -> Result<Vec<PathBuf>, RlsLoadError> {
                 let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
                 !name.starts_with('.') && (name.ends_with(".yaml") || name.ends_with(".yml"))
             })
+            .take(MAX_FILES + 1)
             .collect();
+        if files.len() > MAX_FILES {
+            return Err(file_error(
+                path,
+                format!("more than {MAX_FILES} *.yaml/*.yml files"),
+            ));
+        }
         files.sort();
         files
     } else {
@@ -88,16 +115,13 @@ fn files_of(path: &Path) -> Result<Vec<PathBuf>, RlsLoadError> {
     })
 }
 
-/// One file's text, at most `MAX_FILE_BYTES`.
+/// One file's text, at most `MAX_FILE_BYTES`, by the reader of every
+/// watched file: a FIFO (`mkfifo evil.yaml` in the directory) or a device
+/// (a link to `/dev/zero`) is refused, never waited on or read without
+/// end. Refused, not skipped: the version is rejected and the config in
+/// force stays, as for a broken file, rather than losing that file's
+/// domain without a word.
 fn read(file: &Path) -> Result<String, RlsLoadError> {
-    let size = std::fs::metadata(file)
-        .map_err(|e| file_error(file, e.to_string()))?
-        .len();
-    if size > MAX_FILE_BYTES {
-        return Err(file_error(
-            file,
-            format!("larger than {MAX_FILE_BYTES} bytes"),
-        ));
-    }
-    std::fs::read_to_string(file).map_err(|e| file_error(file, e.to_string()))
+    let bytes = read_regular(file, MAX_FILE_BYTES).map_err(|e| file_error(file, e.to_string()))?;
+    String::from_utf8(bytes).map_err(|_| file_error(file, "is not UTF-8 text"))
 }

@@ -169,6 +169,7 @@ impl crate::watch::Reload for Reloader {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::rls::{MAX_FILE_BYTES, MAX_FILES};
 
     fn reloader(dir: &Path) -> Reloader {
         let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
@@ -226,5 +227,121 @@ mod tests {
         assert_eq!(r.reload(true), ReloadOutcome::Loaded(1));
         assert_eq!(r.metrics.rls_reloads_ok.get(), 2);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Runs `f` on a thread and fails if it does not return within 2 s: a
+    /// reader that blocks must fail the test, not hang it.
+    fn within<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let _ = tx.send(f());
+        });
+        rx.recv_timeout(std::time::Duration::from_secs(2))
+            .expect("the read blocked")
+    }
+
+    fn reload_within(r: &Arc<Reloader>, forced: bool) -> ReloadOutcome {
+        let r = r.clone();
+        within(move || r.reload(forced))
+    }
+
+    fn startup_error(path: PathBuf) -> String {
+        within(move || reloader(&path).load_initial().unwrap_err().to_string())
+    }
+
+    #[test]
+    fn a_fifo_in_the_directory_is_refused_without_blocking() {
+        let dir = fresh("fifo");
+        std::fs::write(dir.join("edge.yaml"), EDGE).unwrap();
+        let r = Arc::new(reloader(&dir));
+        r.load_initial().unwrap();
+        nix::unistd::mkfifo(&dir.join("evil.yaml"), nix::sys::stat::Mode::S_IRWXU).unwrap();
+
+        assert_eq!(reload_within(&r, false), ReloadOutcome::Rejected);
+        assert_eq!(
+            r.config.load().domains.len(),
+            1,
+            "the config in force stays"
+        );
+        assert_eq!(
+            reload_within(&r, true),
+            ReloadOutcome::Rejected,
+            "SIGHUP too"
+        );
+        assert_eq!(r.metrics.rls_reloads_error.get(), 2);
+
+        // Once it is gone, the edit made meanwhile applies.
+        std::fs::write(dir.join("edge.yaml"), EDGE.replace('5', "6")).unwrap();
+        std::fs::remove_file(dir.join("evil.yaml")).unwrap();
+        assert_eq!(reload_within(&r, false), ReloadOutcome::Loaded(1));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_fifo_or_a_device_as_the_file_is_refused_at_startup() {
+        let dir = fresh("startup");
+        let fifo = dir.join("rls.yaml");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = startup_error(fifo);
+        assert!(
+            err.ends_with("rls.yaml: is a FIFO; it must be a regular file"),
+            "{err}"
+        );
+        let zero = dir.join("zero.yaml");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        let err = startup_error(zero);
+        assert!(
+            err.ends_with("zero.yaml: is a device; it must be a regular file"),
+            "{err}"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A link to /dev/zero in the directory: refused before anything is
+    /// read (it used to be read until memory ran out, at every poll).
+    #[test]
+    fn a_link_to_dev_zero_in_the_directory_is_refused() {
+        let dir = fresh("zero");
+        std::fs::write(dir.join("edge.yaml"), EDGE).unwrap();
+        let r = Arc::new(reloader(&dir));
+        r.load_initial().unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.join("zero.yaml")).unwrap();
+        assert_eq!(reload_within(&r, false), ReloadOutcome::Rejected);
+        assert_eq!(r.config.load().domains.len(), 1);
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn files_past_the_caps_are_refused() {
+        let dir = fresh("caps");
+        let big = format!("{EDGE}#{}\n", "x".repeat(MAX_FILE_BYTES as usize));
+        std::fs::write(dir.join("edge.yaml"), &big).unwrap();
+        let err = reloader(&dir).load_initial().unwrap_err().to_string();
+        assert!(
+            err.ends_with("is larger than 1048576 bytes; is it the right file?"),
+            "{err}"
+        );
+
+        // Together: five files just under the cap each.
+        let under = format!("#{}\n", "x".repeat(MAX_FILE_BYTES as usize - 100));
+        for i in 0..5 {
+            std::fs::write(
+                dir.join(format!("d{i}.yaml")),
+                format!("domain: d{i}\n{under}"),
+            )
+            .unwrap();
+        }
+        std::fs::remove_file(dir.join("edge.yaml")).unwrap();
+        let err = reloader(&dir).load_initial().unwrap_err().to_string();
+        assert!(err.contains("more than 4194304 bytes together"), "{err}");
+
+        let many = fresh("many");
+        for i in 0..=MAX_FILES {
+            std::fs::write(many.join(format!("d{i}.yaml")), format!("domain: d{i}\n")).unwrap();
+        }
+        let err = reloader(&many).load_initial().unwrap_err().to_string();
+        assert!(err.contains("more than 256 *.yaml/*.yml files"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
+        let _ = std::fs::remove_dir_all(&many);
     }
 }

@@ -2,6 +2,13 @@
 //! key comes from `key_from`, a list of sources tried in order (the first
 //! present wins); the client address from [`client_ip`]. Pure: the edge
 //! hands in headers and addresses, this module picks the key.
+//!
+//! A header the request holds but that cannot be read as one value (sent
+//! twice, or not UTF-8) stops the walk: the request is refused, never
+//! keyed by the next source. A proxy that appends its own `X-User` to the
+//! client's rather than replacing it sends both, and taking either one,
+//! or falling through to the address, would let the client choose the
+//! bucket. Refusing also shows the misconfigured proxy at once.
 
 mod net;
 
@@ -14,8 +21,9 @@ use std::sync::Arc;
 /// One source of a key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    /// A request header's value (name lowercased); absent when missing,
-    /// empty or not UTF-8.
+    /// A request header's value (name lowercased): absent when missing or
+    /// empty; any UTF-8 text; unreadable (the request is refused) when
+    /// sent more than once or not UTF-8.
     Header(String),
     /// The client address.
     Ip,
@@ -42,9 +50,37 @@ pub enum Part {
     Source(Source),
 }
 
+/// What a request holds under one header name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Header<'a> {
+    Absent,
+    /// Sent once, as this text.
+    One(&'a str),
+    /// Sent more than once.
+    Repeated,
+    /// Sent once, with bytes that are not UTF-8.
+    NotUtf8,
+}
+
+/// A header source the request holds but that cannot be read as one
+/// value: the request is refused (the policy's `missing_key_status`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unreadable {
+    /// The header's name, lowercased (never its value).
+    pub header: String,
+    /// Why: "was sent more than once", "is not UTF-8".
+    pub why: &'static str,
+}
+
+impl fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "the key header {} {}", self.header, self.why)
+    }
+}
+
 /// What a request offers for keying.
 pub struct RequestView<'a> {
-    pub header: &'a dyn Fn(&str) -> Option<&'a str>,
+    pub header: &'a dyn Fn(&str) -> Header<'a>,
     pub ip: IpAddr,
     pub path: Option<&'a str>,
 }
@@ -79,9 +115,15 @@ impl Default for ForwardAuth {
 }
 
 impl ForwardAuth {
-    /// The key of the first present source, or `None` when none is.
-    pub fn key(&self, request: &RequestView) -> Option<String> {
-        self.key_from.iter().find_map(|spec| spec.resolve(request))
+    /// The key of the first present source, `None` when none is, or the
+    /// header that stopped the walk (see the module doc).
+    pub fn key(&self, request: &RequestView) -> Result<Option<String>, Unreadable> {
+        for spec in self.key_from.iter() {
+            if let Some(key) = spec.resolve(request)? {
+                return Ok(Some(key));
+            }
+        }
+        Ok(None)
     }
 }
 
@@ -106,11 +148,18 @@ impl Source {
     }
 
     /// The source's value, not yet tagged.
-    fn value(&self, request: &RequestView) -> Option<String> {
-        match self {
-            Source::Header(name) => (request.header)(name)
-                .filter(|v| !v.is_empty())
-                .map(str::to_string),
+    fn value(&self, request: &RequestView) -> Result<Option<String>, Unreadable> {
+        let unreadable = |name: &String, why| Unreadable {
+            header: name.clone(),
+            why,
+        };
+        Ok(match self {
+            Source::Header(name) => match (request.header)(name) {
+                Header::Absent => None,
+                Header::One(v) => Some(v).filter(|v| !v.is_empty()).map(str::to_string),
+                Header::Repeated => return Err(unreadable(name, "was sent more than once")),
+                Header::NotUtf8 => return Err(unreadable(name, "is not UTF-8")),
+            },
             Source::Ip => Some(canonical(request.ip).to_string()),
             Source::IpPrefix { v4, v6 } => {
                 let ip = canonical(request.ip);
@@ -118,7 +167,7 @@ impl Source {
             }
             Source::Const(text) => Some(text.clone()),
             Source::Path => request.path.filter(|p| !p.is_empty()).map(str::to_string),
-        }
+        })
     }
 
     /// The value tagged with its source, so that keys from different
@@ -126,8 +175,10 @@ impl Source {
     /// `path:<v>`. A header name has no `=`, so the tag ends unambiguously;
     /// `{`, `}` and `\` in the value are escaped with `\`, so a tagged
     /// value never holds an unescaped brace (see [`KeySpec::resolve`]).
-    fn tagged(&self, request: &RequestView) -> Option<String> {
-        let value = self.value(request)?;
+    fn tagged(&self, request: &RequestView) -> Result<Option<String>, Unreadable> {
+        let Some(value) = self.value(request)? else {
+            return Ok(None);
+        };
         let mut key = match self {
             Source::Header(name) => format!("h:{name}="),
             Source::Ip => "ip:".to_string(),
@@ -141,7 +192,7 @@ impl Source {
             }
             key.push(c);
         }
-        Some(key)
+        Ok(Some(key))
     }
 }
 
@@ -214,22 +265,28 @@ impl KeySpec {
     /// has no braces and a tagged value no unescaped ones, so a key reads
     /// back as one sequence of text and tagged values; a bare source's key
     /// has no unescaped brace, a template's always has one.
-    fn resolve(&self, request: &RequestView) -> Option<String> {
+    /// An unreadable header in it refuses the request, present or not
+    /// the template's other sources.
+    fn resolve(&self, request: &RequestView) -> Result<Option<String>, Unreadable> {
         match self {
             KeySpec::Source(source) => source.tagged(request),
             KeySpec::Template(parts) => {
                 let mut key = String::new();
+                let mut complete = true;
                 for part in parts {
                     match part {
                         Part::Text(text) => key.push_str(text),
-                        Part::Source(source) => {
-                            key.push('{');
-                            key.push_str(&source.tagged(request)?);
-                            key.push('}');
-                        }
+                        Part::Source(source) => match source.tagged(request)? {
+                            Some(value) => {
+                                key.push('{');
+                                key.push_str(&value);
+                                key.push('}');
+                            }
+                            None => complete = false,
+                        },
                     }
                 }
-                Some(key)
+                Ok(complete.then_some(key))
             }
         }
     }

@@ -21,13 +21,59 @@ fn key_of(
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
-    let header = |name: &str| map.get(name).map(String::as_str);
+    let header = |name: &str| map.get(name).map_or(Header::Absent, |v| Header::One(v));
     let view = RequestView {
         header: &header,
         ip: ip.parse::<IpAddr>().unwrap(),
         path,
     };
-    auth.key(&view)
+    auth.key(&view).unwrap()
+}
+
+/// The key, or the refusal, when header `name` reads as `read`.
+fn key_with(
+    auth: &ForwardAuth,
+    name: &str,
+    read: Header<'static>,
+) -> Result<Option<String>, String> {
+    let name = name.to_string();
+    let header = move |n: &str| if n == name { read } else { Header::Absent };
+    let view = RequestView {
+        header: &header,
+        ip: "1.2.3.4".parse().unwrap(),
+        path: None,
+    };
+    auth.key(&view).map_err(|e| e.to_string())
+}
+
+#[test]
+fn any_utf8_value_counts_and_an_unreadable_header_refuses() {
+    let d = ForwardAuth::default();
+    assert_eq!(
+        key_with(&d, "x-api-key", Header::One("clé-ü")),
+        Ok(Some("h:x-api-key=clé-ü".into()))
+    );
+    // Refused, not keyed by the address (the next source).
+    assert_eq!(
+        key_with(&d, "x-api-key", Header::Repeated),
+        Err("the key header x-api-key was sent more than once".into())
+    );
+    assert_eq!(
+        key_with(&d, "x-api-key", Header::NotUtf8),
+        Err("the key header x-api-key is not UTF-8".into())
+    );
+    // In a template too, whatever its other sources hold.
+    let t = auth(&["{header:x-tenant}:{header:x-user}", "ip"]);
+    assert_eq!(
+        key_with(&t, "x-user", Header::Repeated),
+        Err("the key header x-user was sent more than once".into())
+    );
+    // Only the walk's own sources matter: a present earlier one wins.
+    let a = auth(&["ip", "header:x-api-key"]);
+    assert_eq!(
+        key_with(&a, "x-api-key", Header::Repeated),
+        Ok(Some("ip:1.2.3.4".into()))
+    );
 }
 
 #[test]

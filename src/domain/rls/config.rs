@@ -66,6 +66,8 @@ struct RawReplace {
 
 /// Parses one file's text (its name only labels errors upstream).
 pub fn parse_domain(text: &str, bounds: &Bounds) -> Result<RlsDomain, String> {
+    // The parser's time grows with the square of the flow depth: bound it first.
+    super::yaml_depth::check_flow_depth(text).map_err(|e| e.to_string())?;
     let raw: RawRoot = serde_norway::from_str(text).map_err(|e| e.to_string())?;
     if raw.domain.is_empty() || raw.domain.len() > 255 {
         return Err("domain must be 1 to 255 bytes".into());

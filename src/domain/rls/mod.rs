@@ -13,6 +13,7 @@
 mod config;
 #[cfg(test)]
 mod tests;
+pub mod yaml_depth;
 
 use std::collections::HashMap;
 use std::sync::Arc;

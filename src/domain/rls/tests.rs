@@ -236,3 +236,43 @@ fn entries_that_are_not_utf8_are_matched_and_scoped_like_any_other() {
     // No entries at all (every `skip_if_absent` header left out): no limit.
     assert_eq!(plan(&[raw(&[])]), [Planned::NoLimit]);
 }
+
+/// `descriptors: [[[...]]]` 100 000 deep (200 KB): the parser alone takes
+/// over a minute on it (quadratic in the flow depth); the depth scan
+/// refuses it before parsing, at its 65th `[`.
+#[test]
+fn a_hostile_flow_depth_is_refused_before_parsing() {
+    let n = 100_000;
+    let text = format!(
+        "domain: x\ndescriptors: {}{}\n",
+        "[".repeat(n),
+        "]".repeat(n)
+    );
+    let started = std::time::Instant::now();
+    let err = parse_domain(&text, &Bounds::default()).unwrap_err();
+    let took = started.elapsed();
+    let want = super::yaml_depth::TooDeep {
+        line: 2,
+        column: 13 + 65,
+    }
+    .to_string();
+    assert_eq!(err, want);
+    // The bound; the scan stops after 100 characters, so the
+    // margin over a loaded machine is large.
+    assert!(took < std::time::Duration::from_millis(100), "{took:?}");
+}
+
+/// A real config well inside the bound still parses, flow style included.
+#[test]
+fn flow_style_as_deep_as_descriptors_go_still_parses() {
+    let mut text = String::from("domain: deep\ndescriptors: ");
+    for i in 0..15 {
+        text.push_str(&format!(
+            "[{{ key: k{i}, rate_limit: {{ unit: hour, requests_per_unit: 1 }}, descriptors: "
+        ));
+    }
+    text.push_str("[]");
+    text.push_str(&"}]".repeat(15));
+    text.push('\n');
+    parse_domain(&text, &Bounds::default()).unwrap();
+}
