@@ -15,9 +15,11 @@ use crate::domain::{Algorithm, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
 
 mod auth;
+mod listeners;
 mod record;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
+pub use listeners::{ListenerMetrics, Listeners, TimedOut};
 
 /// The `limit` label of an inline check's limit: its position (the
 /// configured maximum caps the count; the last label covers any beyond).
@@ -79,6 +81,9 @@ pub struct Metrics {
     /// Open client connections, and those refused over `server.max_connections`.
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
+    /// Both listeners' connection metrics (the HTTP one's `open` and
+    /// `refused` are the two above).
+    pub listeners: Listeners,
     /// `ratekeeper_policy_reloads_total{result="ok"}` and `{result="error"}`.
     pub policy_reloads_ok: IntCounter,
     pub policy_reloads_error: IntCounter,
@@ -283,6 +288,8 @@ impl Metrics {
         .expect("valid metric");
         let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
             auth_metrics();
+        let (listener_vecs, listeners) =
+            listeners::listener_metrics(connections.clone(), connections_refused.clone());
         let waiters = IntGauge::new(
             "ratekeeper_waiters",
             "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
@@ -333,6 +340,7 @@ impl Metrics {
         ]
         .into_iter()
         .chain(auth_vecs)
+        .chain(listener_vecs)
         {
             registry
                 .register(collector)
@@ -370,6 +378,7 @@ impl Metrics {
             breaker_opened,
             connections,
             connections_refused,
+            listeners,
             policy_reloads_ok,
             policy_reloads_error,
             policies_loaded,

@@ -19,8 +19,6 @@
 //! pipelined next request are buffered, hyper stops looking, and a close
 //! is only seen when this response is written.
 
-mod timed_io;
-
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
@@ -41,9 +39,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use timed_io::{Activity, TimedIo, Timeouts};
-
 use crate::config::ServerSettings;
+use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts};
+use crate::metrics::{ListenerMetrics, TimedOut};
 
 /// When the body of the request carrying it must have arrived whole.
 /// Set by the server on every request; [`super::ApiError::RequestTimeout`]
@@ -55,26 +53,29 @@ pub struct BodyDeadline {
     pub timeout: Duration,
 }
 
-/// The connection gauges the server keeps up to date.
-#[derive(Clone)]
-pub struct ConnectionMetrics {
-    pub open: IntGauge,
-    pub refused: IntCounter,
-}
-
 /// Largest request head (line and headers). hyper's default, ~400 KiB, would
 /// let each of `max_connections` clients make the server buffer that much;
 /// heads over this are answered 431 (by hyper, with an empty body).
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// Written to connections over `max_connections`, without reading them:
-/// parsing would cost what the limit is there to save.
-const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\n\
-retry-after: 1\r\n\
-connection: close\r\n\
-content-length: 88\r\n\r\n\
-{\"error\":{\"code\":\"overloaded\",\"message\":\"too many open connections; retry in a moment\"}}";
+/// The body of every "too many connections" 503.
+macro_rules! overloaded_body {
+    () => {
+        r#"{"error":{"code":"overloaded","message":"too many open connections; retry in a moment"}}"#
+    };
+}
+
+/// Written to connections over `max_connections`, without
+/// reading them: parsing would cost what the limit is there to save.
+const OVERLOADED: &[u8] = concat!(
+    "HTTP/1.1 503 Service Unavailable\r\n",
+    "content-type: application/json\r\n",
+    "retry-after: 1\r\n",
+    "connection: close\r\n",
+    "content-length: 88\r\n\r\n",
+    overloaded_body!()
+)
+.as_bytes();
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stage {
@@ -91,23 +92,21 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &ServerSettings,
-    metrics: ConnectionMetrics,
+    metrics: ListenerMetrics,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let (stage_tx, stage_rx) = watch::channel(Stage::Serving);
-    let connection = ConnectionConfig::new(router, settings);
+    let connection = ConnectionConfig::new(router, settings, metrics.timed_out.clone());
     let max = i64::try_from(settings.max_connections).unwrap_or(i64::MAX);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut last_accept_warning: Option<Instant> = None;
+    let mut acceptor = Acceptor::new(
+        listener,
+        "server.max_connections",
+        metrics.accept_errors.clone(),
+    );
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    accept_failed(error, &mut last_accept_warning).await;
-                    continue;
-                }
-            },
+            accepted = acceptor.accept() => accepted,
             () = &mut shutdown => break,
         };
         if metrics.open.get() >= max {
@@ -122,7 +121,7 @@ pub async fn serve(
             drop(guard);
         });
     }
-    drop(listener);
+    drop(acceptor);
     drop(stage_rx);
     drain(stage_tx, settings.shutdown_timeout, &metrics.open).await;
     Ok(())
@@ -152,14 +151,17 @@ async fn drain(stage_tx: watch::Sender<Stage>, drain_limit: Duration, open: &Int
 struct ConnectionConfig {
     service: TowerToHyperService<Router>,
     timeouts: Timeouts,
+    timed_out: TimedOut,
     body_timeout: Duration,
 }
 
 impl ConnectionConfig {
-    fn new(router: Router, settings: &ServerSettings) -> ConnectionConfig {
+    fn new(router: Router, settings: &ServerSettings, timed_out: TimedOut) -> ConnectionConfig {
         ConnectionConfig {
             service: TowerToHyperService::new(router),
+            timed_out,
             timeouts: Timeouts {
+                kind: Kind::Http1,
                 header: settings.header_read_timeout,
                 keepalive: settings.keepalive_timeout,
                 write: settings.write_timeout,
@@ -174,7 +176,12 @@ impl ConnectionConfig {
         // Responses are written whole; don't let Nagle hold the last segment.
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::default());
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), self.timeouts));
+        let io = TokioIo::new(TimedIo::new(
+            stream,
+            activity.clone(),
+            self.timeouts,
+            self.timed_out,
+        ));
         let service = ConnectionService {
             inner: self.service,
             activity: activity.clone(),
@@ -253,64 +260,11 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     }
 }
 
-/// Counts one open connection for as long as it lives.
-struct OpenConnection(IntGauge);
-
-impl OpenConnection {
-    fn new(gauge: &IntGauge) -> Self {
-        gauge.inc();
-        OpenConnection(gauge.clone())
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
 fn refuse(stream: TcpStream, refused: &IntCounter) {
     refused.inc();
     // A fresh socket's send buffer is empty, so this never waits; if it
     // cannot write, the close alone still refuses.
     let _ = stream.try_write(OVERLOADED);
-}
-
-/// Accept errors are mostly per-connection (reset before accept) and can be
-/// skipped. Running out of file descriptors is not: pause so the loop does
-/// not spin, and warn at most once a second.
-async fn accept_failed(error: io::Error, last_warning: &mut Option<Instant>) {
-    use io::ErrorKind::{ConnectionAborted, ConnectionReset, Interrupted};
-    if matches!(
-        error.kind(),
-        ConnectionAborted | ConnectionReset | Interrupted
-    ) {
-        return;
-    }
-    let now = Instant::now();
-    if last_warning.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
-        warn!(%error, "cannot accept connections (out of file descriptors?); lower server.max_connections or raise the limit");
-        *last_warning = Some(now);
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
-
-/// Raises the soft limit on open files to the hard limit, so that
-/// `max_connections` is not cut short by a low default soft limit (often
-/// 1024). Returns the resulting soft limit.
-pub fn raise_fd_limit() -> Option<u64> {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    if soft >= hard {
-        return Some(soft);
-    }
-    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-        Ok(()) => Some(hard),
-        Err(error) => {
-            warn!(%error, soft, hard, "cannot raise the open-files limit");
-            Some(soft)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -1,8 +1,10 @@
 //! Envoy's rate limit service (RLS v3) over gRPC: loading the
-//! envoyproxy/ratelimit YAML files, the tonic server ([`server`]), and
-//! its bearer-token check ([`auth`]).
+//! envoyproxy/ratelimit YAML files, the tonic server ([`server`]), its
+//! bounded connections ([`listener`]), and its bearer-token check
+//! ([`auth`]).
 
 pub mod auth;
+pub mod listener;
 pub mod reload;
 pub mod server;
 
