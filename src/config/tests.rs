@@ -257,7 +257,7 @@ fn max_wait_and_max_waiters_default_and_are_bounded() {
     let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
     assert_eq!(
         (s.limits.max_wait_ms, s.limits.max_waiters),
-        (10_000, 10_000)
+        (10_000, 5_000)
     );
     let s = Settings::load_from(
         &Overrides::default(),

@@ -7,7 +7,12 @@
 //! the handler as a request extension ([`BodyDeadline`]), and on shutdown
 //! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
 //! in-flight requests finish). Per process: at most `max_connections`;
-//! beyond it a canned 503 is written without reading the request.
+//! beyond it a canned 503 is written without reading the request, except
+//! on [`PROBE_RESERVE`] more connections, which answer only the probe
+//! paths (`/healthz`, `/readyz`, `/metrics`; anything else gets the same
+//! 503), one request each: an orchestrator and a scraper still see the
+//! service, and why it is full, while waiters or a flood hold every
+//! connection.
 //!
 //! A client that closes its connection while its request is with the
 //! router (a check waiting with `wait_ms`) cancels the request: hyper's
@@ -65,7 +70,7 @@ macro_rules! overloaded_body {
     };
 }
 
-/// Written to connections over `max_connections`, without
+/// Written to connections over `max_connections` and the reserve, without
 /// reading them: parsing would cost what the limit is there to save.
 const OVERLOADED: &[u8] = concat!(
     "HTTP/1.1 503 Service Unavailable\r\n",
@@ -76,6 +81,18 @@ const OVERLOADED: &[u8] = concat!(
     overloaded_body!()
 )
 .as_bytes();
+
+/// Connections beyond `max_connections` kept for [`PROBE_PATHS`]. A few
+/// probes at once (a kubelet's, a scraper's) is what they are for; each
+/// serves one request, whose head must come within [`PROBE_HEAD_TIMEOUT`],
+/// so a silent or slow client holds one for at most that.
+pub const PROBE_RESERVE: usize = 16;
+
+/// A probe sends its request as soon as it connects.
+const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the reserve connections answer.
+const PROBE_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stage {
@@ -104,21 +121,29 @@ pub async fn serve(
         "server.max_connections",
         metrics.accept_errors.clone(),
     );
+    // Counted in `metrics.open` too; only the accept loop adds to either.
+    let in_reserve = IntGauge::new("probe_reserve", "-").expect("valid gauge");
     loop {
         let (stream, peer) = tokio::select! {
             accepted = acceptor.accept() => accepted,
             () = &mut shutdown => break,
         };
-        if metrics.open.get() >= max {
+        let reserved = in_reserve.get();
+        let probes_only = if metrics.open.get() - reserved < max {
+            None
+        } else if reserved < PROBE_RESERVE as i64 {
+            Some(OpenConnection::new(&in_reserve))
+        } else {
             refuse(stream, &metrics.refused);
             continue;
-        }
+        };
         let guard = OpenConnection::new(&metrics.open);
         let connection = connection.clone();
+        let refused = probes_only.as_ref().map(|_| metrics.refused.clone());
         let stage = stage_rx.clone();
         tokio::spawn(async move {
-            connection.run(stream, peer, stage).await;
-            drop(guard);
+            connection.run(stream, peer, stage, refused).await;
+            drop((guard, probes_only));
         });
     }
     drop(acceptor);
@@ -172,14 +197,26 @@ impl ConnectionConfig {
 }
 
 impl ConnectionConfig {
-    async fn run(self, stream: TcpStream, peer: SocketAddr, mut stage: watch::Receiver<Stage>) {
+    /// Serves one connection; with `probes_only` (the refusal counter), one
+    /// request, answered only on [`PROBE_PATHS`].
+    async fn run(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        mut stage: watch::Receiver<Stage>,
+        probes_only: Option<IntCounter>,
+    ) {
         // Responses are written whole; don't let Nagle hold the last segment.
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::default());
+        let mut timeouts = self.timeouts;
+        if probes_only.is_some() {
+            timeouts.header = timeouts.header.min(PROBE_HEAD_TIMEOUT);
+        }
         let io = TokioIo::new(TimedIo::new(
             stream,
             activity.clone(),
-            self.timeouts,
+            timeouts,
             self.timed_out,
         ));
         let service = ConnectionService {
@@ -187,11 +224,14 @@ impl ConnectionConfig {
             activity: activity.clone(),
             body_timeout: self.body_timeout,
             peer,
+            keep_alive: probes_only.is_none(),
+            probes_only,
         };
         // hyper's own header timer is left off: it restarts whenever the
         // connection goes idle, which would make the keep-alive timeout the
         // header timeout (see timed_io).
         let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(service.keep_alive)
             .header_read_timeout(None)
             .max_header_size(MAX_HEAD_BYTES)
             .max_buf_size(MAX_HEAD_BYTES)
@@ -235,6 +275,9 @@ struct ConnectionService {
     body_timeout: Duration,
     /// The socket peer, as axum's `ConnectInfo` (forward-auth keys by it).
     peer: SocketAddr,
+    keep_alive: bool,
+    /// On a reserve connection: counts the requests refused there.
+    probes_only: Option<IntCounter>,
 }
 
 type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
@@ -245,6 +288,12 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     type Future = ResponseFuture;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        if let Some(refused) = &self.probes_only
+            && !PROBE_PATHS.contains(&request.uri().path())
+        {
+            refused.inc();
+            return Box::pin(std::future::ready(Ok(overloaded())));
+        }
         let busy = self.activity.begin();
         request.extensions_mut().insert(BodyDeadline {
             at: Instant::now() + self.body_timeout,
@@ -258,6 +307,16 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
             response
         })
     }
+}
+
+/// The canned 503 as a response, for a reserve connection.
+fn overloaded() -> Response {
+    let mut response = Response::new(axum::body::Body::from(overloaded_body!()));
+    *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert("content-type", "application/json".parse().expect("valid"));
+    headers.insert("retry-after", "1".parse().expect("valid"));
+    response
 }
 
 fn refuse(stream: TcpStream, refused: &IntCounter) {
