@@ -22,6 +22,9 @@
 //!   same tokens as HTTP) and its `rls.config` files.
 //! - [`http`]: the axum transport: routes, request/response types, errors, OpenAPI;
 //!   [`http::server`] is the accept loop with connection timeouts and limits.
+//! - [`listener`]: what the HTTP and gRPC listeners share: the accept
+//!   back-off, connection caps, read and write deadlines, and fitting the
+//!   caps under the open-files limit.
 //! - [`limiter`]: runs a check on the store, and resets and refunds (never
 //!   answered by the failure policy); the circuit breakers, the local
 //!   fallback, and [`limiter::deny_cache`], which answers repeated denials
@@ -39,6 +42,7 @@ pub mod config;
 pub mod domain;
 pub mod http;
 pub mod limiter;
+pub mod listener;
 pub mod metrics;
 pub mod policies;
 pub mod rls;

@@ -15,12 +15,14 @@ use crate::domain::{Algorithm, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
 
 mod auth;
+mod listeners;
 mod record;
 mod rls;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
 pub use rls::RlsRequestError;
 use rls::rls_metrics;
+pub use listeners::{ListenerMetrics, Listeners, TimedOut};
 
 /// The `limit` label of an inline check's limit: its position (the
 /// configured maximum caps the count; the last label covers any beyond).
@@ -84,6 +86,9 @@ pub struct Metrics {
     /// Open client connections, and those refused over `server.max_connections`.
     pub connections: IntGauge,
     pub connections_refused: IntCounter,
+    /// Both listeners' connection metrics (the HTTP one's `open` and
+    /// `refused` are the two above).
+    pub listeners: Listeners,
     /// `ratekeeper_policy_reloads_total{result="ok"}` and `{result="error"}`.
     pub policy_reloads_ok: IntCounter,
     pub policy_reloads_error: IntCounter,
@@ -299,6 +304,8 @@ impl Metrics {
         let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
             auth_metrics();
         let (rls_vecs, rls_request_errors) = rls_metrics();
+        let (listener_vecs, listeners) =
+            listeners::listener_metrics(connections.clone(), connections_refused.clone());
         let waiters = IntGauge::new(
             "ratekeeper_waiters",
             "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
@@ -351,6 +358,7 @@ impl Metrics {
         .into_iter()
         .chain(auth_vecs)
         .chain(rls_vecs)
+        .chain(listener_vecs)
         {
             registry
                 .register(collector)
@@ -389,6 +397,7 @@ impl Metrics {
             breaker_opened,
             connections,
             connections_refused,
+            listeners,
             policy_reloads_ok,
             policy_reloads_error,
             policies_loaded,

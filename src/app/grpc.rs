@@ -99,5 +99,7 @@ pub(super) fn spawn_grpc(
         config,
         bounds: settings.limits,
     };
-    background.push(crate::rls::server::spawn(listener, service, auth));
+    let metrics = auth.metrics.listeners.grpc.clone();
+    let incoming = crate::rls::listener::Incoming::new(listener, &settings.grpc, metrics);
+    background.push(crate::rls::server::spawn(incoming, service, auth));
 }

@@ -3,6 +3,7 @@
 //! [`Application::build`] binds first, so callers (tests) can ask for port 0
 //! and read the real port back before serving.
 
+mod budget;
 mod grpc;
 mod stores;
 
@@ -20,7 +21,7 @@ use tracing::{info, warn};
 use self::stores::Stores;
 use crate::config::{RedisSettings, ServerSettings, Settings};
 use crate::domain::{PolicySet, SystemClock};
-use crate::http::server::{self, ConnectionMetrics};
+use crate::http::server;
 use crate::http::{self, AppState};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
@@ -56,7 +57,7 @@ pub struct Application {
     router: axum::Router,
     addr: SocketAddr,
     server: ServerSettings,
-    connections: ConnectionMetrics,
+    connections: crate::metrics::ListenerMetrics,
     background: Vec<JoinHandle<()>>,
     redis: Option<RedisStore>,
     policies: Arc<ArcSwap<PolicySet>>,
@@ -84,10 +85,12 @@ impl Application {
     /// Builds the service over a store made by the caller (tests use this
     /// to pass stores on a controlled clock).
     pub async fn build_with(
-        settings: Settings,
+        mut settings: Settings,
         backend: Backend,
         probe_interval: Duration,
     ) -> Result<Application, StartError> {
+        // Before anything opens a connection or a file.
+        budget::apply(&mut settings);
         let (listener, addr) = bind_http(settings.server.listen).await?;
         let metrics = Arc::new(Metrics::new());
         // Before anything is spawned: an invalid policies file stops startup.
@@ -132,10 +135,7 @@ impl Application {
         }
         log_listening(addr, &limiter, &settings);
 
-        let connections = ConnectionMetrics {
-            open: metrics.connections.clone(),
-            refused: metrics.connections_refused.clone(),
-        };
+        let connections = metrics.listeners.http.clone();
         warn_if_waits_outlast_shutdown(&settings);
         let router = build_router(
             &settings,
@@ -183,23 +183,6 @@ impl Application {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> io::Result<()> {
-        match server::raise_fd_limit() {
-            Some(limit) => {
-                info!(
-                    open_files_limit = limit,
-                    max_connections = self.server.max_connections,
-                    "open-files limit is {limit}"
-                );
-                if (limit as usize) < self.server.max_connections.saturating_add(64) {
-                    warn!(
-                        limit,
-                        "the open-files limit is below server.max_connections (+64 spare): \
-                         accepting may fail before connections are refused cleanly"
-                    );
-                }
-            }
-            None => warn!("cannot read the open-files limit"),
-        }
         // Waiting checks answer their last denial as draining starts,
         // rather than outlast server.shutdown_timeout and be dropped.
         let limiter = self.limiter.clone();

@@ -19,7 +19,7 @@ mod tests;
 use reader::Reader;
 use redis::read_redis;
 pub use redis::{RedisSettings, redact_url};
-use sections::{MAX_WAIT_US, int_in, parse_listen, read_auth, read_breaker};
+use sections::{MAX_WAIT_US, int_in, parse_listen, read_auth, read_breaker, read_grpc};
 
 use crate::domain::forward::IpNet;
 use crate::domain::{Bounds, parse_duration_us};
@@ -40,6 +40,8 @@ pub struct Settings {
     pub policies_poll_interval: Duration,
     /// Where the Envoy RLS v3 gRPC server listens; `None`: off.
     pub grpc_listen: Option<SocketAddr>,
+    /// The gRPC listener's bounds.
+    pub grpc: GrpcSettings,
     /// envoyproxy/ratelimit YAML: a file or a directory of files.
     pub rls_config: Option<PathBuf>,
     /// `None` runs the embedded store.
@@ -78,6 +80,17 @@ pub struct ServerSettings {
     /// Peers whose `X-Forwarded-For`/`X-Real-IP` are believed by
     /// `/v1/auth` (empty: nobody's).
     pub trusted_proxies: Vec<IpNet>,
+}
+
+/// The gRPC listener's bounds (`[grpc]` but `listen`).
+#[derive(Debug, Clone)]
+pub struct GrpcSettings {
+    /// Connections beyond this are closed at once (an HTTP/2 GOAWAY).
+    pub max_connections: usize,
+    /// A new connection must start its first call within this.
+    pub handshake_timeout: Duration,
+    /// A connection with no call in progress is closed after this.
+    pub idle_timeout: Duration,
 }
 
 /// Bearer-token authentication (`[auth]`).
@@ -160,6 +173,9 @@ const KNOWN_KEYS: &[&str] = &[
     "policies.file",
     "policies.poll_interval",
     "grpc.listen",
+    "grpc.max_connections",
+    "grpc.handshake_timeout",
+    "grpc.idle_timeout",
     "rls.config",
     "redis.url",
     "redis.password_file",
@@ -266,6 +282,7 @@ impl Settings {
                 })
                 .transpose()
         });
+        let grpc = read_grpc(&mut r);
         let rls_config = r.parse("rls.config", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
         });
@@ -322,6 +339,7 @@ impl Settings {
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,
                 grpc_listen: grpc_listen?,
+                grpc: grpc?,
                 rls_config: rls_config?,
                 redis: redis?,
                 failure: FailurePolicy {

@@ -4,8 +4,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::AuthSettings;
 use super::reader::Reader;
+use super::{AuthSettings, GrpcSettings};
 use crate::limiter::breaker::BreakerConfig;
 
 pub(super) fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -30,6 +30,18 @@ pub(super) fn read_breaker(r: &mut Reader) -> Option<BreakerConfig> {
         min_calls: min_calls? as u32,
         open_for: open_for?,
         ..BreakerConfig::default()
+    })
+}
+
+/// The gRPC listener's bounds; `None` when any key is invalid.
+pub(super) fn read_grpc(r: &mut Reader) -> Option<GrpcSettings> {
+    let max_connections = r.parse("grpc.max_connections", |s| int_in(s, 1, 10_000_000));
+    let handshake_timeout = r.duration("grpc.handshake_timeout");
+    let idle_timeout = r.duration("grpc.idle_timeout");
+    Some(GrpcSettings {
+        max_connections: max_connections? as usize,
+        handshake_timeout: handshake_timeout?,
+        idle_timeout: idle_timeout?,
     })
 }
 

@@ -257,7 +257,7 @@ fn max_wait_and_max_waiters_default_and_are_bounded() {
     let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
     assert_eq!(
         (s.limits.max_wait_ms, s.limits.max_waiters),
-        (10_000, 10_000)
+        (10_000, 5_000)
     );
     let s = Settings::load_from(
         &Overrides::default(),
@@ -293,4 +293,19 @@ fn max_waiters_per_key_defaults_to_a_thousand_and_is_bounded() {
         problems.contains("limits.max_waiters_per_key"),
         "{problems}"
     );
+}
+
+#[test]
+fn the_grpc_listener_bounds_default_and_are_checked() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert_eq!(s.grpc.max_connections, 1_000);
+    assert_eq!(s.grpc.handshake_timeout, Duration::from_secs(10));
+    assert_eq!(s.grpc.idle_timeout, Duration::from_secs(300));
+    let bad = [
+        ("RATEKEEPER_GRPC__MAX_CONNECTIONS", "0"),
+        ("RATEKEEPER_GRPC__HANDSHAKE_TIMEOUT", "10"),
+        ("RATEKEEPER_GRPC__IDLE_TIMEOUT", "soon"),
+    ];
+    let err = Settings::load_from(&Overrides::default(), env(&bad)).unwrap_err();
+    assert_eq!(err.problems.len(), 3, "{err}");
 }

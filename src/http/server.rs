@@ -7,7 +7,12 @@
 //! the handler as a request extension ([`BodyDeadline`]), and on shutdown
 //! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
 //! in-flight requests finish). Per process: at most `max_connections`;
-//! beyond it a canned 503 is written without reading the request.
+//! beyond it a canned 503 is written without reading the request, except
+//! on [`PROBE_RESERVE`] more connections, which answer only the probe
+//! paths (`/healthz`, `/readyz`, `/metrics`; anything else gets the same
+//! 503), one request each: an orchestrator and a scraper still see the
+//! service, and why it is full, while waiters or a flood hold every
+//! connection.
 //!
 //! A client that closes its connection while its request is with the
 //! router (a check waiting with `wait_ms`) cancels the request: hyper's
@@ -18,8 +23,6 @@
 //! counts as a close (hyper's `half_close` is off). Once bytes of a
 //! pipelined next request are buffered, hyper stops looking, and a close
 //! is only seen when this response is written.
-
-mod timed_io;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -41,9 +44,9 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use timed_io::{Activity, TimedIo, Timeouts};
-
 use crate::config::ServerSettings;
+use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts};
+use crate::metrics::{ListenerMetrics, TimedOut};
 
 /// When the body of the request carrying it must have arrived whole.
 /// Set by the server on every request; [`super::ApiError::RequestTimeout`]
@@ -55,26 +58,41 @@ pub struct BodyDeadline {
     pub timeout: Duration,
 }
 
-/// The connection gauges the server keeps up to date.
-#[derive(Clone)]
-pub struct ConnectionMetrics {
-    pub open: IntGauge,
-    pub refused: IntCounter,
-}
-
 /// Largest request head (line and headers). hyper's default, ~400 KiB, would
 /// let each of `max_connections` clients make the server buffer that much;
 /// heads over this are answered 431 (by hyper, with an empty body).
 const MAX_HEAD_BYTES: usize = 64 * 1024;
 
-/// Written to connections over `max_connections`, without reading them:
-/// parsing would cost what the limit is there to save.
-const OVERLOADED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
-content-type: application/json\r\n\
-retry-after: 1\r\n\
-connection: close\r\n\
-content-length: 88\r\n\r\n\
-{\"error\":{\"code\":\"overloaded\",\"message\":\"too many open connections; retry in a moment\"}}";
+/// The body of every "too many connections" 503.
+macro_rules! overloaded_body {
+    () => {
+        r#"{"error":{"code":"overloaded","message":"too many open connections; retry in a moment"}}"#
+    };
+}
+
+/// Written to connections over `max_connections` and the reserve, without
+/// reading them: parsing would cost what the limit is there to save.
+const OVERLOADED: &[u8] = concat!(
+    "HTTP/1.1 503 Service Unavailable\r\n",
+    "content-type: application/json\r\n",
+    "retry-after: 1\r\n",
+    "connection: close\r\n",
+    "content-length: 88\r\n\r\n",
+    overloaded_body!()
+)
+.as_bytes();
+
+/// Connections beyond `max_connections` kept for [`PROBE_PATHS`]. A few
+/// probes at once (a kubelet's, a scraper's) is what they are for; each
+/// serves one request, whose head must come within [`PROBE_HEAD_TIMEOUT`],
+/// so a silent or slow client holds one for at most that.
+pub const PROBE_RESERVE: usize = 16;
+
+/// A probe sends its request as soon as it connects.
+const PROBE_HEAD_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// What the reserve connections answer.
+const PROBE_PATHS: [&str; 3] = ["/healthz", "/readyz", "/metrics"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stage {
@@ -91,38 +109,44 @@ pub async fn serve(
     listener: TcpListener,
     router: Router,
     settings: &ServerSettings,
-    metrics: ConnectionMetrics,
+    metrics: ListenerMetrics,
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let (stage_tx, stage_rx) = watch::channel(Stage::Serving);
-    let connection = ConnectionConfig::new(router, settings);
+    let connection = ConnectionConfig::new(router, settings, metrics.timed_out.clone());
     let max = i64::try_from(settings.max_connections).unwrap_or(i64::MAX);
     let mut shutdown = std::pin::pin!(shutdown);
-    let mut last_accept_warning: Option<Instant> = None;
+    let mut acceptor = Acceptor::new(
+        listener,
+        "server.max_connections",
+        metrics.accept_errors.clone(),
+    );
+    // Counted in `metrics.open` too; only the accept loop adds to either.
+    let in_reserve = IntGauge::new("probe_reserve", "-").expect("valid gauge");
     loop {
         let (stream, peer) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(accepted) => accepted,
-                Err(error) => {
-                    accept_failed(error, &mut last_accept_warning).await;
-                    continue;
-                }
-            },
+            accepted = acceptor.accept() => accepted,
             () = &mut shutdown => break,
         };
-        if metrics.open.get() >= max {
+        let reserved = in_reserve.get();
+        let probes_only = if metrics.open.get() - reserved < max {
+            None
+        } else if reserved < PROBE_RESERVE as i64 {
+            Some(OpenConnection::new(&in_reserve))
+        } else {
             refuse(stream, &metrics.refused);
             continue;
-        }
+        };
         let guard = OpenConnection::new(&metrics.open);
         let connection = connection.clone();
+        let refused = probes_only.as_ref().map(|_| metrics.refused.clone());
         let stage = stage_rx.clone();
         tokio::spawn(async move {
-            connection.run(stream, peer, stage).await;
-            drop(guard);
+            connection.run(stream, peer, stage, refused).await;
+            drop((guard, probes_only));
         });
     }
-    drop(listener);
+    drop(acceptor);
     drop(stage_rx);
     drain(stage_tx, settings.shutdown_timeout, &metrics.open).await;
     Ok(())
@@ -152,14 +176,17 @@ async fn drain(stage_tx: watch::Sender<Stage>, drain_limit: Duration, open: &Int
 struct ConnectionConfig {
     service: TowerToHyperService<Router>,
     timeouts: Timeouts,
+    timed_out: TimedOut,
     body_timeout: Duration,
 }
 
 impl ConnectionConfig {
-    fn new(router: Router, settings: &ServerSettings) -> ConnectionConfig {
+    fn new(router: Router, settings: &ServerSettings, timed_out: TimedOut) -> ConnectionConfig {
         ConnectionConfig {
             service: TowerToHyperService::new(router),
+            timed_out,
             timeouts: Timeouts {
+                kind: Kind::Http1,
                 header: settings.header_read_timeout,
                 keepalive: settings.keepalive_timeout,
                 write: settings.write_timeout,
@@ -170,21 +197,41 @@ impl ConnectionConfig {
 }
 
 impl ConnectionConfig {
-    async fn run(self, stream: TcpStream, peer: SocketAddr, mut stage: watch::Receiver<Stage>) {
+    /// Serves one connection; with `probes_only` (the refusal counter), one
+    /// request, answered only on [`PROBE_PATHS`].
+    async fn run(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        mut stage: watch::Receiver<Stage>,
+        probes_only: Option<IntCounter>,
+    ) {
         // Responses are written whole; don't let Nagle hold the last segment.
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::default());
-        let io = TokioIo::new(TimedIo::new(stream, activity.clone(), self.timeouts));
+        let mut timeouts = self.timeouts;
+        if probes_only.is_some() {
+            timeouts.header = timeouts.header.min(PROBE_HEAD_TIMEOUT);
+        }
+        let io = TokioIo::new(TimedIo::new(
+            stream,
+            activity.clone(),
+            timeouts,
+            self.timed_out,
+        ));
         let service = ConnectionService {
             inner: self.service,
             activity: activity.clone(),
             body_timeout: self.body_timeout,
             peer,
+            keep_alive: probes_only.is_none(),
+            probes_only,
         };
         // hyper's own header timer is left off: it restarts whenever the
         // connection goes idle, which would make the keep-alive timeout the
         // header timeout (see timed_io).
         let conn = hyper::server::conn::http1::Builder::new()
+            .keep_alive(service.keep_alive)
             .header_read_timeout(None)
             .max_header_size(MAX_HEAD_BYTES)
             .max_buf_size(MAX_HEAD_BYTES)
@@ -228,6 +275,9 @@ struct ConnectionService {
     body_timeout: Duration,
     /// The socket peer, as axum's `ConnectInfo` (forward-auth keys by it).
     peer: SocketAddr,
+    keep_alive: bool,
+    /// On a reserve connection: counts the requests refused there.
+    probes_only: Option<IntCounter>,
 }
 
 type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
@@ -238,6 +288,12 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     type Future = ResponseFuture;
 
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        if let Some(refused) = &self.probes_only
+            && !PROBE_PATHS.contains(&request.uri().path())
+        {
+            refused.inc();
+            return Box::pin(std::future::ready(Ok(overloaded())));
+        }
         let busy = self.activity.begin();
         request.extensions_mut().insert(BodyDeadline {
             at: Instant::now() + self.body_timeout,
@@ -253,20 +309,14 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     }
 }
 
-/// Counts one open connection for as long as it lives.
-struct OpenConnection(IntGauge);
-
-impl OpenConnection {
-    fn new(gauge: &IntGauge) -> Self {
-        gauge.inc();
-        OpenConnection(gauge.clone())
-    }
-}
-
-impl Drop for OpenConnection {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
+/// The canned 503 as a response, for a reserve connection.
+fn overloaded() -> Response {
+    let mut response = Response::new(axum::body::Body::from(overloaded_body!()));
+    *response.status_mut() = axum::http::StatusCode::SERVICE_UNAVAILABLE;
+    let headers = response.headers_mut();
+    headers.insert("content-type", "application/json".parse().expect("valid"));
+    headers.insert("retry-after", "1".parse().expect("valid"));
+    response
 }
 
 fn refuse(stream: TcpStream, refused: &IntCounter) {
@@ -274,43 +324,6 @@ fn refuse(stream: TcpStream, refused: &IntCounter) {
     // A fresh socket's send buffer is empty, so this never waits; if it
     // cannot write, the close alone still refuses.
     let _ = stream.try_write(OVERLOADED);
-}
-
-/// Accept errors are mostly per-connection (reset before accept) and can be
-/// skipped. Running out of file descriptors is not: pause so the loop does
-/// not spin, and warn at most once a second.
-async fn accept_failed(error: io::Error, last_warning: &mut Option<Instant>) {
-    use io::ErrorKind::{ConnectionAborted, ConnectionReset, Interrupted};
-    if matches!(
-        error.kind(),
-        ConnectionAborted | ConnectionReset | Interrupted
-    ) {
-        return;
-    }
-    let now = Instant::now();
-    if last_warning.is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1)) {
-        warn!(%error, "cannot accept connections (out of file descriptors?); lower server.max_connections or raise the limit");
-        *last_warning = Some(now);
-    }
-    tokio::time::sleep(Duration::from_millis(50)).await;
-}
-
-/// Raises the soft limit on open files to the hard limit, so that
-/// `max_connections` is not cut short by a low default soft limit (often
-/// 1024). Returns the resulting soft limit.
-pub fn raise_fd_limit() -> Option<u64> {
-    use nix::sys::resource::{Resource, getrlimit, setrlimit};
-    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
-    if soft >= hard {
-        return Some(soft);
-    }
-    match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-        Ok(()) => Some(hard),
-        Err(error) => {
-            warn!(%error, soft, hard, "cannot raise the open-files limit");
-            Some(soft)
-        }
-    }
 }
 
 #[cfg(test)]

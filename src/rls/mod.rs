@@ -1,9 +1,11 @@
 //! Envoy's rate limit service (RLS v3) over gRPC: loading the
 //! envoyproxy/ratelimit YAML files, the tonic server ([`server`]: the
 //! answers; [`service`]: the gRPC method, decoding with [`wire`]'s types),
-//! and its bearer-token check ([`auth`]).
+//! its bounded connections ([`listener`]), and its bearer-token check
+//! ([`auth`]).
 
 pub mod auth;
+pub mod listener;
 pub mod reload;
 pub mod server;
 pub mod service;

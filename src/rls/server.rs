@@ -16,10 +16,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
     Code, DescriptorStatus, RateLimit,
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
-use tokio::net::TcpListener;
 use tonic::Status;
 use tonic::service::interceptor::InterceptedService;
-use tonic::transport::server::TcpIncoming;
 
 use super::service::RlsServer;
 use super::wire::RateLimitRequest;
@@ -90,28 +88,27 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// Serves `service` on `listener`, each call through `auth` first, until
-/// the task is aborted.
+/// Serves `service` on the `incoming` connections, each call through
+/// `auth` first, until the task is aborted.
 pub fn spawn(
-    listener: TcpListener,
+    incoming: super::listener::Incoming,
     service: RlsService,
     auth: super::auth::RlsAuth,
 ) -> tokio::task::JoinHandle<()> {
     let server = RlsServer::new(service, auth.metrics.clone());
-    tokio::spawn(async move {
-        let result = tonic::transport::Server::builder()
-            .max_concurrent_streams(Some(MAX_STREAMS))
-            .concurrency_limit_per_connection(MAX_STREAMS as usize)
-            .timeout(CALL_TIMEOUT)
-            .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-            .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-            .add_service(InterceptedService::new(server, auth))
-            .serve_with_incoming(TcpIncoming::from(listener))
-            .await;
-        if let Err(error) = result {
-            tracing::error!(%error, "the RLS gRPC server stopped");
-        }
-    })
+    let router = tonic::transport::Server::builder()
+        .max_concurrent_streams(Some(MAX_STREAMS))
+        .concurrency_limit_per_connection(MAX_STREAMS as usize)
+        .timeout(CALL_TIMEOUT)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .layer(super::listener::TrackCalls)
+        .add_service(InterceptedService::new(server, auth));
+    tokio::spawn(super::listener::serve(incoming, move |one, ended| {
+        router
+            .clone()
+            .serve_with_incoming_shutdown(one, ended.wait())
+    }))
 }
 
 impl RlsService {

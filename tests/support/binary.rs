@@ -49,3 +49,72 @@ pub fn serve(env: &[(&str, &str)]) -> (KillOnDrop, String) {
     let log: serde_json::Value = serde_json::from_str(&started).unwrap();
     (child, log["addr"].as_str().unwrap().to_string())
 }
+
+/// A `ratekeeper serve` child whose log lines are kept for the test, and
+/// the addresses it logged.
+pub struct Served {
+    pub child: KillOnDrop,
+    /// `host:port` of the HTTP API.
+    pub http: String,
+    /// `host:port` of the gRPC listener, when `grpc.listen` is set.
+    pub grpc: Option<String>,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl Served {
+    /// Every log line so far (JSON), the startup lines included.
+    pub fn log(&self) -> Vec<String> {
+        self.log.lock().unwrap().clone()
+    }
+}
+
+/// `ratekeeper serve` on free loopback ports under an open-files limit of
+/// `nofile` (soft and hard, so the service cannot raise it), with `env`
+/// added; returns once it has logged that it listens.
+pub fn serve_with_nofile(nofile: u32, env: &[(&str, &str)]) -> Served {
+    let mut command = Command::new("sh");
+    command
+        .arg("-c")
+        .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
+        .arg(env!("CARGO_BIN_EXE_ratekeeper"));
+    for (name, _) in std::env::vars() {
+        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
+            command.env_remove(name);
+        }
+    }
+    let child = command
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_LOG__FORMAT", "json")
+        .envs(env.iter().copied())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut child = KillOnDrop(child);
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut grpc = None;
+    let http = loop {
+        let line = lines.next().expect("a startup line").unwrap();
+        log.lock().unwrap().push(line.clone());
+        let json: serde_json::Value = serde_json::from_str(&line).unwrap();
+        if let Some(addr) = json["grpc_addr"].as_str() {
+            grpc = Some(addr.to_string());
+        }
+        if line.contains("ratekeeper listening") {
+            break json["addr"].as_str().unwrap().to_string();
+        }
+    };
+    let kept = log.clone();
+    std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            kept.lock().unwrap().push(line);
+        }
+    });
+    Served {
+        child,
+        http,
+        grpc,
+        log,
+    }
+}

@@ -1,27 +1,39 @@
-//! A TCP stream that enforces the read deadlines of one HTTP/1 connection.
+//! A TCP stream that enforces the read deadlines of one connection, HTTP/1
+//! or gRPC (HTTP/2).
 //!
 //! hyper 1.x has one timer, `header_read_timeout`, and it restarts as soon
 //! as a connection goes idle, so an idle keep-alive connection would be cut
 //! at the header timeout and a separate, longer keep-alive timeout could not
-//! exist. The stream therefore keeps its own clock:
+//! exist; its HTTP/2 server has no such timer at all. The stream therefore
+//! keeps its own clock:
 //!
-//! - from the connection's start, the first request head must arrive within
-//!   `header_read_timeout`;
-//! - after a response, the connection may sit idle for `keepalive_timeout`;
-//!   the first byte of the next request starts its own `header_read_timeout`;
+//! - from the connection's start, the first request head (HTTP/1) or the
+//!   first call (gRPC) must arrive within the head timeout
+//!   (`server.header_read_timeout`, `grpc.handshake_timeout`);
+//! - after a response, the connection may sit idle for the idle timeout
+//!   (`server.keepalive_timeout`, `grpc.idle_timeout`). On HTTP/1 the first
+//!   byte of the next request starts its own head timeout. On HTTP/2 bytes
+//!   are not requests (pings, window updates, a preface), so only a call
+//!   ends the idleness: a client cannot hold a connection with pings alone;
 //! - while a request is with the router, reads have no deadline here: the
 //!   body deadline is the handler's (it answers 408), and hyper closes the
-//!   connection after a response whose body was left unread.
+//!   connection after a response whose body was left unread; a gRPC call
+//!   has its own deadline in tonic.
 //!
 //! Writes have their own clock: a response the client does not read (a
 //! slow reader, or pipelined requests whose answers pile up) fails after
-//! `write_timeout` without progress, since hyper reads nothing more while a
-//! write is stuck.
+//! the write timeout without progress, since hyper reads nothing more while
+//! a write is stuck.
 //!
-//! A read past its deadline fails with `TimedOut`, and hyper drops the
-//! connection without answering (as nginx does for `client_header_timeout`).
-//! At shutdown, a connection with no request in progress is closed at once,
-//! idle or in the middle of a head (nothing was promised to it yet).
+//! An HTTP/1 read past its deadline fails with `TimedOut`, and hyper drops
+//! the connection without answering (as nginx does for
+//! `client_header_timeout`). A gRPC one first asks the server to end the
+//! connection gracefully ([`Activity::ended`]: an HTTP/2 GOAWAY, so the
+//! client moves to a new connection without losing a call), and fails only
+//! if the connection is still open `GOAWAY_GRACE` later. Each is counted
+//! once, by which deadline passed. At shutdown, a
+//! connection with no request in progress is closed at once, idle or in the
+//! middle of a head (nothing was promised to it yet).
 
 use std::io;
 use std::pin::Pin;
@@ -31,12 +43,15 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
+
+use crate::metrics::TimedOut;
 
 /// What the router side tells the stream: whether a request is in progress,
 /// and how many have finished (a change means "idle again since now").
 #[derive(Default)]
-pub(super) struct Activity {
+pub(crate) struct Activity {
     in_flight: AtomicUsize,
     finished: AtomicU64,
     /// The connection task, parked in a read while a request was in flight:
@@ -46,23 +61,36 @@ pub(super) struct Activity {
     /// Set at shutdown: a connection waiting for a request head is closed at
     /// once rather than when its deadline comes.
     draining: AtomicBool,
+    /// gRPC: told when the connection should end, its deadline passed (the
+    /// server then sends a GOAWAY) or it closed.
+    ended: Notify,
 }
 
 impl Activity {
     /// Marks a request as handed to the router until the guard is dropped.
-    pub(super) fn begin(self: &Arc<Self>) -> RequestGuard {
+    pub(crate) fn begin(self: &Arc<Self>) -> RequestGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         RequestGuard(self.clone())
     }
 }
 
 impl Activity {
-    pub(super) fn drain(&self) {
+    pub(crate) fn drain(&self) {
         self.draining.store(true, Ordering::Release);
+    }
+
+    /// Tells [`ended`](Self::ended) (now or, if nobody waits yet, later).
+    pub(crate) fn end(&self) {
+        self.ended.notify_one();
+    }
+
+    /// Completes once [`end`](Self::end) was called.
+    pub(crate) async fn ended(&self) {
+        self.ended.notified().await;
     }
 }
 
-pub(super) struct RequestGuard(Arc<Activity>);
+pub(crate) struct RequestGuard(Arc<Activity>);
 
 impl Drop for RequestGuard {
     fn drop(&mut self) {
@@ -76,11 +104,42 @@ impl Drop for RequestGuard {
     }
 }
 
+/// How long a gRPC connection past its deadline has to end after its
+/// GOAWAY (a client acknowledges at once) before it is closed regardless.
+const GOAWAY_GRACE: Duration = Duration::from_secs(5);
+
+/// Which protocol the stream carries: it decides what ends idleness and
+/// what the timeouts are called in errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Http1,
+    Grpc,
+}
+
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Timeouts {
+pub(crate) struct Timeouts {
+    pub kind: Kind,
+    /// For the first request head (gRPC: the first call).
     pub header: Duration,
+    /// For an idle connection.
     pub keepalive: Duration,
     pub write: Duration,
+}
+
+impl Timeouts {
+    /// What a passed deadline says: the setting to look at.
+    fn message(&self, phase: Phase) -> &'static str {
+        match (self.kind, phase) {
+            (Kind::Http1, Phase::Head(_)) => {
+                "request head not received within server.header_read_timeout"
+            }
+            (Kind::Http1, Phase::Idle(_)) => {
+                "keep-alive connection idle past server.keepalive_timeout"
+            }
+            (Kind::Grpc, Phase::Head(_)) => "no call started within grpc.handshake_timeout",
+            (Kind::Grpc, Phase::Idle(_)) => "gRPC connection idle past grpc.idle_timeout",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -91,10 +150,15 @@ enum Phase {
     Idle(Instant),
 }
 
-pub(super) struct TimedIo<T> {
+pub(crate) struct TimedIo<T> {
     inner: T,
     activity: Arc<Activity>,
     timeouts: Timeouts,
+    counters: TimedOut,
+    /// Set once a deadline failed the stream, so it is counted once.
+    timed_out: bool,
+    /// gRPC: when the server was asked to end the connection gracefully.
+    ending_since: Option<Instant>,
     phase: Phase,
     seen_finished: u64,
     timer: Pin<Box<Sleep>>,
@@ -104,13 +168,21 @@ pub(super) struct TimedIo<T> {
 }
 
 impl<T> TimedIo<T> {
-    pub(super) fn new(inner: T, activity: Arc<Activity>, timeouts: Timeouts) -> Self {
+    pub(crate) fn new(
+        inner: T,
+        activity: Arc<Activity>,
+        timeouts: Timeouts,
+        counters: TimedOut,
+    ) -> Self {
         let now = Instant::now();
         let deadline = now + timeouts.header;
         TimedIo {
             inner,
             activity,
             timeouts,
+            counters,
+            timed_out: false,
+            ending_since: None,
             phase: Phase::Head(now),
             seen_finished: 0,
             timer: Box::pin(tokio::time::sleep_until(deadline)),
@@ -135,11 +207,22 @@ impl<T> TimedIo<T> {
             .write_timer
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(write)));
         match timer.as_mut().poll(cx) {
-            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                io::ErrorKind::TimedOut,
-                "client read nothing for server.write_timeout",
-            ))),
+            Poll::Ready(()) => {
+                self.count(|c| &c.write);
+                let what = match self.timeouts.kind {
+                    Kind::Http1 => "client read nothing for server.write_timeout",
+                    Kind::Grpc => "gRPC client read nothing of a response for 10 s",
+                };
+                Poll::Ready(Err(io::Error::new(io::ErrorKind::TimedOut, what)))
+            }
             Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn count(&mut self, which: impl Fn(&TimedOut) -> &prometheus::IntCounter) {
+        if !self.timed_out {
+            self.timed_out = true;
+            which(&self.counters).inc();
         }
     }
 
@@ -155,6 +238,9 @@ impl<T> TimedIo<T> {
     }
 
     fn deadline(&self) -> Instant {
+        if let Some(since) = self.ending_since {
+            return since + GOAWAY_GRACE;
+        }
         match self.phase {
             Phase::Head(since) => since + self.timeouts.header,
             Phase::Idle(since) => since + self.timeouts.keepalive,
@@ -178,18 +264,30 @@ impl<T> TimedIo<T> {
         // steady connection touches the timer wheel about once per timeout,
         // not twice per request; only a deadline that moved earlier re-arms
         // at once.
-        let deadline = self.deadline();
+        let mut deadline = self.deadline();
         if deadline < self.armed_for {
             self.timer.as_mut().reset(deadline);
             self.armed_for = deadline;
         }
         while self.timer.as_mut().poll(cx).is_ready() {
             if Instant::now() >= deadline {
-                let what = match self.phase {
-                    Phase::Head(_) => "request head not received within server.header_read_timeout",
-                    Phase::Idle(_) => "keep-alive connection idle past server.keepalive_timeout",
-                };
-                return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what));
+                let phase = self.phase;
+                match phase {
+                    Phase::Head(_) => self.count(|c| &c.head),
+                    Phase::Idle(_) => self.count(|c| &c.idle),
+                }
+                if self.timeouts.kind == Kind::Grpc && self.ending_since.is_none() {
+                    // A plain close would fail a call the client sends at
+                    // that moment (tonic's client: its next call, always).
+                    // A GOAWAY tells it to use a new connection; the close
+                    // is forced only if that has not ended it in time.
+                    self.ending_since = Some(Instant::now());
+                    self.activity.end();
+                    deadline = self.deadline();
+                } else {
+                    let what = self.timeouts.message(phase);
+                    return Poll::Ready(io::Error::new(io::ErrorKind::TimedOut, what));
+                }
             }
             self.timer.as_mut().reset(deadline);
             self.armed_for = deadline;
@@ -209,7 +307,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for TimedIo<T> {
         let before = buf.filled().len();
         match Pin::new(&mut this.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
-                if buf.filled().len() > before && matches!(this.phase, Phase::Idle(_)) {
+                let request_bytes = this.timeouts.kind == Kind::Http1;
+                if request_bytes
+                    && buf.filled().len() > before
+                    && matches!(this.phase, Phase::Idle(_))
+                {
                     this.phase = Phase::Head(Instant::now());
                 }
                 Poll::Ready(Ok(()))

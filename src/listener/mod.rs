@@ -1,0 +1,119 @@
+//! What the two listeners share, the HTTP API's ([`crate::http::server`])
+//! and the Envoy RLS gRPC one ([`crate::rls::listener`]): accepting with a
+//! pause when out of file descriptors ([`Acceptor`]), counting open
+//! connections under a cap ([`OpenConnection`]), read and write deadlines
+//! ([`TimedIo`]), and fitting both caps under the open-files limit
+//! ([`fds`]).
+//!
+//! Each listener has its own cap, so a flood on one (idle gRPC connections,
+//! say) cannot take the other's connections, and the caps together leave
+//! file descriptors for Redis and for reloading files.
+
+pub mod fds;
+mod timed_io;
+
+use std::future::Future;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use prometheus::{IntCounter, IntGauge};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::time::{Instant, Sleep};
+use tracing::warn;
+
+pub(crate) use timed_io::{Activity, Kind, TimedIo, Timeouts};
+
+/// Accepts connections on one listener. Errors that belong to one
+/// connection (reset before accept) are skipped; running out of file
+/// descriptors is not: the loop pauses so it does not spin (a full core
+/// otherwise, each `accept4` failing at once), counts the failure, and
+/// warns at most once a second.
+pub(crate) struct Acceptor {
+    listener: TcpListener,
+    /// The setting to lower, named in the warning.
+    cap_key: &'static str,
+    errors: IntCounter,
+    last_warning: Option<Instant>,
+    /// Armed after a failure: no accept until it has passed.
+    pause: Option<Pin<Box<Sleep>>>,
+}
+
+/// How long accepting pauses after a failure such as EMFILE.
+const ACCEPT_PAUSE: Duration = Duration::from_millis(50);
+
+impl Acceptor {
+    pub(crate) fn new(listener: TcpListener, cap_key: &'static str, errors: IntCounter) -> Self {
+        Acceptor {
+            listener,
+            cap_key,
+            errors,
+            last_warning: None,
+            pause: None,
+        }
+    }
+
+    /// The next connection. Cancel-safe: dropping the future loses none.
+    pub(crate) async fn accept(&mut self) -> (TcpStream, SocketAddr) {
+        std::future::poll_fn(|cx| self.poll_accept(cx)).await
+    }
+
+    /// The next connection, for a `Stream` of them (the gRPC listener's).
+    pub(crate) fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<(TcpStream, SocketAddr)> {
+        loop {
+            if let Some(pause) = &mut self.pause {
+                ready!(pause.as_mut().poll(cx));
+                self.pause = None;
+            }
+            match ready!(self.listener.poll_accept(cx)) {
+                Ok(accepted) => return Poll::Ready(accepted),
+                Err(error) => self.failed(error),
+            }
+        }
+    }
+
+    /// Counts and reports a failure, and arms the pause, unless it was one
+    /// connection's own.
+    fn failed(&mut self, error: io::Error) {
+        use io::ErrorKind::{ConnectionAborted, ConnectionReset, Interrupted};
+        if matches!(
+            error.kind(),
+            ConnectionAborted | ConnectionReset | Interrupted
+        ) {
+            return;
+        }
+        self.errors.inc();
+        let now = Instant::now();
+        if self
+            .last_warning
+            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
+        {
+            warn!(
+                %error,
+                cap = self.cap_key,
+                "cannot accept connections (out of file descriptors?); lower {} or raise the limit",
+                self.cap_key
+            );
+            self.last_warning = Some(now);
+        }
+        self.pause = Some(Box::pin(tokio::time::sleep(ACCEPT_PAUSE)));
+    }
+}
+
+/// Counts one open connection for as long as it lives.
+pub(crate) struct OpenConnection(IntGauge);
+
+impl OpenConnection {
+    pub(crate) fn new(gauge: &IntGauge) -> Self {
+        gauge.inc();
+        OpenConnection(gauge.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}

@@ -1,0 +1,285 @@
+//! The gRPC listener's connections, bounded like the HTTP API's: at most
+//! `grpc.max_connections` open (beyond it a GOAWAY and a close, without
+//! reading), a first call within `grpc.handshake_timeout`, a close after
+//! `grpc.idle_timeout` without a call, and a pause in accepting when out
+//! of file descriptors. The pieces are the HTTP listener's
+//! ([`crate::listener`]).
+//!
+//! Each connection gets its own tonic server ([`serve`]): tonic's graceful
+//! shutdown (a GOAWAY, then a close once the calls in flight are done) is
+//! per server, and a connection past its deadline is ended that way, so a
+//! client never loses a call it sent as the connection was closed.
+//!
+//! Without these, idle connections were held for good and preface-only
+//! ones for 40 s, and about 19 900 of them took every file descriptor: the
+//! HTTP API, `/healthz` included, could then accept nothing, and no file
+//! could be reloaded.
+//!
+//! What is a call: any HTTP/2 request (stream) tonic hands to the service,
+//! whatever its answer, from the moment it arrives until its response is
+//! ready (a unary response follows at once). [`TrackCalls`] marks them on
+//! the connection's [`Activity`], which tonic passes to each request as
+//! its connect info ([`Calls`]).
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tonic::codegen::Service;
+use tonic::codegen::http;
+use tonic::codegen::tokio_stream::Stream;
+use tonic::transport::server::Connected;
+
+use crate::config::GrpcSettings;
+use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts};
+use crate::metrics::ListenerMetrics;
+
+/// A client that reads nothing of a response for this long is dropped
+/// (HTTP/2 pings find one that is gone, but not one that stopped reading).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Written to connections over the cap, without reading them: the server
+/// preface (an empty SETTINGS frame), then GOAWAY with last stream 0 and
+/// ENHANCE_YOUR_CALM, whose debug data says why. A client retries on a new
+/// connection; nothing of this one is processed.
+const REFUSED: &[u8] = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00\
+\x00\x00\x1c\x07\x00\x00\x00\x00\x00\
+\x00\x00\x00\x00\x00\x00\x00\x0b\
+too many connections";
+
+/// Accepts connections under the cap.
+pub struct Incoming {
+    acceptor: Acceptor,
+    max: i64,
+    timeouts: Timeouts,
+    metrics: ListenerMetrics,
+}
+
+impl Incoming {
+    pub fn new(listener: TcpListener, settings: &GrpcSettings, metrics: ListenerMetrics) -> Self {
+        Incoming {
+            acceptor: Acceptor::new(
+                listener,
+                "grpc.max_connections",
+                metrics.accept_errors.clone(),
+            ),
+            max: i64::try_from(settings.max_connections).unwrap_or(i64::MAX),
+            timeouts: Timeouts {
+                kind: Kind::Grpc,
+                header: settings.handshake_timeout,
+                keepalive: settings.idle_timeout,
+                write: WRITE_TIMEOUT,
+            },
+            metrics,
+        }
+    }
+}
+
+impl Incoming {
+    /// The next connection under the cap; those over it are refused here.
+    async fn next(&mut self) -> Conn {
+        std::future::poll_fn(|cx| self.poll_next(cx)).await
+    }
+
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Conn> {
+        let this = self;
+        loop {
+            let (stream, _) = std::task::ready!(this.acceptor.poll_accept(cx));
+            if this.metrics.open.get() >= this.max {
+                this.metrics.refused.inc();
+                // A fresh socket's send buffer is empty: this never waits.
+                let _ = stream.try_write(REFUSED);
+                continue;
+            }
+            // Responses are written whole; don't let Nagle hold them.
+            let _ = stream.set_nodelay(true);
+            let activity = Arc::new(Activity::default());
+            let io = TimedIo::new(
+                stream,
+                activity.clone(),
+                this.timeouts,
+                this.metrics.timed_out.clone(),
+            );
+            return Poll::Ready(Conn {
+                io,
+                activity,
+                _open: OpenConnection::new(&this.metrics.open),
+            });
+        }
+    }
+}
+
+/// Serves every connection `incoming` accepts with `serve_one`, each on a
+/// task of its own, until aborted (which aborts the connections' tasks).
+/// `serve_one` gets the connection as a stream of one, and a future that
+/// completes when it should end: its tonic server's shutdown signal.
+pub async fn serve<F, Fut>(mut incoming: Incoming, serve_one: F)
+where
+    F: Fn(Single, Ended) -> Fut,
+    Fut: Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
+{
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let conn = incoming.next().await;
+        // Reap the finished ones, so the set holds only live connections.
+        while connections.try_join_next().is_some() {}
+        let ended = Ended(conn.activity.clone());
+        let served = serve_one(Single(Some(conn)), ended);
+        connections.spawn(async move {
+            if let Err(error) = served.await {
+                tracing::debug!(%error, "gRPC connection ended with an error");
+            }
+        });
+    }
+}
+
+/// One connection as the stream of connections tonic serves. It never
+/// ends: an ended stream would shut the server down at once.
+pub struct Single(Option<Conn>);
+
+impl Stream for Single {
+    type Item = io::Result<Conn>;
+
+    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        match self.get_mut().0.take() {
+            Some(conn) => Poll::Ready(Some(Ok(conn))),
+            None => Poll::Pending,
+        }
+    }
+}
+
+/// Completes when a connection should end: its deadline passed, or it
+/// closed (then its server has nothing left to wait for).
+pub struct Ended(Arc<Activity>);
+
+impl Ended {
+    pub async fn wait(self) {
+        self.0.ended().await;
+    }
+}
+
+/// One accepted gRPC connection: counted while it lives, with deadlines.
+pub struct Conn {
+    io: TimedIo<TcpStream>,
+    activity: Arc<Activity>,
+    _open: OpenConnection,
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.activity.end();
+    }
+}
+
+/// Each request's handle on its connection's calls (tonic's connect info).
+#[derive(Clone)]
+pub struct Calls(Arc<Activity>);
+
+impl Connected for Conn {
+    type ConnectInfo = Calls;
+
+    fn connect_info(&self) -> Calls {
+        Calls(self.activity.clone())
+    }
+}
+
+impl AsyncRead for Conn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Conn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+    }
+}
+
+/// Marks every request as a call in progress on its connection, which
+/// stops the handshake and idle clocks meanwhile.
+#[derive(Clone, Copy)]
+pub struct TrackCalls;
+
+impl<S> tower_layer::Layer<S> for TrackCalls {
+    type Service = Tracked<S>;
+
+    fn layer(&self, inner: S) -> Tracked<S> {
+        Tracked(inner)
+    }
+}
+
+#[derive(Clone)]
+pub struct Tracked<S>(S);
+
+type CallFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
+
+impl<S, B> Service<http::Request<B>> for Tracked<S>
+where
+    S: Service<http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = CallFuture<S::Response, S::Error>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: http::Request<B>) -> Self::Future {
+        let call = request.extensions().get::<Calls>().map(|c| c.0.begin());
+        let response = self.0.call(request);
+        Box::pin(async move {
+            let response = response.await;
+            drop(call);
+            response
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_refusal_is_a_settings_then_a_goaway_frame() {
+        let (settings, goaway) = REFUSED.split_at(9);
+        assert_eq!(settings, [0, 0, 0, 4, 0, 0, 0, 0, 0]);
+        let length = u32::from_be_bytes([0, goaway[0], goaway[1], goaway[2]]) as usize;
+        assert_eq!((goaway[3], length), (7, goaway.len() - 9));
+        assert_eq!(&goaway[13..17], [0, 0, 0, 0x0b], "ENHANCE_YOUR_CALM");
+    }
+}

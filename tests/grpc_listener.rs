@@ -1,0 +1,364 @@
+//! The gRPC listener (`grpc.listen`) is bounded like the HTTP one, against
+//! the real binary under a low open-files limit: a flood of idle gRPC
+//! connections fills `grpc.max_connections` and no more, so the HTTP API
+//! keeps answering and a policies reload still applies; connections that
+//! never start a call, and connections idle after their calls, are closed
+//! by their timeouts and counted.
+
+mod support;
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use support::binary::{Served, serve_with_nofile};
+
+/// Small enough that a few hundred connections would exhaust it.
+const NOFILE: u32 = 256;
+
+/// What an HTTP/2 client sends first: the preface, then its SETTINGS.
+const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00";
+
+const POLICY_API: &str = r#"
+[policies.api]
+limits = [ { name = "minute", algorithm = "fixed_window", limit = 1000, window = "1m" } ]
+"#;
+const POLICY_SECOND: &str = r#"
+[policies.second]
+limits = [ { name = "minute", algorithm = "fixed_window", limit = 1000, window = "1m" } ]
+"#;
+
+/// One HTTP/1.1 request on a fresh connection; (status, body), or why not.
+/// Bounded by a 3 s deadline, so a server that cannot accept fails the test
+/// instead of hanging it.
+fn http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
+    let addr: SocketAddr = addr.parse().unwrap();
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("read: {e}"))?;
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line in {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// The value of one series of GET /metrics (0 when absent).
+fn metric(served: &Served, series: &str) -> f64 {
+    let (status, body) = http(&served.http, "GET", "/metrics", "").expect("GET /metrics");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+fn check(served: &Served, policy: &str) -> Result<(u16, String), String> {
+    let body = format!(r#"{{"policy":"{policy}","key":"k1"}}"#);
+    http(&served.http, "POST", "/v1/check", &body)
+}
+
+/// `n` connections to `addr`, each having sent the HTTP/2 preface and
+/// nothing more (what the issue's attacker held), kept open by the caller.
+fn flood(addr: &str, n: usize) -> Vec<TcpStream> {
+    let addr: SocketAddr = addr.parse().unwrap();
+    (0..n)
+        .filter_map(|_| {
+            let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
+            let _ = s.write_all(PREFACE);
+            Some(s)
+        })
+        .collect()
+}
+
+async fn rls_call(grpc: &str) -> Result<(), String> {
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    ask(&mut client).await
+}
+
+async fn ask(client: &mut RateLimitServiceClient<tonic::transport::Channel>) -> Result<(), String> {
+    let request = RateLimitRequest {
+        domain: "none".into(),
+        ..Default::default()
+    };
+    let call = client.should_rate_limit(request);
+    match tokio::time::timeout(Duration::from_secs(3), call).await {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(status)) => Err(format!("call: {status}")),
+        Err(_) => Err("call: no answer within 3 s".into()),
+    }
+}
+
+fn write_policies(path: &Path, text: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, text).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+#[tokio::test]
+async fn a_flood_of_idle_grpc_connections_leaves_the_http_api_and_reloads_working() {
+    let dir = support::fresh_dir("grpc-flood");
+    let policies = dir.join("policies.toml");
+    write_policies(&policies, POLICY_API);
+    let served = serve_with_nofile(
+        NOFILE,
+        &[
+            ("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0"),
+            ("RATEKEEPER_POLICIES__FILE", policies.to_str().unwrap()),
+        ],
+    );
+    let grpc = served.grpc.clone().expect("the gRPC listener is logged");
+    // Envoy's connection, made before the flood, must keep being served.
+    let mut envoy = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    ask(&mut envoy).await.unwrap();
+
+    // More connections than the process has file descriptors.
+    let held = flood(&grpc, NOFILE as usize + 100);
+    std::thread::sleep(Duration::from_millis(500));
+
+    let healthz = http(&served.http, "GET", "/healthz", "");
+    assert!(
+        matches!(healthz, Ok((200, _))),
+        "GET /healthz during the flood: {healthz:?}"
+    );
+    let answered = check(&served, "api");
+    assert!(
+        matches!(answered, Ok((200, _))),
+        "POST /v1/check during the flood: {answered:?}"
+    );
+    ask(&mut envoy).await.expect("an existing gRPC connection");
+
+    // A reload needs a file descriptor for the file (and the watcher's).
+    assert!(check(&served, "second").is_ok_and(|(s, _)| s != 200));
+    write_policies(&policies, &format!("{POLICY_API}{POLICY_SECOND}"));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match check(&served, "second") {
+            Ok((200, _)) => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "the new policy did not apply during the flood: {other:?}; log: {:?}",
+                served.log().iter().rev().take(5).collect::<Vec<_>>()
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    let open = metric(&served, "ratekeeper_grpc_connections");
+    let refused = metric(&served, "ratekeeper_grpc_connections_refused_total");
+    assert!(open >= 1.0 && open < f64::from(NOFILE), "open: {open}");
+    assert!(
+        refused >= held.len() as f64 - open,
+        "refused {refused} of {} (open {open})",
+        held.len()
+    );
+    // The startup check saw the small limit and said what it did.
+    let lowered = served
+        .log()
+        .into_iter()
+        .any(|l| l.contains("WARN") && l.contains("grpc.max_connections"));
+    assert!(lowered, "no warning about the caps: {:?}", served.log());
+
+    // Once the flood is gone, new gRPC connections are served again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while let Err(error) = rls_call(&grpc).await {
+        assert!(Instant::now() < deadline, "a new gRPC connection: {error}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Reads until the server closes the connection; what it sent, or `None`
+/// if it was still open after `limit`.
+fn closed_within(stream: &mut TcpStream, limit: Duration) -> Option<Vec<u8>> {
+    let start = Instant::now();
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while start.elapsed() < limit {
+        match stream.read(&mut buf) {
+            Ok(0) => return Some(seen),
+            Ok(n) => seen.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => return Some(seen),
+        }
+    }
+    None
+}
+
+/// The types of the HTTP/2 frames in `bytes`, in order.
+fn frame_types(mut bytes: &[u8]) -> Vec<u8> {
+    let mut types = Vec::new();
+    while bytes.len() >= 9 {
+        let length = u32::from_be_bytes([0, bytes[0], bytes[1], bytes[2]]) as usize;
+        types.push(bytes[3]);
+        bytes = &bytes[(9 + length).min(bytes.len())..];
+    }
+    types
+}
+
+const GOAWAY: u8 = 7;
+
+/// An HTTP/2 PING frame (8 bytes of opaque data).
+const PING: &[u8] = b"\x00\x00\x08\x06\x00\x00\x00\x00\x00rk-ping!";
+
+// Two workers: the client's connection task must run (and see the GOAWAY)
+// while this thread blocks on its raw sockets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_without_a_call_and_idle_ones_are_closed_and_counted() {
+    let served = serve_with_nofile(
+        1024,
+        &[
+            ("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0"),
+            ("RATEKEEPER_GRPC__HANDSHAKE_TIMEOUT", "1s"),
+            ("RATEKEEPER_GRPC__IDLE_TIMEOUT", "2s"),
+        ],
+    );
+    let grpc = served.grpc.clone().unwrap();
+    let addr: SocketAddr = grpc.parse().unwrap();
+    let limit = Duration::from_secs(6);
+
+    // Sends nothing at all.
+    let mut silent = TcpStream::connect(addr).unwrap();
+    // Sends the preface, then only pings: bytes, but never a call.
+    let mut pinging = TcpStream::connect(addr).unwrap();
+    pinging.write_all(PREFACE).unwrap();
+    let pinger = {
+        let mut writer = pinging.try_clone().unwrap();
+        std::thread::spawn(move || {
+            while writer.write_all(PING).is_ok() {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+    };
+    // A real client: one call, then nothing.
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    ask(&mut client).await.unwrap();
+
+    let silent_closed = closed_within(&mut silent, limit);
+    assert!(
+        silent_closed.is_some(),
+        "a silent connection held past {limit:?}"
+    );
+    let sent = closed_within(&mut pinging, limit).expect("a pinging connection held");
+    pinger.join().unwrap();
+    // Ended gracefully: told to go away, not just dropped.
+    assert!(
+        frame_types(&sent).contains(&GOAWAY),
+        "{:?}",
+        frame_types(&sent)
+    );
+
+    let timed_out = |timeout: &str| {
+        metric(
+            &served,
+            &format!(
+                "ratekeeper_connections_timed_out_total{{listener=\"grpc\",timeout=\"{timeout}\"}}"
+            ),
+        )
+    };
+    assert_eq!(timed_out("head"), 2.0);
+    let deadline = Instant::now() + limit;
+    while timed_out("idle") < 1.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the idle client's connection was not closed"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // The GOAWAY ends the idle connection, well before the forced close.
+    let deadline = Instant::now() + Duration::from_secs(4);
+    while metric(&served, "ratekeeper_grpc_connections") > 0.0 {
+        assert!(
+            Instant::now() < deadline,
+            "the idle connection outlived its GOAWAY"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Told to go away, the client takes a new connection for its next
+    // call: none is lost.
+    ask(&mut client).await.expect("a call after the idle close");
+}
+
+/// One HTTP/2 connection that opens `streams` requests and resets each at
+/// once, all in one write (CVE-2023-44487, "rapid reset"): h2 answers with
+/// a GOAWAY and logs a warning.
+fn rapid_reset(addr: SocketAddr, streams: u32) {
+    let mut bytes = PREFACE.to_vec();
+    for i in 0..streams {
+        let id = (2 * i + 1).to_be_bytes();
+        // HEADERS, END_HEADERS: :method POST, :scheme http, :path / (HPACK
+        // static table entries 3, 6 and 4).
+        bytes.extend_from_slice(&[0, 0, 3, 1, 4]);
+        bytes.extend_from_slice(&id);
+        bytes.extend_from_slice(&[0x83, 0x86, 0x84]);
+        // RST_STREAM, CANCEL.
+        bytes.extend_from_slice(&[0, 0, 4, 3, 0]);
+        bytes.extend_from_slice(&id);
+        bytes.extend_from_slice(&[0, 0, 0, 8]);
+    }
+    let mut stream = TcpStream::connect(addr).unwrap();
+    let _ = stream.write_all(&bytes);
+    assert!(
+        closed_within(&mut stream, Duration::from_secs(5)).is_some(),
+        "the server kept a rapid-reset connection open"
+    );
+}
+
+#[tokio::test]
+async fn rapid_reset_warnings_are_counted_and_rarely_logged() {
+    let served = serve_with_nofile(1024, &[("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0")]);
+    let addr: SocketAddr = served.grpc.clone().unwrap().parse().unwrap();
+    let connections = 40;
+    for _ in 0..connections {
+        rapid_reset(addr, 100);
+    }
+    // The last log lines are written by the time /metrics answers below,
+    // give or take a moment for the pipe.
+    let counted = metric(&served, "ratekeeper_http2_warnings_total");
+    std::thread::sleep(Duration::from_millis(300));
+    let logged = served
+        .log()
+        .into_iter()
+        .filter(|l| l.contains("\"level\":\"WARN\"") && l.contains("\"target\":\"h2::"))
+        .count();
+    assert!(
+        counted >= f64::from(connections),
+        "{counted} warnings counted for {connections} connections"
+    );
+    // One per 10 s; the test takes a few seconds at most.
+    assert!(
+        (1..=2).contains(&logged),
+        "{logged} h2 warning lines logged for {connections} connections"
+    );
+    let healthz = http(&served.http, "GET", "/healthz", "");
+    assert!(matches!(healthz, Ok((200, _))), "{healthz:?}");
+}

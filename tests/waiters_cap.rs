@@ -1,0 +1,153 @@
+//! Waiters and probes under `server.max_connections`, against the real
+//! server on port 0: waiting checks (each holding its connection) can take
+//! at most half of the connections, so plain checks and the probes still
+//! get through with the waiters at their cap; and with every connection
+//! taken, a small reserve still answers `/healthz`, `/readyz` and
+//! `/metrics`, and only those.
+
+mod support;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use support::TestApp;
+
+/// One HTTP/1.1 request on a fresh connection: (status, head and body), or
+/// why not. A 3 s deadline, so a server that cannot answer fails the test.
+fn http(app: &TestApp, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
+        .map_err(|e| format!("connect: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(3)))
+        .unwrap();
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| format!("write: {e}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("read: {e}"))?;
+    let status = response
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line in {response:?}"))?;
+    Ok((status, response))
+}
+
+fn metric(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+const PLAIN: &str = r#"{"key":"plain","limit":1000,"window":"1m"}"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_at_their_cap_leave_connections_for_probes_and_plain_checks() {
+    let mut settings = support::settings(None);
+    settings.server.max_connections = 40;
+    // limits.max_waiters as shipped: at most half of the connections.
+    let app = TestApp::spawn(settings).await;
+    // Forty keys, each spent for the next 8 s, and one check waiting on
+    // each: as many waiters as there are connections.
+    let spend = |i: usize| serde_json::json!({"key": format!("w{i}"), "limit": 1, "window": "8s"});
+    for i in 0..40 {
+        let (status, body) = app.check(spend(i)).await;
+        assert_eq!(status, 200, "{body}");
+    }
+    // One connection per request, closed after its answer.
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
+    let waiters: Vec<_> = (0..40)
+        .map(|i| {
+            let mut body = spend(i);
+            body["wait_ms"] = 9_000.into();
+            let request = client.post(app.url("/v1/check")).json(&body).send();
+            tokio::spawn(request)
+        })
+        .collect();
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let metrics = loop {
+        let text = http(&app, "GET", "/metrics", "").map(|(_, t)| t);
+        let waiting = text.as_deref().map(|t| metric(t, "ratekeeper_waiters"));
+        if waiting.is_ok_and(|w| w >= 20.0) {
+            break text.unwrap();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no 20 waiters seen: {:?}",
+            text.map(|t| t
+                .lines()
+                .filter(|l| l.contains("wait"))
+                .collect::<Vec<_>>()
+                .join("\n"))
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(metric(&metrics, "ratekeeper_waiters"), 20.0);
+
+    let healthz = http(&app, "GET", "/healthz", "");
+    assert!(matches!(healthz, Ok((200, _))), "{healthz:?}");
+    let plain = http(&app, "POST", "/v1/check", PLAIN);
+    assert!(matches!(plain, Ok((200, _))), "{plain:?}");
+
+    // The other twenty were answered at once, as if wait_ms were 0 (or,
+    // the few that came while the connections were briefly all taken,
+    // refused with the canned 503).
+    let text = http(&app, "GET", "/metrics", "").unwrap().1;
+    let at_once = metric(&text, "ratekeeper_wait_rejected_total");
+    let refused = metric(&text, "ratekeeper_connections_refused_total");
+    assert_eq!(at_once + refused, 20.0, "{at_once} + {refused}");
+    assert!(at_once >= 10.0, "{at_once}");
+    for waiter in waiters {
+        drop(waiter);
+    }
+}
+
+/// `n` connections that send nothing, held by the caller.
+fn hold(app: &TestApp, n: usize) -> Vec<TcpStream> {
+    let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let held = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
+    // Let the server accept them before anyone else connects.
+    std::thread::sleep(Duration::from_millis(300));
+    held
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_every_connection_taken_the_probes_still_answer() {
+    let mut settings = support::settings(None);
+    settings.server.max_connections = 8;
+    let app = TestApp::spawn(settings).await;
+    let _full = hold(&app, 8);
+
+    for path in ["/healthz", "/readyz"] {
+        let answer = http(&app, "GET", path, "");
+        assert!(matches!(answer, Ok((200, _))), "{path}: {answer:?}");
+    }
+    let (status, metrics) = http(&app, "GET", "/metrics", "").unwrap();
+    assert_eq!(status, 200);
+    // Everything else is refused there, as beyond the cap.
+    let (status, refused) = http(&app, "POST", "/v1/check", PLAIN).unwrap();
+    assert_eq!(status, 503, "{refused}");
+    assert!(refused.contains("\"overloaded\""), "{refused}");
+    assert_eq!(metric(&metrics, "ratekeeper_connections"), 9.0);
+
+    // The reserve is bounded too: with it taken, probes are refused.
+    let _reserve = hold(&app, 16);
+    let (status, _) = http(&app, "GET", "/healthz", "").unwrap();
+    assert_eq!(status, 503);
+    drop(_reserve);
+    std::thread::sleep(Duration::from_millis(200));
+    let after = http(&app, "GET", "/metrics", "").unwrap().1;
+    assert!(metric(&after, "ratekeeper_connections_refused_total") >= 2.0);
+}
