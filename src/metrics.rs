@@ -20,9 +20,9 @@ mod record;
 mod rls;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
+pub use listeners::{ListenerMetrics, Listeners, TimedOut};
 pub use rls::RlsRequestError;
 use rls::rls_metrics;
-pub use listeners::{ListenerMetrics, Listeners, TimedOut};
 
 /// The `limit` label of an inline check's limit: its position (the
 /// configured maximum caps the count; the last label covers any beyond).
