@@ -1,10 +1,11 @@
 //! Logging: human-readable on a terminal, one JSON object per line otherwise
 //! (what log shippers expect from a container).
 
+mod throttle;
+
 use std::io::IsTerminal;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tracing::subscriber::Interest;
 use tracing::{Level, Metadata};
@@ -14,6 +15,7 @@ use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Registry};
 
 use crate::config::{LogFormat, LogSettings};
+pub use throttle::LogThrottle;
 
 /// Installs the global subscriber. `RUST_LOG` overrides `log.level`.
 /// Calling it twice is harmless (the second call is ignored), which tests need.
@@ -23,7 +25,7 @@ pub fn init(settings: &LogSettings) {
     let watcher_named = filter.to_string().contains("notify");
     let filter = filter
         .and(no_watcher_trace(watcher_named))
-        .and(Http2Cap::default());
+        .and(Http2Cap(LogThrottle::new(HTTP2_LOG_INTERVAL)));
     let terminal = std::io::stdout().is_terminal();
     let json = match settings.format {
         LogFormat::Json => true,
@@ -81,23 +83,14 @@ fn is_http2_warning(meta: &Metadata<'_>) -> bool {
 /// to the log; the rest are only counted (by [`CountHttp2`]). Other events
 /// pass untouched. A cap, not a level: it never lets through anything the
 /// filter before it would not (it comes last in the `and`).
-#[derive(Default)]
-struct Http2Cap {
-    last: Mutex<Option<Instant>>,
-}
+struct Http2Cap(LogThrottle);
 
 impl<S> Filter<S> for Http2Cap {
     fn enabled(&self, meta: &Metadata<'_>, _: &Context<'_, S>) -> bool {
         if !is_http2_warning(meta) {
             return true;
         }
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        let now = Instant::now();
-        let due = last.is_none_or(|at| now.duration_since(at) >= HTTP2_LOG_INTERVAL);
-        if due {
-            *last = Some(now);
-        }
-        due
+        self.0.admit().is_some()
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {

@@ -9,9 +9,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
 use tonic::codegen::{Body, BoxFuture, Context, Poll, Service, StdError, http};
@@ -21,6 +20,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 use super::server::{MAX_REQUEST_BYTES, RlsError, RlsService, over_limit};
 use super::wire;
 use crate::metrics::{Metrics, RlsRequestError};
+use crate::telemetry::LogThrottle;
 
 /// At most one log line per this for calls not decided as sent.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -46,7 +46,7 @@ impl RlsServer {
             inner: Arc::new(Shared {
                 service,
                 metrics,
-                log: LogThrottle::default(),
+                log: LogThrottle::new(LOG_EVERY),
             }),
         }
     }
@@ -163,57 +163,5 @@ impl Shared {
                  unlogged: such calls since the previous line"
             );
         }
-    }
-}
-
-/// Lets one log line through per [`LOG_EVERY`], and counts the others.
-#[derive(Default)]
-struct LogThrottle {
-    /// When the next line may be logged, in ms after [`epoch`].
-    next_ms: AtomicU64,
-    /// Calls not logged since the last line.
-    skipped: AtomicU64,
-}
-
-impl LogThrottle {
-    /// `Some(calls not logged since the last line)` if this one may log.
-    fn admit(&self) -> Option<u64> {
-        let now = u64::try_from(epoch().elapsed().as_millis()).unwrap_or(u64::MAX);
-        let next = self.next_ms.load(Ordering::Relaxed);
-        let until = now.saturating_add(LOG_EVERY.as_millis() as u64);
-        let ours = now >= next
-            && self
-                .next_ms
-                .compare_exchange(next, until, Ordering::Relaxed, Ordering::Relaxed)
-                .is_ok();
-        if ours {
-            Some(self.skipped.swap(0, Ordering::Relaxed))
-        } else {
-            self.skipped.fetch_add(1, Ordering::Relaxed);
-            None
-        }
-    }
-}
-
-/// A fixed instant the throttle's times are counted from.
-fn epoch() -> Instant {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    *EPOCH.get_or_init(Instant::now)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_log_throttle_lets_one_line_through_and_counts_the_rest() {
-        let log = LogThrottle::default();
-        assert_eq!(log.admit(), Some(0));
-        assert_eq!(log.admit(), None);
-        assert_eq!(log.admit(), None);
-        // As if LOG_EVERY had passed: the next line tells the two.
-        log.next_ms.store(0, Ordering::Relaxed);
-        assert_eq!(log.admit(), Some(2));
-        assert_eq!(log.admit(), None);
     }
 }
