@@ -9,8 +9,7 @@
 mod proxies;
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use proxies::envoy::Envoy;
 use proxies::{Upstream, substitute};
@@ -20,24 +19,6 @@ const EXAMPLE: &str = include_str!("../examples/envoy/ratelimit.yaml");
 const RLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy/rls.yaml");
 /// rls.yaml's per-key limit, a minute.
 const PER_KEY: usize = 3;
-
-/// A loopback address no other test (or run this minute) sends from.
-fn fresh_loopback() -> IpAddr {
-    let hash = unique_key("idle-addr")
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
-    let [_, a, b, c] = hash.to_be_bytes();
-    IpAddr::V4(Ipv4Addr::new(127, a, b, c.max(2)))
-}
-
-/// The windows are calendar minutes: start early in one.
-async fn early_in_a_minute() {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let into = now.as_millis() % 60_000;
-    if into > 35_000 {
-        tokio::time::sleep(Duration::from_millis((60_000 - into + 200) as u64)).await;
-    }
-}
 
 async fn metric(http: &str, series: &str) -> f64 {
     let text = reqwest::get(format!("http://{http}/metrics"))
@@ -75,7 +56,7 @@ async fn envoy_keeps_limiting_across_idle_closes() {
     );
     let envoy = Envoy::start(&bootstrap, port).await;
     let client = reqwest::Client::builder()
-        .local_address(fresh_loopback())
+        .local_address(support::fresh_loopback())
         .build()
         .unwrap();
     let get = |key: &str| {
@@ -85,7 +66,7 @@ async fn envoy_keeps_limiting_across_idle_closes() {
             .send()
     };
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(35_000)).await;
     let key = unique_key("idle");
     for i in 0..PER_KEY {
         assert_eq!(get(&key).await.unwrap().status(), 200, "request {i}");

@@ -19,8 +19,8 @@
 mod proxies;
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::net::IpAddr;
+use std::time::Duration;
 
 use proxies::envoy::Envoy;
 use proxies::{Upstream, substitute};
@@ -83,31 +83,12 @@ fn ratekeeper_with(env: &[(&str, &str)]) -> (KillOnDrop, u16, String) {
     (service, grpc, http)
 }
 
-/// A loopback address no other test (or run this minute) sends from.
-fn fresh_loopback() -> IpAddr {
-    let seed = unique_key("addr");
-    let hash = seed
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
-    let [_, a, b, c] = hash.to_be_bytes();
-    IpAddr::V4(Ipv4Addr::new(127, a, b, c.max(2)))
-}
-
 /// A client whose connections come from `from`.
 fn client_from(from: IpAddr) -> reqwest::Client {
     reqwest::Client::builder()
         .local_address(from)
         .build()
         .unwrap()
-}
-
-/// The windows are calendar minutes: start a sequence early in one.
-async fn early_in_a_minute() {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let into = now.as_millis() % 60_000;
-    if into > 45_000 {
-        tokio::time::sleep(Duration::from_millis((60_000 - into + 200) as u64)).await;
-    }
 }
 
 async fn get(client: &reqwest::Client, envoy: &Envoy, key: Option<&str>) -> reqwest::Response {
@@ -158,9 +139,9 @@ async fn envoy_ratelimit_filter_limits_by_header_and_fails_by_its_own_mode() {
     let (service, grpc) = ratekeeper();
     let open = start_envoy(&upstream, grpc, false).await;
     let closed = start_envoy(&upstream, grpc, true).await;
-    let client = client_from(fresh_loopback());
+    let client = client_from(support::fresh_loopback());
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(45_000)).await;
     let key = unique_key("envoy-rls");
     spend_a_key(&client, &open, &key).await;
     assert_eq!(
@@ -208,9 +189,9 @@ async fn a_client_rotating_or_omitting_api_keys_is_limited_by_its_address() {
     let upstream = Upstream::start().await;
     let (_service, grpc) = ratekeeper();
     let envoy = start_envoy(&upstream, grpc, false).await;
-    let client = client_from(fresh_loopback());
+    let client = client_from(support::fresh_loopback());
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(45_000)).await;
     for i in 0..PER_ADDRESS {
         let response = client
             .get(envoy.url("/orders/1"))
@@ -231,7 +212,7 @@ async fn a_client_rotating_or_omitting_api_keys_is_limited_by_its_address() {
     assert_eq!(get(&client, &envoy, None).await.status(), 429, "no key");
     assert_eq!(upstream.seen(), PER_ADDRESS);
 
-    let elsewhere = client_from(fresh_loopback());
+    let elsewhere = client_from(support::fresh_loopback());
     assert_eq!(get(&elsewhere, &envoy, None).await.status(), 200);
 }
 
@@ -277,9 +258,9 @@ async fn with_tokens_envoy_authenticates_and_a_wrong_token_fails_by_its_own_mode
     let wrong_open = start_with_token(&upstream, grpc, false, Some(wrong)).await;
     let wrong_closed = start_with_token(&upstream, grpc, true, Some(wrong)).await;
     let shipped = start_with_token(&upstream, grpc, false, None).await;
-    let client = client_from(fresh_loopback());
+    let client = client_from(support::fresh_loopback());
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(45_000)).await;
     let key = unique_key("envoy-rls-tokens");
     spend_a_key(&client, &good, &key).await;
     // The key is spent, yet a wrong token lets every request through.

@@ -14,13 +14,13 @@
 mod proxies;
 mod support;
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 use proxies::envoy::Envoy;
 use proxies::{Upstream, substitute};
 use support::binary::KillOnDrop;
-use support::{free_port, unique_key};
+use support::free_port;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const EXAMPLE: &str = include_str!("../examples/envoy/ratelimit.yaml");
@@ -57,25 +57,6 @@ async fn envoy(upstream: &Upstream, grpc: u16, more: &[(&str, String)]) -> Envoy
     ];
     pairs.extend(more.iter().cloned());
     Envoy::start(&substitute(EXAMPLE, &pairs), port).await
-}
-
-/// A loopback address no other test (or run this minute) sends from.
-fn fresh_loopback() -> IpAddr {
-    let seed = unique_key("addr");
-    let hash = seed
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
-    let [_, a, b, c] = hash.to_be_bytes();
-    IpAddr::V4(Ipv4Addr::new(127, a, b, c.max(2)))
-}
-
-/// The windows are calendar minutes: start a sequence early in one.
-async fn early_in_a_minute() {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    let into = now.as_millis() % 60_000;
-    if into > 40_000 {
-        tokio::time::sleep(Duration::from_millis((60_000 - into + 200) as u64)).await;
-    }
 }
 
 /// The status of `GET /orders/1` with the raw header lines `headers`
@@ -120,9 +101,9 @@ async fn a_key_that_is_not_utf8_is_limited_like_any_other() {
     let upstream = Upstream::start().await;
     let (_service, grpc) = ratekeeper();
     let envoy = envoy(&upstream, grpc, &[]).await;
-    let (a, b) = (fresh_loopback(), fresh_loopback());
+    let (a, b) = (support::fresh_loopback(), support::fresh_loopback());
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(40_000)).await;
     let raw = api_key(b"\xff\xfe");
     let got = statuses(&envoy, a, &raw, PER_KEY + 1).await;
     assert_eq!(got, [200, 200, 200, 429], "{}", envoy.log());
@@ -148,9 +129,13 @@ async fn empty_long_and_repeated_values_are_limited() {
     let upstream = Upstream::start().await;
     let (_service, grpc) = ratekeeper();
     let envoy = envoy(&upstream, grpc, &[]).await;
-    let (a, b, c) = (fresh_loopback(), fresh_loopback(), fresh_loopback());
+    let (a, b, c) = (
+        support::fresh_loopback(),
+        support::fresh_loopback(),
+        support::fresh_loopback(),
+    );
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(40_000)).await;
     let empty = statuses(&envoy, a, b"X-API-Key:\r\n", PER_KEY + 1).await;
     assert_eq!(empty, [200, 200, 200, 429]);
     let long = api_key(&vec![b'k'; 50 * 1024]);
@@ -182,16 +167,16 @@ async fn a_header_left_out_under_skip_if_absent_keeps_the_address_limit() {
             .into(),
     );
     let envoy = envoy(&upstream, grpc, &[skip]).await;
-    let from = fresh_loopback();
+    let from = support::fresh_loopback();
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(40_000)).await;
     let got = statuses(&envoy, from, b"", PER_ADDRESS + 1).await;
     assert!(got[..PER_ADDRESS].iter().all(|s| *s == 200), "{got:?}");
     assert_eq!(got[PER_ADDRESS], 429, "{}", envoy.log());
     assert_eq!(envoy.counter(ENVOY_ERRORS).await, 0);
     // The key, when sent, is limited as before.
     let key = api_key(b"present");
-    let other = fresh_loopback();
+    let other = support::fresh_loopback();
     let got = statuses(&envoy, other, &key, PER_KEY + 1).await;
     assert_eq!(got, [200, 200, 200, 429]);
 }
@@ -222,14 +207,14 @@ async fn a_call_over_the_size_bound_is_denied() {
         ),
     ];
     let envoy = envoy(&upstream, grpc, &more).await;
-    let from = fresh_loopback();
+    let from = support::fresh_loopback();
     let headers = |size: usize| -> Vec<u8> {
         let value = vec![b'v'; size];
         let line = |i| [format!("X-K{i}: ").as_bytes(), &value, b"\r\n"].concat();
         (0..HEADERS).flat_map(line).collect()
     };
 
-    early_in_a_minute().await;
+    support::early_in_a_minute(Duration::from_millis(40_000)).await;
     // 20 descriptors of 60 KiB: a call of 1.2 MiB. (Before, Envoy let it
     // through, and the upstream here refused its 1.2 MiB of headers: 431.)
     assert_eq!(get(&envoy, from, &headers(60 * 1024)).await, 429);

@@ -31,42 +31,10 @@ const POLICY_SECOND: &str = r#"
 limits = [ { name = "minute", algorithm = "fixed_window", limit = 1000, window = "1m" } ]
 "#;
 
-/// One HTTP/1.1 request on a fresh connection; (status, body), or why not.
-/// Bounded by a 3 s deadline, so a server that cannot accept fails the test
-/// instead of hanging it.
-fn http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
-    let addr: SocketAddr = addr.parse().unwrap();
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream
-        .write_all(request.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| format!("read: {e}"))?;
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status line in {response:?}"))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
-}
-
 /// The value of one series of GET /metrics (0 when absent).
 fn metric(served: &Served, series: &str) -> f64 {
-    let (status, body) = http(&served.http, "GET", "/metrics", "").expect("GET /metrics");
+    let (status, body) =
+        support::raw_http(&served.http, "GET", "/metrics", "").expect("GET /metrics");
     assert_eq!(status, 200, "{body}");
     body.lines()
         .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
@@ -75,7 +43,7 @@ fn metric(served: &Served, series: &str) -> f64 {
 
 fn check(served: &Served, policy: &str) -> Result<(u16, String), String> {
     let body = format!(r#"{{"policy":"{policy}","key":"k1"}}"#);
-    http(&served.http, "POST", "/v1/check", &body)
+    support::raw_http(&served.http, "POST", "/v1/check", &body)
 }
 
 /// `n` connections to `addr`, each having sent the HTTP/2 preface and
@@ -140,7 +108,7 @@ async fn a_flood_of_idle_grpc_connections_leaves_the_http_api_and_reloads_workin
     let held = flood(&grpc, NOFILE as usize + 100);
     std::thread::sleep(Duration::from_millis(500));
 
-    let healthz = http(&served.http, "GET", "/healthz", "");
+    let healthz = support::raw_http(&served.http, "GET", "/healthz", "");
     assert!(
         matches!(healthz, Ok((200, _))),
         "GET /healthz during the flood: {healthz:?}"
@@ -359,6 +327,6 @@ async fn rapid_reset_warnings_are_counted_and_rarely_logged() {
         (1..=2).contains(&logged),
         "{logged} h2 warning lines logged for {connections} connections"
     );
-    let healthz = http(&served.http, "GET", "/healthz", "");
+    let healthz = support::raw_http(&served.http, "GET", "/healthz", "");
     assert!(matches!(healthz, Ok((200, _))), "{healthz:?}");
 }

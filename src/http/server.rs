@@ -321,6 +321,15 @@ fn overloaded() -> Response {
 
 fn refuse(stream: TcpStream, refused: &IntCounter) {
     refused.inc();
+    // Whatever of the request has arrived is taken off the socket first
+    // (without waiting for more): closing a socket with unread data sends a
+    // reset, which can reach the client before the 503 and throw it away.
+    let mut sink = [0u8; 4096];
+    for _ in 0..4 {
+        if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
+            break;
+        }
+    }
     // A fresh socket's send buffer is empty, so this never waits; if it
     // cannot write, the close alone still refuses.
     let _ = stream.try_write(OVERLOADED);

@@ -33,7 +33,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tonic::codegen::Service;
 use tonic::codegen::http;
 use tonic::codegen::tokio_stream::Stream;
-use tonic::transport::server::Connected;
+use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::GrpcSettings;
 use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts};
@@ -98,6 +98,10 @@ impl Incoming {
             }
             // Responses are written whole; don't let Nagle hold them.
             let _ = stream.set_nodelay(true);
+            let addresses = TcpConnectInfo {
+                local_addr: stream.local_addr().ok(),
+                remote_addr: stream.peer_addr().ok(),
+            };
             let activity = Arc::new(Activity::default());
             let io = TimedIo::new(
                 stream,
@@ -108,6 +112,7 @@ impl Incoming {
             return Poll::Ready(Conn {
                 io,
                 activity,
+                addresses,
                 _open: OpenConnection::new(&this.metrics.open),
             });
         }
@@ -167,6 +172,8 @@ impl Ended {
 pub struct Conn {
     io: TimedIo<TcpStream>,
     activity: Arc<Activity>,
+    /// What tonic's own TCP connect info would say (see [`Calls`]).
+    addresses: TcpConnectInfo,
     _open: OpenConnection,
 }
 
@@ -176,15 +183,18 @@ impl Drop for Conn {
     }
 }
 
-/// Each request's handle on its connection's calls (tonic's connect info).
+/// Each request's handle on its connection's calls (tonic's connect
+/// info), and the connection's addresses: [`TrackCalls`] hands those on as
+/// the `TcpConnectInfo` tonic's `Request::remote_addr` reads, which it
+/// would otherwise not find (this connect info is not tonic's own type).
 #[derive(Clone)]
-pub struct Calls(Arc<Activity>);
+pub struct Calls(Arc<Activity>, TcpConnectInfo);
 
 impl Connected for Conn {
     type ConnectInfo = Calls;
 
     fn connect_info(&self) -> Calls {
-        Calls(self.activity.clone())
+        Calls(self.activity.clone(), self.addresses.clone())
     }
 }
 
@@ -259,8 +269,12 @@ where
         self.0.poll_ready(cx)
     }
 
-    fn call(&mut self, request: http::Request<B>) -> Self::Future {
-        let call = request.extensions().get::<Calls>().map(|c| c.0.begin());
+    fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
+        let calls = request.extensions().get::<Calls>().cloned();
+        let call = calls.map(|Calls(activity, addresses)| {
+            request.extensions_mut().insert(addresses);
+            activity.begin()
+        });
         let response = self.0.call(request);
         Box::pin(async move {
             let response = response.await;
