@@ -166,3 +166,49 @@ async fn cluster() {
     cut_then_exact("cluster", app, &proxies).await;
     drop(cluster);
 }
+
+/// A plain outage (Redis killed, so connections are reset, then back on
+/// the same port 3 s later) replaces nothing: the clients reconnect on
+/// their own, and a probe behind their reconnect would only tear down the
+/// fresh connection. Checks are exact again soon after Redis is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_outage_replaces_no_connection() {
+    let mut redis = RedisServer::start();
+    let app = spawn(&redis.url()).await;
+    let keys: Vec<Value> = (0..4)
+        .map(|_| body(&unique_key("outage"), 1_000_000))
+        .collect();
+    let load = Load::start(app.clone(), keys, 8, Duration::from_millis(5), 6_000);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.kill();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let redis = tokio::task::spawn_blocking(move || {
+        redis.restart();
+        redis
+    })
+    .await
+    .unwrap();
+    let back_at = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let samples = load.finish().await;
+    let outage = Outage::measure(&samples, back_at, |_| true);
+    println!(
+        "DEAD outage last_degraded_ms={} checks={} degraded={}",
+        ms(outage.last_degraded_after),
+        outage.checks,
+        outage.degraded
+    );
+    assert_eq!(
+        app.metric("ratekeeper_redis_connections_replaced_total")
+            .await,
+        0.0
+    );
+    // Recovery waits for the breaker (open_for, 1 s) at worst.
+    let last = outage.last_degraded_after.unwrap_or_default();
+    assert!(
+        last < EXACT_AGAIN_WITHIN,
+        "degraded until {last:?}: {outage:?}"
+    );
+    assert_exact(&app).await;
+    drop(redis);
+}

@@ -8,12 +8,16 @@
 //! (minutes). Under fail-open that is limiting off for the whole instance.
 //!
 //! Two signals replace it:
-//! - **A call that timed out** makes its connection a suspect: one PING on
-//!   that same client, allowed `unresponsive_timeout`. A reply, however
-//!   late, means the connection works and Redis was only slow (a long
-//!   script, a fork): nothing happens. No reply: the client is told to
-//!   reconnect (with Sentinel that asks a sentinel for the primary again).
-//!   One probe per client at a time, so a flood of timeouts costs one PING.
+//! - **A call that timed out** on a connected client makes its connection
+//!   a suspect: one PING on that same client, allowed
+//!   `unresponsive_timeout`. A reply within it means the connection works
+//!   and Redis was only slow (a long script, a fork): nothing happens. No
+//!   reply: the client is told to reconnect (with Sentinel that asks a
+//!   sentinel for the primary again). One probe per client at a time, so
+//!   a flood of timeouts costs one PING. A client that is not connected is
+//!   never probed: it is reconnecting already (Redis down or restarting),
+//!   and fred queues a forced reconnect behind the one under way, so each
+//!   would tear down the next fresh connection.
 //! - **The kernel** (`TCP_USER_TIMEOUT`, `tcp_config` in `mod.rs`): data
 //!   written and not acknowledged for `unresponsive_timeout` (at least 1 s)
 //!   closes the socket, which fred sees as a dropped connection and
@@ -71,6 +75,9 @@ impl Liveness {
     /// task lives at most twice `timeout`: the PING is bounded, and so is
     /// the wait for the reconnect (which goes on in the client regardless).
     pub(super) fn suspect(self: &Arc<Self>, client: &Client) {
+        if client.state() != ClientState::Connected {
+            return;
+        }
         let id = client.id().to_string();
         if !self.lock().insert(id.clone()) {
             return;
@@ -78,7 +85,8 @@ impl Liveness {
         let this = self.clone();
         let client = client.clone();
         tokio::spawn(async move {
-            if !this.answers(&client).await {
+            // Connected still: fred has not noticed anything itself.
+            if !this.answers(&client).await && client.state() == ClientState::Connected {
                 this.replaced.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(
                     server = %describe(&client),
@@ -97,6 +105,8 @@ impl Liveness {
     async fn answers(&self, client: &Client) -> bool {
         let options = Options {
             timeout: Some(self.timeout),
+            // Not queued behind a reconnect: that would time out too.
+            fail_fast: true,
             ..Default::default()
         };
         let pong: Result<Value, Error> = client.with_options(&options).ping(None).await;
