@@ -21,7 +21,8 @@ pub(super) fn apply(settings: &mut Settings) {
 fn redis_reserve(redis: Option<&RedisSettings>) -> usize {
     let Some(redis) = redis else { return 0 };
     let per_node = redis.pool_size + 1;
-    if redis.url.starts_with("redis-cluster://") {
+    // redis-cluster://, rediss-cluster://, valkey(s)-cluster://.
+    if redis.url.contains("-cluster://") {
         per_node * 8 + 4
     } else {
         per_node + 4

@@ -17,7 +17,7 @@
 //!
 //! What is a call: any HTTP/2 request (stream) tonic hands to the service,
 //! whatever its answer, from the moment it arrives until its response is
-//! ready (a unary response follows at once). [`TrackCalls`] marks them on
+//! ready (a unary response follows at once). [`Tracked`] marks them on
 //! the connection's [`Activity`], which tonic passes to each request as
 //! its connect info ([`Calls`]).
 
@@ -184,7 +184,7 @@ impl Drop for Conn {
 }
 
 /// Each request's handle on its connection's calls (tonic's connect
-/// info), and the connection's addresses: [`TrackCalls`] hands those on as
+/// info), and the connection's addresses: [`Tracked`] hands those on as
 /// the `TcpConnectInfo` tonic's `Request::remote_addr` reads, which it
 /// would otherwise not find (this connect info is not tonic's own type).
 #[derive(Clone)]
@@ -238,21 +238,28 @@ impl AsyncWrite for Conn {
     }
 }
 
-/// Marks every request as a call in progress on its connection, which
-/// stops the handshake and idle clocks meanwhile.
-#[derive(Clone, Copy)]
-pub struct TrackCalls;
+/// Marks each call of one method as in progress on its connection, which
+/// stops the handshake and idle clocks meanwhile. It goes inside the
+/// bearer-token check, so only authorised calls keep a connection open: a
+/// client whose calls are all refused is closed by `grpc.handshake_timeout`
+/// like one that makes none.
+#[derive(Clone)]
+pub struct Tracked<S> {
+    inner: S,
+    /// The one path that counts as a call (others are answered
+    /// UNIMPLEMENTED, and must not hold a connection either).
+    path: &'static str,
+}
 
-impl<S> tower_layer::Layer<S> for TrackCalls {
-    type Service = Tracked<S>;
-
-    fn layer(&self, inner: S) -> Tracked<S> {
-        Tracked(inner)
+impl<S> Tracked<S> {
+    pub fn new(inner: S, path: &'static str) -> Tracked<S> {
+        Tracked { inner, path }
     }
 }
 
-#[derive(Clone)]
-pub struct Tracked<S>(S);
+impl<S: tonic::server::NamedService> tonic::server::NamedService for Tracked<S> {
+    const NAME: &'static str = S::NAME;
+}
 
 type CallFuture<R, E> = Pin<Box<dyn Future<Output = Result<R, E>> + Send>>;
 
@@ -266,16 +273,17 @@ where
     type Future = CallFuture<S::Response, S::Error>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
-        self.0.poll_ready(cx)
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
         let calls = request.extensions().get::<Calls>().cloned();
-        let call = calls.map(|Calls(activity, addresses)| {
+        let counts = request.uri().path() == self.path;
+        let call = calls.and_then(|Calls(activity, addresses)| {
             request.extensions_mut().insert(addresses);
-            activity.begin()
+            counts.then(|| activity.begin())
         });
-        let response = self.0.call(request);
+        let response = self.inner.call(request);
         Box::pin(async move {
             let response = response.await;
             drop(call);

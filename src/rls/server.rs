@@ -102,8 +102,10 @@ pub fn spawn(
         .timeout(CALL_TIMEOUT)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .layer(super::listener::TrackCalls)
-        .add_service(InterceptedService::new(server, auth));
+        .add_service(InterceptedService::new(
+            super::listener::Tracked::new(server, super::service::SHOULD_RATE_LIMIT),
+            auth,
+        ));
     tokio::spawn(super::listener::serve(incoming, move |one, ended| {
         router
             .clone()

@@ -26,7 +26,7 @@ use crate::telemetry::LogThrottle;
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 /// The one method served.
-const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
 /// `envoy.service.ratelimit.v3.RateLimitService`, for tonic's router.
 #[derive(Clone)]
