@@ -103,7 +103,7 @@ pub struct Metrics {
     pub rls_last_reload: Gauge,
     /// `ratekeeper_rls_request_errors_total{reason}`, indexed by
     /// [`RlsRequestError`].
-    rls_request_errors: [IntCounter; 3],
+    rls_request_errors: [IntCounter; 5],
     /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
     auth_failures: [IntCounter; 4],
     /// `ratekeeper_auth_reloads_total{result="ok"|"error"}`.

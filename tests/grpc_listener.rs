@@ -371,3 +371,78 @@ async fn refused_calls_do_not_keep_a_connection_open() {
     );
     assert!(head >= 1.0, "the refused client's connection stayed open");
 }
+
+/// A `ShouldRateLimit` stream `id` whose message declares `declared` bytes
+/// and sends one: HEADERS (HPACK literals without indexing), then DATA
+/// without END_STREAM.
+fn slow_call(id: u32, declared: u32) -> Vec<u8> {
+    const PATH: &[u8] = b"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let mut block = vec![0x83, 0x86, 0x04, PATH.len() as u8];
+    block.extend_from_slice(PATH);
+    block.extend_from_slice(&[0x0f, 0x10, 16]);
+    block.extend_from_slice(b"application/grpc");
+    block.extend_from_slice(&[0x00, 2]);
+    block.extend_from_slice(b"te");
+    block.push(8);
+    block.extend_from_slice(b"trailers");
+    let mut bytes = vec![0, 0, block.len() as u8, 1, 4];
+    bytes.extend_from_slice(&id.to_be_bytes());
+    bytes.extend_from_slice(&block);
+    // DATA: the 5-byte gRPC prefix declaring the length, and one byte.
+    bytes.extend_from_slice(&[0, 0, 6, 0, 0]);
+    bytes.extend_from_slice(&id.to_be_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(&declared.to_be_bytes());
+    bytes.push(0x0a);
+    bytes
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// Calls that declare a large message and send a byte of it hold no more
+/// memory than the read slots allow, and are answered (OVER_LIMIT, as
+/// `overloaded`) rather than kept; a real call during the flood is
+/// answered too, never with an error. Before, tonic reserved each declared
+/// length up front: about 100 MB per connection of 256 such streams.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_calls_hold_bounded_memory_and_are_answered() {
+    let served = serve_with_nofile(1024, &[("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0")]);
+    let grpc = served.grpc.clone().unwrap();
+    let addr: SocketAddr = grpc.parse().unwrap();
+    let pid = served.child.0.id();
+    let before = rss_kib(pid);
+    let mut flood = Vec::new();
+    for _ in 0..16 {
+        let mut bytes = PREFACE.to_vec();
+        for i in 0..100 {
+            bytes.extend(slow_call(2 * i + 1, 64 * 1024 - 16));
+        }
+        let mut stream = TcpStream::connect(addr).unwrap();
+        stream.write_all(&bytes).unwrap();
+        flood.push(stream);
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let during = rss_kib(pid);
+    // 1 600 streams × 64 KiB would be 100 MiB; 256 read slots hold 16.
+    let grown = during.saturating_sub(before);
+    assert!(grown < 48 * 1024, "RSS grew {grown} KiB");
+    // A real call meanwhile gets an answer, not an error.
+    assert_eq!(rls_call(&grpc).await, Ok(()));
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while metric(
+        &served,
+        "ratekeeper_rls_request_errors_total{reason=\"overloaded\"}",
+    ) < 1.0
+    {
+        assert!(Instant::now() < deadline, "no slow call was answered");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(flood);
+}

@@ -16,13 +16,21 @@ pub enum RlsRequestError {
     /// A request only Envoy's config shapes so (an empty domain, over the
     /// caps, an empty key, `is_negative_hits`): INVALID_ARGUMENT.
     Invalid,
+    /// Not read in time: no read slot free, or the message came too
+    /// slowly (see `rls::service`): answered OVER_LIMIT.
+    Overloaded,
+    /// The client cancelled the call (Envoy's own timeout): nothing to
+    /// answer, and not the client's request being refused.
+    Cancelled,
 }
 
 impl RlsRequestError {
-    const ALL: [RlsRequestError; 3] = [
+    const ALL: [RlsRequestError; 5] = [
         RlsRequestError::TooLarge,
         RlsRequestError::Malformed,
         RlsRequestError::Invalid,
+        RlsRequestError::Overloaded,
+        RlsRequestError::Cancelled,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -30,20 +38,25 @@ impl RlsRequestError {
             RlsRequestError::TooLarge => "too_large",
             RlsRequestError::Malformed => "malformed",
             RlsRequestError::Invalid => "invalid",
+            RlsRequestError::Overloaded => "overloaded",
+            RlsRequestError::Cancelled => "cancelled",
         }
     }
 }
 
 /// The collectors to register, then the resolved handles by reason.
-pub(super) fn rls_metrics() -> (Collectors, [IntCounter; 3]) {
+pub(super) fn rls_metrics() -> (Collectors, [IntCounter; 5]) {
     let errors = IntCounterVec::new(
         Opts::new(
             "ratekeeper_rls_request_errors_total",
-            "ShouldRateLimit calls not decided as sent, by reason: too_large (over the 1 MiB \
+            "ShouldRateLimit calls not decided as sent, by reason: too_large (over the 64 KiB \
              message bound: answered OVER_LIMIT), malformed (not a RateLimitRequest, or no \
              message: an error status), invalid (an empty domain, too many descriptors or \
-             entries, an empty key, is_negative_hits: INVALID_ARGUMENT). Behind Envoy with \
-             failure_mode_deny: false, an error lets its request through unlimited.",
+             entries, an empty key, is_negative_hits: INVALID_ARGUMENT), overloaded (not read \
+             within 1 s: every read slot taken, or a body sent too slowly: answered \
+             OVER_LIMIT), cancelled (the client gave up first, e.g. Envoy's own timeout). \
+             Behind Envoy with failure_mode_deny: false, an error lets its request through \
+             unlimited.",
         ),
         &["reason"],
     )

@@ -75,12 +75,13 @@ pub struct RlsService {
     pub bounds: Bounds,
 }
 
-/// The largest request decoded: Envoy's are a few KiB; this bounds the
-/// memory one client can make the server hold. A larger one is not read,
-/// and answered OVER_LIMIT ([`super::service`]).
-pub const MAX_REQUEST_BYTES: usize = 1024 * 1024;
+/// The largest request decoded. Envoy's are a few KiB (its own limit on a
+/// client's request headers is 60 KiB by default), and this × the read
+/// slots bounds what reading calls can make the server hold. A larger one
+/// is not read, and answered OVER_LIMIT ([`super::service`]).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
 /// Streams (calls) at once, per HTTP/2 connection.
-const MAX_STREAMS: u32 = 256;
+const MAX_STREAMS: u32 = 100;
 /// A call's deadline: a store call is bounded by `redis.timeout` anyway,
 /// this ends what a stalled client or store would otherwise hold.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
@@ -98,6 +99,11 @@ pub fn spawn(
     let server = RlsServer::new(service, auth.metrics.clone());
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_STREAMS))
+        // What HTTP/2 buffers of a connection's unread request data: with
+        // the default (1 MiB a connection) a thousand slow connections
+        // would hold a gigabyte.
+        .initial_stream_window_size(Some(MAX_REQUEST_BYTES as u32))
+        .initial_connection_window_size(Some(2 * MAX_REQUEST_BYTES as u32))
         .concurrency_limit_per_connection(MAX_STREAMS as usize)
         .timeout(CALL_TIMEOUT)
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))

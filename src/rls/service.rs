@@ -25,6 +25,19 @@ use crate::telemetry::LogThrottle;
 /// At most one log line per this for calls not decided as sent.
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
+/// Calls whose message may be read at once, over every connection. tonic
+/// reserves a message's declared length (up to the size bound) as soon as
+/// its 5-byte prefix arrives, so without this a client declaring 64 KiB
+/// messages on every stream of every connection, and sending one byte of
+/// each, would make the process hold gigabytes for a few KB sent. With it,
+/// at most this × the size bound (16 MiB) is held for messages being read.
+const READ_SLOTS: usize = 256;
+
+/// A call's message must be read whole within this of the call's start,
+/// read slot included: Envoy sends it with the call's headers, so only a
+/// client holding a slot on purpose comes near it.
+const READ_DEADLINE: Duration = Duration::from_secs(1);
+
 /// The one method served.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
@@ -38,6 +51,7 @@ struct Shared {
     service: RlsService,
     metrics: Arc<Metrics>,
     log: LogThrottle,
+    read_slots: tokio::sync::Semaphore,
 }
 
 impl RlsServer {
@@ -47,6 +61,7 @@ impl RlsServer {
                 service,
                 metrics,
                 log: LogThrottle::new(LOG_EVERY),
+                read_slots: tokio::sync::Semaphore::new(READ_SLOTS),
             }),
         }
     }
@@ -97,14 +112,32 @@ impl ClientStreamingService<wire::RateLimitRequest> for ShouldRateLimit {
         let shared = self.0.clone();
         Box::pin(async move {
             let peer = request.remote_addr();
-            // The first message is the request; a unary client sends no more.
-            let message = request.into_inner().message().await;
+            let message = shared.read(request.into_inner()).await;
             shared.decide(message, peer).await.map(Response::new)
         })
     }
 }
 
 impl Shared {
+    /// The call's message (the first: a unary client sends no more), read
+    /// under a read slot within [`READ_DEADLINE`]; past it, a
+    /// RESOURCE_EXHAUSTED status that [`decide`](Self::decide) answers.
+    async fn read(
+        &self,
+        mut stream: Streaming<wire::RateLimitRequest>,
+    ) -> Result<Option<wire::RateLimitRequest>, Status> {
+        let read = async {
+            let _slot = self.read_slots.acquire().await;
+            stream.message().await
+        };
+        match tokio::time::timeout(READ_DEADLINE, read).await {
+            Ok(message) => message,
+            Err(_) => Err(Status::resource_exhausted(
+                "the message was not read within 1 s (no read slot free, or sent too slowly)",
+            )),
+        }
+    }
+
     /// The answer to a call whose message decoded to `message` (`Ok(None)`:
     /// the call ended without one).
     async fn decide(
@@ -126,6 +159,20 @@ impl Shared {
             Err(status) if status.code() == Code::OutOfRange => {
                 self.note(RlsRequestError::TooLarge, status.message(), peer);
                 return Ok(over_limit());
+            }
+            // Not read in time: denied too. An error would let the request
+            // through, and a flood of slow calls must not switch limiting
+            // off for the calls queued behind it.
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                self.note(RlsRequestError::Overloaded, status.message(), peer);
+                return Ok(over_limit());
+            }
+            // The client gave up (Envoy's own timeout): it reads no answer,
+            // and its request was not refused, so no warning.
+            Err(status) if status.code() == Code::Cancelled => {
+                self.metrics
+                    .record_rls_request_error(RlsRequestError::Cancelled);
+                return Err(status);
             }
             Err(status) => {
                 self.note(RlsRequestError::Malformed, status.message(), peer);
@@ -150,7 +197,7 @@ impl Shared {
             // Behind Envoy's default failure_mode_deny: false, an error
             // status lets the call's request through unlimited.
             let answer = match reason {
-                RlsRequestError::TooLarge => "OVER_LIMIT",
+                RlsRequestError::TooLarge | RlsRequestError::Overloaded => "OVER_LIMIT",
                 _ => "an error status",
             };
             tracing::warn!(
