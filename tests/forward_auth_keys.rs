@@ -184,8 +184,15 @@ async fn a_key_header_is_any_utf8_sent_once(app: &TestApp) {
     // proxy that appends its own would let the client's first one win),
     // and not keyed by the address either.
     let twice: &[(&str, &[u8])] = &[("x-api-key", b"forged"), ("x-api-key", key.as_bytes())];
-    for (policy, status) in [("dflt", 401), ("strict", 403)] {
-        let (got, body) = get_raw(app, policy, twice).await;
+    // The same joined with a comma, as Envoy's ext_authz forwards it.
+    let joined = format!("forged,{key}");
+    let joined: &[(&str, &[u8])] = &[("x-api-key", joined.as_bytes())];
+    for (policy, status, headers) in [
+        ("dflt", 401, twice),
+        ("strict", 403, twice),
+        ("dflt", 401, joined),
+    ] {
+        let (got, body) = get_raw(app, policy, headers).await;
         assert_eq!(got, status, "{body}");
         let body: serde_json::Value = serde_json::from_str(&body).unwrap();
         assert_eq!(body["error"]["code"], "missing_key");

@@ -137,9 +137,15 @@ fn with_password_file(r: &mut Reader, url: String, path: String) -> Option<Strin
         r.problems.push(format!("redis.password_file: {m}"));
         None
     };
-    let password = match std::fs::read_to_string(&path) {
-        Ok(text) => text.trim_end_matches(['\r', '\n']).to_string(),
+    // The watched files' reader: a FIFO here would hang startup, and a
+    // link to /dev/zero would read until memory ran out.
+    let bytes = match crate::watch::read::read_regular(std::path::Path::new(&path), 64 * 1024) {
+        Ok(bytes) => bytes,
         Err(e) => return problem(format!("cannot read {path}: {e}")),
+    };
+    let password = match String::from_utf8(bytes) {
+        Ok(text) => text.trim_end_matches(['\r', '\n']).to_string(),
+        Err(_) => return problem(format!("{path} is not UTF-8")),
     };
     if password.is_empty() {
         return problem(format!("{path} is empty"));

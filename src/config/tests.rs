@@ -165,6 +165,23 @@ fn the_password_file_is_spliced_into_the_url_and_hidden_from_debug() {
         text.contains("redis.password_file: cannot read /nonexistent/pw"),
         "{text}"
     );
+    // Read like the watched files: a FIFO would hang startup, and a link
+    // to /dev/zero would read until memory ran out.
+    let fifo = dir.join("fifo");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+    for (path, why) in [
+        (fifo.to_str().unwrap(), "is a FIFO"),
+        ("/dev/zero", "it must be a regular file"),
+    ] {
+        let bad = [
+            ("RATEKEEPER_REDIS__URL", "redis://127.0.0.1:6379"),
+            ("RATEKEEPER_REDIS__PASSWORD_FILE", path),
+        ];
+        let text = Settings::load_from(&Overrides::default(), env(&bad))
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains(why), "{text}");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 

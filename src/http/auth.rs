@@ -168,12 +168,16 @@ fn prepare(
 /// What the request holds under `name`, for a `header:` key source. Any
 /// UTF-8 text counts (`HeaderValue::to_str` takes visible ASCII only, and
 /// would make `X-User: José` absent); a value sent twice, or not UTF-8,
-/// is unreadable and refuses the request.
+/// is unreadable and refuses the request. A comma counts as a second
+/// value: HTTP lets a proxy join repeated field lines with commas (RFC
+/// 9110 5.3), and Envoy's ext_authz does, so a client's forged value and
+/// the proxy's real one arrive as `forged,real`, a fresh key per forgery.
 fn header<'a>(headers: &'a HeaderMap, name: &str) -> Header<'a> {
     let mut values = headers.get_all(name).iter();
     match (values.next(), values.next()) {
         (None, _) => Header::Absent,
         (Some(_), Some(_)) => Header::Repeated,
+        (Some(v), None) if v.as_bytes().contains(&b',') => Header::Repeated,
         (Some(v), None) => std::str::from_utf8(v.as_bytes()).map_or(Header::NotUtf8, Header::One),
     }
 }
