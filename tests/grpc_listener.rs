@@ -446,3 +446,37 @@ async fn slow_calls_hold_bounded_memory_and_are_answered() {
     }
     drop(flood);
 }
+
+/// At SIGTERM the gRPC listener drains like the HTTP one: an open
+/// connection is told to go away (GOAWAY) before it closes, so Envoy sends
+/// its next call elsewhere instead of finding the connection cut (which it
+/// answers by its failure mode: by default, the request passes).
+#[test]
+fn shutdown_sends_goaway_on_open_grpc_connections() {
+    let served = serve_with_nofile(1024, &[("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0")]);
+    let addr: SocketAddr = served.grpc.clone().unwrap().parse().unwrap();
+    let mut open = TcpStream::connect(addr).unwrap();
+    open.write_all(PREFACE).unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let pid = served.child.0.id();
+    assert!(support::send_signal(pid, support::Signal::SIGTERM));
+    // Read for 3 s: a graceful HTTP/2 shutdown sends GOAWAY, then waits
+    // for the client's PING ack, which this raw client never sends.
+    open.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let (mut sent, mut buf) = (Vec::new(), [0u8; 4096]);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) && !frame_types(&sent).contains(&GOAWAY) {
+        match open.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => sent.extend_from_slice(&buf[..n]),
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {}
+            Err(_) => break,
+        }
+    }
+    assert!(
+        frame_types(&sent).contains(&GOAWAY),
+        "{:?}",
+        frame_types(&sent)
+    );
+}

@@ -70,7 +70,7 @@ pub(super) fn spawn_grpc(
     settings: &Settings,
     auth: crate::rls::auth::RlsAuth,
     background: &mut Vec<JoinHandle<()>>,
-) {
+) -> Draining {
     let Grpc {
         listener,
         addr,
@@ -101,5 +101,33 @@ pub(super) fn spawn_grpc(
     };
     let metrics = auth.metrics.listeners.grpc.clone();
     let incoming = crate::rls::listener::Incoming::new(listener, &settings.grpc, metrics);
-    background.push(crate::rls::server::spawn(incoming, service, auth));
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    Draining {
+        stop,
+        task: crate::rls::server::spawn(incoming, service, auth, stopped),
+    }
+}
+
+/// The running gRPC server, and how to drain it at shutdown: as the HTTP
+/// listener does, so a call in flight is answered and Envoy is told to go
+/// away (GOAWAY) rather than finding its connection cut, which it would
+/// answer by its failure mode (by default: let the request through).
+pub(super) struct Draining {
+    stop: tokio::sync::watch::Sender<bool>,
+    task: JoinHandle<()>,
+}
+
+impl Draining {
+    /// What starts the drain (true: stop accepting, end every connection
+    /// gracefully); a handle the shutdown future can own.
+    pub(super) fn stop_handle(&self) -> tokio::sync::watch::Sender<bool> {
+        self.stop.clone()
+    }
+
+    /// Waits up to `limit` for the connections to finish, then drops them.
+    pub(super) async fn finish(mut self, limit: std::time::Duration) {
+        if tokio::time::timeout(limit, &mut self.task).await.is_err() {
+            self.task.abort();
+        }
+    }
 }

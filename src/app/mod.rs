@@ -62,6 +62,8 @@ pub struct Application {
     redis: Option<RedisStore>,
     policies: Arc<ArcSwap<PolicySet>>,
     grpc_addr: Option<SocketAddr>,
+    /// The gRPC server, drained beside the HTTP one.
+    grpc: Option<grpc::Draining>,
     /// Told to stop waiting checks when the server starts draining.
     limiter: Arc<Limiter>,
 }
@@ -126,13 +128,13 @@ impl Application {
         limiter.probe().await;
         background.push(limiter.spawn_prober(probe_interval));
         let grpc_addr = grpc.as_ref().map(|g| g.addr);
-        if let Some(grpc) = grpc {
+        let grpc = grpc.map(|grpc| {
             let auth = crate::rls::auth::RlsAuth {
                 tokens: auth.tokens.clone(),
                 metrics: metrics.clone(),
             };
-            grpc::spawn_grpc(grpc, &limiter, &settings, auth, &mut background);
-        }
+            grpc::spawn_grpc(grpc, &limiter, &settings, auth, &mut background)
+        });
         log_listening(addr, &limiter, &settings);
 
         let connections = metrics.listeners.http.clone();
@@ -154,6 +156,7 @@ impl Application {
             redis,
             policies,
             grpc_addr,
+            grpc,
             limiter,
         })
     }
@@ -186,9 +189,17 @@ impl Application {
         // Waiting checks answer their last denial as draining starts,
         // rather than outlast server.shutdown_timeout and be dropped.
         let limiter = self.limiter.clone();
+        let grpc = self.grpc;
+        let draining = grpc.as_ref().map(|g| g.stop_handle());
+        let signalled = Arc::new(std::sync::OnceLock::new());
+        let signalled_at = signalled.clone();
         let shutdown = async move {
             shutdown.await;
+            let _ = signalled_at.set(tokio::time::Instant::now());
             limiter.stop_waiting();
+            if let Some(grpc) = draining {
+                grpc.send_replace(true);
+            }
         };
         let result = server::serve(
             self.listener,
@@ -198,6 +209,13 @@ impl Application {
             shutdown,
         )
         .await;
+        // Draining since the signal, beside HTTP, within the same
+        // server.shutdown_timeout: what is left of it.
+        if let Some(grpc) = grpc {
+            let since = signalled.get().map_or(Duration::ZERO, |at| at.elapsed());
+            grpc.finish(self.server.shutdown_timeout.saturating_sub(since))
+                .await;
+        }
         for task in &self.background {
             task.abort();
         }

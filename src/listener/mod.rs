@@ -21,8 +21,10 @@ use std::time::Duration;
 
 use prometheus::{IntCounter, IntGauge};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::time::{Instant, Sleep};
+use tokio::time::Sleep;
 use tracing::warn;
+
+use crate::telemetry::LogThrottle;
 
 pub(crate) use timed_io::{Activity, Kind, TimedIo, Timeouts};
 
@@ -36,7 +38,7 @@ pub(crate) struct Acceptor {
     /// The setting to lower, named in the warning.
     cap_key: &'static str,
     errors: IntCounter,
-    last_warning: Option<Instant>,
+    warnings: LogThrottle,
     /// Armed after a failure: no accept until it has passed.
     pause: Option<Pin<Box<Sleep>>>,
 }
@@ -50,7 +52,7 @@ impl Acceptor {
             listener,
             cap_key,
             errors,
-            last_warning: None,
+            warnings: LogThrottle::new(Duration::from_secs(1)),
             pause: None,
         }
     }
@@ -85,18 +87,14 @@ impl Acceptor {
             return;
         }
         self.errors.inc();
-        let now = Instant::now();
-        if self
-            .last_warning
-            .is_none_or(|at| now.duration_since(at) >= Duration::from_secs(1))
-        {
+        if let Some(unlogged) = self.warnings.admit() {
             warn!(
                 %error,
                 cap = self.cap_key,
+                unlogged,
                 "cannot accept connections (out of file descriptors?); lower {} or raise the limit",
                 self.cap_key
             );
-            self.last_warning = Some(now);
         }
         self.pause = Some(Box::pin(tokio::time::sleep(ACCEPT_PAUSE)));
     }

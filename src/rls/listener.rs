@@ -120,19 +120,31 @@ impl Incoming {
 }
 
 /// Serves every connection `incoming` accepts with `serve_one`, each on a
-/// task of its own, until aborted (which aborts the connections' tasks).
-/// `serve_one` gets the connection as a stream of one, and a future that
-/// completes when it should end: its tonic server's shutdown signal.
-pub async fn serve<F, Fut>(mut incoming: Incoming, serve_one: F)
-where
+/// task of its own, until `stop` turns true; then stops accepting, ends
+/// every connection (each tonic server's graceful shutdown: a GOAWAY, the
+/// calls in flight answered) and returns once all are done. The caller
+/// bounds that wait. `serve_one` gets the connection as a stream of one,
+/// and a future that completes when it should end: its tonic server's
+/// shutdown signal.
+pub async fn serve<F, Fut>(
+    mut incoming: Incoming,
+    serve_one: F,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
     F: Fn(Single, Ended) -> Fut,
     Fut: Future<Output = Result<(), tonic::transport::Error>> + Send + 'static,
 {
     let mut connections = tokio::task::JoinSet::new();
+    let mut live: Vec<std::sync::Weak<Activity>> = Vec::new();
     loop {
-        let conn = incoming.next().await;
+        let conn = tokio::select! {
+            conn = incoming.next() => conn,
+            _ = stop.wait_for(|stop| *stop) => break,
+        };
         // Reap the finished ones, so the set holds only live connections.
         while connections.try_join_next().is_some() {}
+        live.retain(|a| a.strong_count() > 0);
+        live.push(Arc::downgrade(&conn.activity));
         let ended = Ended(conn.activity.clone());
         let served = serve_one(Single(Some(conn)), ended);
         connections.spawn(async move {
@@ -141,6 +153,11 @@ where
             }
         });
     }
+    drop(incoming);
+    for activity in live.iter().filter_map(std::sync::Weak::upgrade) {
+        activity.end();
+    }
+    while connections.join_next().await.is_some() {}
 }
 
 /// One connection as the stream of connections tonic serves. It never

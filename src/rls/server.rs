@@ -90,11 +90,13 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `service` on the `incoming` connections, each call through
-/// `auth` first, until the task is aborted.
+/// `auth` first, until `stop` turns true; the task then drains (see
+/// [`super::listener::serve`]) and ends.
 pub fn spawn(
     incoming: super::listener::Incoming,
     service: RlsService,
     auth: super::auth::RlsAuth,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<()> {
     let server = RlsServer::new(service, auth.metrics.clone());
     let router = tonic::transport::Server::builder()
@@ -112,11 +114,12 @@ pub fn spawn(
             super::listener::Tracked::new(server, super::service::SHOULD_RATE_LIMIT),
             auth,
         ));
-    tokio::spawn(super::listener::serve(incoming, move |one, ended| {
+    let serve_one = move |one, ended: super::listener::Ended| {
         router
             .clone()
             .serve_with_incoming_shutdown(one, ended.wait())
-    }))
+    };
+    tokio::spawn(super::listener::serve(incoming, serve_one, stop))
 }
 
 impl RlsService {
