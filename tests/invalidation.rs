@@ -256,6 +256,11 @@ async fn without_the_channel_in_its_acl_an_instance_runs_without_its_cache() {
     assert_eq!(grant("resetchannels"), "OK");
     let url = format!("redis://rk:pw@127.0.0.1:{}", server.port);
     let a = instance_unsubscribed(url).await;
+    // Long enough for the listener to have SUBSCRIBEd: fred completes the
+    // command once written, so without a check that messages arrive the
+    // refused subscription was taken for up, and the cache used.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(a.limiter.deny_cache_suspended(), "not subscribed");
     let check = one_a_minute(&unique_key("acl"));
     assert!(a.limiter.check(&check).await.unwrap().allowed);
     for _ in 0..3 {

@@ -8,7 +8,8 @@
 //! forget: a message sent while a subscriber is not subscribed is lost for
 //! it. So the listener tells the sink whenever it may be missing messages
 //! (`subscribed(false)`: the cache is dropped and not used) and when it
-//! receives them again (`subscribed(true)`, once SUBSCRIBE was answered).
+//! receives them again (`subscribed(true)`, once a message published on
+//! the channel after SUBSCRIBE came back: see `Listener::confirmed`).
 //!
 //! It counts the subscription as lost on:
 //! - any connection error or reconnect of the subscriber client (a new
@@ -45,6 +46,11 @@ use crate::store::{InvalidationSink, StoreError};
 /// `limits.max_key_bytes` allows. Anything else (longer, or not UTF-8) is
 /// no key of ours, yet says something changed: it clears the whole cache.
 pub const MAX_MESSAGE_BYTES: usize = 65_536;
+
+/// What a subscription check's token starts with (see
+/// `Listener::confirmed`): every instance ignores such messages. A client
+/// key of that shape only delays its own invalidation on other instances.
+const CHECK_PREFIX: &str = "\0rk-subscription-check:";
 
 /// Messages fred buffers for the listener before it counts as behind.
 const MESSAGE_BUFFER: usize = 4_096;
@@ -107,6 +113,8 @@ impl RedisStore {
             errors: client.error_rx(),
             reconnects: client.reconnect_rx(),
             client,
+            publisher: self.inner.pool.clone(),
+            checks: 0,
             sink,
             heartbeat: heartbeat.max(Duration::from_millis(10)),
             up,
@@ -119,6 +127,10 @@ impl RedisStore {
 
 struct Listener {
     client: Client,
+    /// The store's own clients, which publish the subscription check.
+    publisher: Pool,
+    /// Subscription checks sent, for a fresh token each.
+    checks: u64,
     channel: String,
     messages: tokio::sync::broadcast::Receiver<Message>,
     errors: tokio::sync::broadcast::Receiver<(Error, Option<fred::types::config::Server>)>,
@@ -167,7 +179,11 @@ impl Listener {
             let _ = tokio::time::timeout(self.heartbeat, self.client.wait_for_connect()).await;
             self.errors = self.errors.resubscribe();
             self.reconnects = self.reconnects.resubscribe();
-            match self.client.subscribe(self.channel.as_str()).await {
+            let subscribed = match self.client.subscribe(self.channel.as_str()).await {
+                Ok(()) => self.confirmed().await,
+                Err(error) => Err(error.to_string()),
+            };
+            match subscribed {
                 Ok(()) => return,
                 // Once per outage; NOPERM here means the ACL user lacks the
                 // channel (Redis 7 users get none by default).
@@ -179,6 +195,44 @@ impl Listener {
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(self.heartbeat);
+        }
+    }
+
+    /// Whether the subscription really receives: fred completes SUBSCRIBE
+    /// once it is written, not when Redis confirms it, so a SUBSCRIBE that
+    /// Redis refused (an ACL user without the channel: NOPERM) looked
+    /// subscribed, and the deny cache kept denials that other instances'
+    /// resets could no longer end. A token is published on the channel
+    /// through the store's own clients and must come back here within the
+    /// heartbeat's timeout. Every instance ignores such tokens otherwise.
+    async fn confirmed(&mut self) -> Result<(), String> {
+        self.checks += 1;
+        let token = format!("{CHECK_PREFIX}{}:{}", self.client.id(), self.checks);
+        let client = self.publisher.next_connected();
+        let sent: Result<i64, _> = client.publish(self.channel.as_str(), token.as_str()).await;
+        sent.map_err(|e| format!("cannot publish the subscription check: {e}"))?;
+        let wait = self.heartbeat.max(Duration::from_millis(500));
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let message = tokio::time::timeout_at(deadline, self.messages.recv()).await;
+            match message {
+                Ok(Ok(m))
+                    if m.channel == self.channel
+                        && m.value.as_str().as_deref() == Some(token.as_str()) =>
+                {
+                    return Ok(());
+                }
+                // Invalidations meanwhile: the cache is off, nothing to do.
+                Ok(Ok(_)) | Ok(Err(RecvError::Lagged(_))) => {}
+                Ok(Err(RecvError::Closed)) => return Err("the client closed".into()),
+                Err(_) => {
+                    return Err(format!(
+                        "SUBSCRIBE {} sent, but a message published on it did not arrive within \
+                         {wait:?} (an ACL user without the channel?)",
+                        self.channel
+                    ));
+                }
+            }
         }
     }
 
@@ -226,6 +280,7 @@ impl Listener {
             return;
         }
         match message.value.as_bytes().map(std::str::from_utf8) {
+            Some(Ok(check)) if check.starts_with(CHECK_PREFIX) => {}
             Some(Ok(key)) if key.len() <= MAX_MESSAGE_BYTES => self.sink.invalidated(key),
             _ => self.sink.invalidated_all(),
         }
