@@ -90,10 +90,23 @@ async fn waiters_at_their_cap_leave_connections_for_probes_and_plain_checks() {
 /// `n` connections that send nothing, held by the caller.
 fn hold(app: &TestApp, n: usize) -> Vec<TcpStream> {
     let addr: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
-    let held = (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect();
-    // Let the server accept them before anyone else connects.
-    std::thread::sleep(Duration::from_millis(300));
-    held
+    (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect()
+}
+
+/// Waits until the server counts at least `open` connections (the one
+/// asking included), so the held ones were accepted before anyone else
+/// connects; polled rather than slept, as a loaded machine may take long.
+fn wait_open(app: &TestApp, open: f64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok((200, text)) = support::raw_http(&app.base[7..], "GET", "/metrics", "") {
+            if metric(&text, "ratekeeper_connections") >= open {
+                return;
+            }
+        }
+        assert!(std::time::Instant::now() < deadline, "not {open} open");
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -102,6 +115,7 @@ async fn with_every_connection_taken_the_probes_still_answer() {
     settings.server.max_connections = 8;
     let app = TestApp::spawn(settings).await;
     let _full = hold(&app, 8);
+    wait_open(&app, 9.0);
 
     for path in ["/healthz", "/readyz"] {
         let answer = support::raw_http(&app.base[7..], "GET", path, "");
@@ -117,6 +131,9 @@ async fn with_every_connection_taken_the_probes_still_answer() {
 
     // The reserve is bounded too: with it taken, probes are refused.
     let _reserve = hold(&app, 16);
+    // Accepted at once (a reserve connection that sends nothing is closed
+    // after 1 s, so this cannot wait long); a few tries at most.
+    std::thread::sleep(Duration::from_millis(50));
     // Refused unread: read the answer without sending anything, so no
     // request is left unread at the close (a reset could beat the 503).
     let mut probe = std::net::TcpStream::connect(&app.base[7..]).unwrap();

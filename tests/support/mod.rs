@@ -10,24 +10,26 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+mod app;
 pub mod binary;
 pub mod blackhole;
 mod cluster;
 pub mod invalidation;
 mod load;
+mod net;
 pub mod ops;
 mod sentinel;
 pub mod stores;
 pub mod venv;
 
+pub use app::{TestApp, settings};
 pub use cluster::RedisCluster;
 pub use load::{
     Load, Outage, Sample, assert_answered_throughout, cached_scripts, failover_reconnect_max_delay,
     ms, wait_for,
 };
+pub use net::{early_in_a_minute, fresh_loopback, raw_http};
 pub use nix::sys::signal::Signal;
-use ratekeeper::app::{Application, Backend};
-use ratekeeper::config::{Overrides, Settings};
 pub use sentinel::{LoneSentinel, SentinelGroup, sentinel_primary};
 
 /// A `redis-server` child process on its own port and directory.
@@ -252,106 +254,6 @@ pub fn path_str(path: &Path) -> &str {
     path.to_str().expect("temp dir path is UTF-8")
 }
 
-/// Settings for a test instance: port 0, defaults otherwise, no environment.
-pub fn settings(redis_url: Option<&str>) -> Settings {
-    let overrides = Overrides {
-        listen: Some("127.0.0.1:0".into()),
-        redis_url: redis_url.map(str::to_string),
-        ..Default::default()
-    };
-    let env = config::Environment::default().source(Some(Default::default()));
-    Settings::load_from(&overrides, env).expect("test settings are valid")
-}
-
-/// A running service and a client for it.
-pub struct TestApp {
-    pub base: String,
-    pub http: reqwest::Client,
-    /// The policies in force: store a new set to swap it in.
-    pub policies: std::sync::Arc<arc_swap::ArcSwap<ratekeeper::domain::PolicySet>>,
-    stop: Option<tokio::sync::oneshot::Sender<()>>,
-    task: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
-}
-
-impl TestApp {
-    pub async fn spawn(settings: Settings) -> TestApp {
-        Self::from_app(Application::build(settings).await.expect("app builds")).await
-    }
-
-    pub async fn spawn_with(settings: Settings, backend: Backend, probe: Duration) -> TestApp {
-        Self::from_app(
-            Application::build_with(settings, backend, probe)
-                .await
-                .expect("app builds"),
-        )
-        .await
-    }
-
-    async fn from_app(app: Application) -> TestApp {
-        let base = format!("http://{}", app.local_addr());
-        let policies = app.policies();
-        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let task = tokio::spawn(app.run_until_stopped(async move {
-            let _ = stopped.await;
-        }));
-        TestApp {
-            base,
-            http: reqwest::Client::new(),
-            policies,
-            stop: Some(stop),
-            task: Some(task),
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// POSTs a check and returns (status, body).
-    pub async fn check(&self, body: serde_json::Value) -> (u16, serde_json::Value) {
-        let response = self
-            .http
-            .post(self.url("/v1/check"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap())
-    }
-
-    pub async fn get(&self, path: &str) -> reqwest::Response {
-        self.http.get(self.url(path)).send().await.unwrap()
-    }
-
-    /// The value of one series of `/metrics` (name and labels exactly as
-    /// exposed); 0 when it is absent.
-    pub async fn metric(&self, series: &str) -> f64 {
-        let text = self.get("/metrics").await.text().await.unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
-            .map_or(0.0, |v| v.parse().unwrap())
-    }
-
-    /// Stops the server and waits for it to finish.
-    pub async fn stop(mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(task) = self.task.take() {
-            task.await.unwrap().unwrap();
-        }
-    }
-}
-
-impl Drop for TestApp {
-    fn drop(&mut self) {
-        if let Some(task) = &self.task {
-            task.abort();
-        }
-    }
-}
-
 /// A fresh key name per call, so tests sharing a server never collide.
 pub fn unique_key(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
@@ -445,60 +347,4 @@ pub async fn script_calls(redis: &RedisServer) -> u64 {
                 .ok()
         })
         .sum()
-}
-
-/// A loopback address (127.x.y.z) no other test, or run this minute, sends
-/// from: limits keyed by client address then start from nothing.
-pub fn fresh_loopback() -> std::net::IpAddr {
-    let hash = unique_key("addr")
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
-    let [_, a, b, c] = hash.to_be_bytes();
-    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, a, b, c.max(2)))
-}
-
-/// Windows that are calendar minutes: a sequence that must stay inside one
-/// starts no later than `latest` into a minute, or waits for the next.
-pub async fn early_in_a_minute(latest: Duration) {
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap();
-    let into = now.as_millis() % 60_000;
-    if into > latest.as_millis() {
-        tokio::time::sleep(Duration::from_millis((60_000 - into + 200) as u64)).await;
-    }
-}
-
-/// One HTTP/1.1 request on a fresh connection (`Connection: close`) to
-/// `addr`, written by hand: (status, body). Every step is bounded by 3 s,
-/// so a server that cannot accept fails the test instead of hanging it,
-/// and no pooled client can open a spare connection behind the test's back.
-pub fn raw_http(addr: &str, method: &str, path: &str, body: &str) -> Result<(u16, String), String> {
-    let addr: std::net::SocketAddr = addr.parse().unwrap();
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))
-        .map_err(|e| format!("connect: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(3)))
-        .unwrap();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
-         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    );
-    stream
-        .write_all(request.as_bytes())
-        .map_err(|e| format!("write: {e}"))?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| format!("read: {e}"))?;
-    let status = response
-        .get(9..12)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status line in {response:?}"))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    Ok((status, body))
 }
