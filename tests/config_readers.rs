@@ -7,11 +7,9 @@
 
 mod support;
 
-use std::io::Read;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use support::binary::{KillOnDrop, ratekeeper, serve};
+use support::binary::{ratekeeper, serve};
 use support::{Signal, fresh_dir, path_str, send_signal};
 
 const DOMAIN: &str = "domain: edge\ndescriptors:\n  - key: k\n    rate_limit: { unit: hour, requests_per_unit: 5 }\n";
@@ -25,34 +23,14 @@ fn a_fifo_as_rls_config_stops_startup_with_64() {
     let dir = fresh_dir("readers-startup-fifo");
     let fifo = dir.join("rls.yaml");
     mkfifo(&fifo);
-    let mut child = KillOnDrop(
+    // It used to bind HTTP and then wait for a writer forever.
+    let (status, _, err) = support::binary::run(
         ratekeeper()
             .args(["serve", "--listen", "127.0.0.1:0"])
             .env("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0")
-            .env("RATEKEEPER_RLS__CONFIG", path_str(&fifo))
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
+            .env("RATEKEEPER_RLS__CONFIG", path_str(&fifo)),
     );
-    // It used to bind HTTP and then wait for a writer forever.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "did not exit within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut err = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    assert_eq!(status.code(), Some(64), "{err}");
+    assert_eq!(status, 64, "{err}");
     assert!(
         err.contains("rls.yaml: is a FIFO; it must be a regular file"),
         "{err}"

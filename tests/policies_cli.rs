@@ -2,17 +2,16 @@
 //! refuses an invalid file (exit 64, every problem named), `ratekeeper
 //! policies check` validates offline, and SIGHUP reloads.
 
-use std::io::Read;
 use std::os::unix::fs::symlink;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use ratekeeper::domain::policy::sha256_hex;
 
 mod support;
 
-use support::binary::{KillOnDrop, ratekeeper, serve};
+use support::binary::{ratekeeper, serve};
 use support::{Signal, fresh_dir, path_str, send_signal};
 
 /// Two policies with four problems between them, on known lines.
@@ -43,41 +42,7 @@ fn example() -> String {
         .to_string()
 }
 
-/// Runs `command` to completion within 10 s; returns (exit code, stdout, stderr).
-fn run(command: &mut Command) -> (i32, String, String) {
-    let mut child = KillOnDrop(
-        command
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.0.try_wait().unwrap() {
-            break status;
-        }
-        assert!(Instant::now() < deadline, "did not exit within 10 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let mut out = String::new();
-    let mut err = String::new();
-    child
-        .0
-        .stdout
-        .take()
-        .unwrap()
-        .read_to_string(&mut out)
-        .unwrap();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
-    (status.code().unwrap_or(-1), out, err)
-}
+use support::binary::run;
 
 #[test]
 fn startup_with_an_invalid_file_exits_64_naming_every_problem() {

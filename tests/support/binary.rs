@@ -1,8 +1,9 @@
 //! The ratekeeper executable as a child process, for tests that need the
 //! real binary: exit codes, signals, a server on its own port.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A spawned service that a failing test must not leave running.
 pub struct KillOnDrop(pub Child);
@@ -117,4 +118,40 @@ pub fn serve_with_nofile(nofile: u32, env: &[(&str, &str)]) -> Served {
         grpc,
         log,
     }
+}
+
+/// Runs `command` to completion within 10 s; returns (exit code, stdout, stderr).
+pub fn run(command: &mut Command) -> (i32, String, String) {
+    let mut child = KillOnDrop(
+        command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "did not exit within 10 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    let mut err = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    child
+        .0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.code().unwrap_or(-1), out, err)
 }
