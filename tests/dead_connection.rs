@@ -133,7 +133,14 @@ async fn assert_exact(app: &Arc<TestApp>) {
 async fn wait_subscribed(app: &Arc<TestApp>) {
     let deadline = Instant::now() + EXACT_AGAIN_WITHIN;
     while app.metric("ratekeeper_invalidation_subscribed").await != 1.0 {
-        assert!(Instant::now() < deadline, "invalidation not subscribed");
+        if Instant::now() >= deadline {
+            let text = app.get("/metrics").await.text().await.unwrap();
+            let lines: Vec<&str> = text
+                .lines()
+                .filter(|l| l.contains("invalidation") || l.contains("replaced"))
+                .collect();
+            panic!("invalidation not subscribed: {lines:#?}");
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }

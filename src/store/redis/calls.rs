@@ -90,6 +90,25 @@ impl Inner {
         result.map_err(classify)
     }
 
+    /// PUBLISH `message` on `channel`. In a cluster through the pool of a
+    /// node (PUBLISH is broadcast to every node), not the discovery client,
+    /// whose connections only pings exercise; like a check, a timeout makes
+    /// the connection a suspect (`liveness.rs`).
+    pub(super) async fn publish(&self, channel: &str, message: &str) -> Result<(), Error> {
+        let routed;
+        let pool = match &self.domains {
+            Some(domains) => {
+                routed = domains.route(&self.pool, fred::util::redis_keyslot(channel.as_bytes()));
+                &routed
+            }
+            None => &self.pool,
+        };
+        let client = pool.next_connected();
+        let result: Result<i64, Error> = client.publish(channel, message).await;
+        self.liveness.observe(client, &result);
+        result.map(drop)
+    }
+
     /// One EVALSHA of the check script: every limit of `check`, all or nothing.
     pub(super) async fn check_one(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let reply = self

@@ -92,7 +92,8 @@ impl RedisStore {
             .reconnect_max_delay
             .as_millis()
             .min(u32::MAX as u128) as u32;
-        let client = Builder::from_config(client_config(options)?)
+        let mut builder = Builder::from_config(client_config(options)?);
+        builder
             .with_performance_config(|p| {
                 p.default_command_timeout = timeout;
                 p.broadcast_channel_capacity = MESSAGE_BUFFER;
@@ -102,7 +103,8 @@ impl RedisStore {
                 c.internal_command_timeout = timeout;
                 c.tcp = tcp_config(options);
             })
-            .set_policy(reconnect_policy(max_delay))
+            .set_policy(reconnect_policy(max_delay));
+        let client = builder
             .build()
             .map_err(|e| StoreError::Backend(e.to_string()))?;
         let (up, subscribed) = watch::channel(false);
@@ -113,7 +115,8 @@ impl RedisStore {
             errors: client.error_rx(),
             reconnects: client.reconnect_rx(),
             client,
-            publisher: self.inner.pool.clone(),
+            builder,
+            store: self.inner.clone(),
             checks: 0,
             sink,
             heartbeat: heartbeat.max(Duration::from_millis(10)),
@@ -127,8 +130,10 @@ impl RedisStore {
 
 struct Listener {
     client: Client,
-    /// The store's own clients, which publish the subscription check.
-    publisher: Pool,
+    /// What built `client`, to build a fresh one (see `renew`).
+    builder: Builder,
+    /// The store, whose clients publish the subscription check.
+    store: Arc<super::Inner>,
     /// Subscription checks sent, for a fresh token each.
     checks: u64,
     channel: String,
@@ -147,14 +152,14 @@ impl Drop for Listener {
         if let Some(reconnect) = self.reconnecting.take() {
             reconnect.abort();
         }
+        // Closes the connection when the task is aborted or ends.
+        quit_later(self.client.clone());
     }
 }
 
 impl Listener {
     async fn run(mut self) {
         let _connection = self.client.connect();
-        // Closes the connection when the task is aborted or ends.
-        let _quit = QuitOnDrop(self.client.clone());
         loop {
             self.subscribe().await;
             self.sink.subscribed(true);
@@ -183,6 +188,12 @@ impl Listener {
                 Ok(()) => self.confirmed().await,
                 Err(error) => Err(error.to_string()),
             };
+            if subscribed.is_err() && self.client.is_connected() {
+                // The SUBSCRIBE may have gone down a connection that died
+                // silently (in a cluster, to another node than the one the
+                // heartbeat pinged): written, never answered.
+                self.renew();
+            }
             match subscribed {
                 Ok(()) => return,
                 // Once per outage; NOPERM here means the ACL user lacks the
@@ -198,6 +209,22 @@ impl Listener {
         }
     }
 
+    /// Replaces the subscriber client with a fresh one: new connections to
+    /// every node. fred's `force_reconnection` of a cluster client did not
+    /// replace the connection a SUBSCRIBE went down after a silent cut
+    /// (`tests/dead_connection.rs`). The old client is quit.
+    fn renew(&mut self) {
+        let Ok(fresh) = self.builder.build() else {
+            return;
+        };
+        let old = std::mem::replace(&mut self.client, fresh);
+        quit_later(old);
+        self.messages = self.client.message_rx();
+        self.errors = self.client.error_rx();
+        self.reconnects = self.client.reconnect_rx();
+        drop(self.client.connect());
+    }
+
     /// Whether the subscription really receives: fred completes SUBSCRIBE
     /// once it is written, not when Redis confirms it, so a SUBSCRIBE that
     /// Redis refused (an ACL user without the channel: NOPERM) looked
@@ -208,8 +235,7 @@ impl Listener {
     async fn confirmed(&mut self) -> Result<(), String> {
         self.checks += 1;
         let token = format!("{CHECK_PREFIX}{}:{}", self.client.id(), self.checks);
-        let client = self.publisher.next_connected();
-        let sent: Result<i64, _> = client.publish(self.channel.as_str(), token.as_str()).await;
+        let sent = self.store.publish(&self.channel, &token).await;
         sent.map_err(|e| format!("cannot publish the subscription check: {e}"))?;
         let wait = self.heartbeat.max(Duration::from_millis(500));
         let deadline = tokio::time::Instant::now() + wait;
@@ -300,15 +326,11 @@ impl Listener {
     }
 }
 
-struct QuitOnDrop(Client);
-
-impl Drop for QuitOnDrop {
-    fn drop(&mut self) {
-        let client = self.0.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = client.quit().await;
-            });
-        }
+/// Quits `client` in the background (from a `Drop`, which cannot wait).
+fn quit_later(client: Client) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(async move {
+            let _ = client.quit().await;
+        });
     }
 }
