@@ -166,7 +166,7 @@ impl Source {
                 Some(network_of(ip, if ip.is_ipv4() { *v4 } else { *v6 }))
             }
             Source::Const(text) => Some(text.clone()),
-            Source::Path => request.path.filter(|p| !p.is_empty()).map(str::to_string),
+            Source::Path => request.path.filter(|p| !p.is_empty()).map(normalize_path),
         })
     }
 
@@ -300,3 +300,31 @@ impl fmt::Display for ForwardAuth {
 
 #[cfg(test)]
 mod tests;
+
+/// The path as the usual upstream serves it: repeated slashes merged and
+/// `.` and `..` segments resolved (as nginx does by default, and RFC 3986
+/// section 5.2.4 for the dots), so `/a//b`, `/./a/b` and `/a/x/../b` share
+/// `/a/b`'s budget rather than each getting a fresh one. A trailing slash
+/// is kept (`/a/` may be another resource than `/a`); case is too.
+pub fn normalize_path(path: &str) -> String {
+    let mut segments: Vec<&str> = Vec::new();
+    for segment in path.split('/') {
+        match segment {
+            "" | "." => {}
+            ".." => {
+                segments.pop();
+            }
+            s => segments.push(s),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in &segments {
+        out.push('/');
+        out.push_str(segment);
+    }
+    let trailing = path.ends_with('/') || path.ends_with("/.") || path.ends_with("/..");
+    if out.is_empty() || trailing {
+        out.push('/');
+    }
+    out
+}

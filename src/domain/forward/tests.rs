@@ -217,3 +217,22 @@ fn bad_specs_say_why() {
         assert!(err.contains(says), "{bad}: {err}");
     }
 }
+
+#[test]
+fn paths_are_normalized_as_upstreams_serve_them() {
+    for (sent, key) in [
+        ("/orders/1", "/orders/1"),
+        ("/orders//1", "/orders/1"),
+        ("//orders/1", "/orders/1"),
+        ("/./orders/1", "/orders/1"),
+        ("/orders/x/../1", "/orders/1"),
+        ("/../orders/1", "/orders/1"),
+        ("/orders/1/", "/orders/1/"),
+        ("/orders/1/.", "/orders/1/"),
+        ("/ORDERS/1", "/ORDERS/1"),
+        ("/", "/"),
+        ("/..", "/"),
+    ] {
+        assert_eq!(super::normalize_path(sent), key, "{sent}");
+    }
+}
