@@ -60,7 +60,7 @@ pub struct Metrics {
     /// /metrics is read).
     pub store_evictions: IntCounter,
     /// Serialises the scrape-time syncs of counters the store keeps itself.
-    evictions_sync: std::sync::Mutex<()>,
+    store_counters_sync: std::sync::Mutex<()>,
     pub redis_connections_replaced: IntCounter,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
@@ -390,7 +390,7 @@ impl Metrics {
             invalidation_subscription_lost,
             store_keys,
             store_evictions,
-            evictions_sync: std::sync::Mutex::new(()),
+            store_counters_sync: std::sync::Mutex::new(()),
             redis_connections_replaced,
             store_up,
             breaker_state,

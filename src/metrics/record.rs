@@ -113,7 +113,7 @@ impl Metrics {
 
     fn sync_counter(&self, counter: &prometheus::IntCounter, total: u64) {
         let _one_at_a_time = self
-            .evictions_sync
+            .store_counters_sync
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         counter.inc_by(total.saturating_sub(counter.get()));

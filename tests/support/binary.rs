@@ -17,7 +17,11 @@ impl Drop for KillOnDrop {
 
 /// The binary, with none of the operator's configuration inherited.
 pub fn ratekeeper() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_ratekeeper"));
+    without_config(Command::new(env!("CARGO_BIN_EXE_ratekeeper")))
+}
+
+/// `command` with the operator's `RATEKEEPER_*` and `RUST_LOG` removed.
+fn without_config(mut command: Command) -> Command {
     for (name, _) in std::env::vars() {
         if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
             command.env_remove(name);
@@ -30,25 +34,8 @@ pub fn ratekeeper() -> Command {
 /// and its address once it has logged that it listens. Its log keeps being
 /// drained, so it never blocks on a full pipe.
 pub fn serve(env: &[(&str, &str)]) -> (KillOnDrop, String) {
-    let child = ratekeeper()
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("RATEKEEPER_LOG__FORMAT", "json")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut child = KillOnDrop(child);
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    let started = lines
-        .by_ref()
-        .map(|l| l.unwrap())
-        // Not the gRPC listener's line, which comes first when grpc.listen is set.
-        .find(|l| l.contains("ratekeeper listening"))
-        .expect("a startup line");
-    std::thread::spawn(move || for _ in lines {});
-    let log: serde_json::Value = serde_json::from_str(&started).unwrap();
-    (child, log["addr"].as_str().unwrap().to_string())
+    let served = start(ratekeeper(), env);
+    (served.child, served.http)
 }
 
 /// A `ratekeeper serve` child whose log lines are kept for the test, and
@@ -78,11 +65,13 @@ pub fn serve_with_nofile(nofile: u32, env: &[(&str, &str)]) -> Served {
         .arg("-c")
         .arg(format!("ulimit -n {nofile} && exec \"$0\" \"$@\""))
         .arg(env!("CARGO_BIN_EXE_ratekeeper"));
-    for (name, _) in std::env::vars() {
-        if name.starts_with("RATEKEEPER_") || name == "RUST_LOG" {
-            command.env_remove(name);
-        }
-    }
+    start(without_config(command), env)
+}
+
+/// Runs `command serve` with `env` and JSON logs until it logs that it
+/// listens; its later lines keep being read (and kept), so it never blocks
+/// on a full pipe.
+fn start(mut command: Command, env: &[(&str, &str)]) -> Served {
     let child = command
         .args(["serve", "--listen", "127.0.0.1:0"])
         .env("RATEKEEPER_LOG__FORMAT", "json")
@@ -95,6 +84,7 @@ pub fn serve_with_nofile(nofile: u32, env: &[(&str, &str)]) -> Served {
     let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut grpc = None;
+    // Not the gRPC listener's line, which comes first when grpc.listen is set.
     let http = loop {
         let line = lines.next().expect("a startup line").unwrap();
         log.lock().unwrap().push(line.clone());

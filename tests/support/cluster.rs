@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use super::{answering, wait_until};
 use super::{free_port, fresh_dir, path_str, redis_cli, redis_cli_binary, redis_server_binary};
-use super::{wait_for_ping, wait_until};
 
 /// How long a silent node takes to be marked failed. Low so a failover
 /// test is quick; a replica is promoted about 1 to 2 s after that.
@@ -102,7 +102,7 @@ impl RedisCluster {
             ],
             None => Vec::new(),
         };
-        let mut child = Command::new(redis_server_binary())
+        let child = Command::new(redis_server_binary())
             .args(&announce)
             .args(["--port", &port.to_string()])
             .args(["--cluster-port", &bus.to_string()])
@@ -121,13 +121,7 @@ impl RedisCluster {
             .stderr(Stdio::null())
             .spawn()
             .expect("failed to run redis-server");
-        if wait_for_ping(&mut child, port) {
-            Some((port, child))
-        } else {
-            let _ = child.kill();
-            let _ = child.wait();
-            None
-        }
+        answering(child, port)
     }
 
     /// Every node says the cluster is ok and knows `nodes` nodes, and every

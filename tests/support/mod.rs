@@ -254,6 +254,19 @@ pub fn path_str(path: &Path) -> &str {
     path.to_str().expect("temp dir path is UTF-8")
 }
 
+/// `(port, child)` once the server `child` started answers PING on
+/// `port`; otherwise it is killed and `None` (the caller tries another
+/// port).
+pub fn answering(mut child: Child, port: u16) -> Option<(u16, Child)> {
+    if wait_for_ping(&mut child, port) {
+        Some((port, child))
+    } else {
+        let _ = child.kill();
+        let _ = child.wait();
+        None
+    }
+}
+
 /// A fresh key name per call, so tests sharing a server never collide.
 pub fn unique_key(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);

@@ -7,7 +7,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use super::{RedisServer, free_port, fresh_dir, path_str, redis_cli, redis_server_binary};
-use super::{redis_cli_binary, wait_for_ping, wait_until};
+use super::{answering, redis_cli_binary, wait_until};
 
 /// The monitored service's name, as it appears in the URL.
 pub const SERVICE: &str = "mymaster";
@@ -152,20 +152,14 @@ fn spawn_sentinel(
     )
     .unwrap();
     // `redis-server FILE --sentinel` needs no package beyond redis-server.
-    let mut child = Command::new(redis_server_binary())
+    let child = Command::new(redis_server_binary())
         .arg(&conf)
         .arg("--sentinel")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("failed to run redis-server --sentinel");
-    if wait_for_ping(&mut child, port) {
-        Some((port, child))
-    } else {
-        let _ = child.kill();
-        let _ = child.wait();
-        None
-    }
+    answering(child, port)
 }
 
 /// The primary's port according to the sentinel on `port`.

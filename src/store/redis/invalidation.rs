@@ -17,8 +17,9 @@
 //!   resubscription is not used, because it does not tell us when it is
 //!   done);
 //! - a heartbeat PING on the subscriber connection that fails or times
-//!   out (a frozen server, a silent network): then it also forces a
-//!   reconnect, which with Sentinel finds the current primary;
+//!   out (a frozen server, a silent network): then the subscriber client
+//!   is replaced by a fresh one, which with Sentinel finds the current
+//!   primary;
 //! - messages dropped because the listener fell behind (the cache is then
 //!   cleared, but stays in use: the subscription itself is fine).
 //!
@@ -121,7 +122,6 @@ impl RedisStore {
             sink,
             heartbeat: heartbeat.max(Duration::from_millis(10)),
             up,
-            reconnecting: None,
         };
         let task = tokio::spawn(listener.run());
         Ok(InvalidationListener { task, subscribed })
@@ -143,15 +143,10 @@ struct Listener {
     sink: Arc<dyn InvalidationSink>,
     heartbeat: Duration,
     up: watch::Sender<bool>,
-    /// The last reconnect the heartbeat forced, if any.
-    reconnecting: Option<JoinHandle<()>>,
 }
 
 impl Drop for Listener {
     fn drop(&mut self) {
-        if let Some(reconnect) = self.reconnecting.take() {
-            reconnect.abort();
-        }
         // Closes the connection when the task is aborted or ends.
         quit_later(self.client.clone());
     }
@@ -210,8 +205,9 @@ impl Listener {
     }
 
     /// Replaces the subscriber client with a fresh one: new connections to
-    /// every node. fred's `force_reconnection` of a cluster client did not
-    /// replace the connection a SUBSCRIBE went down after a silent cut
+    /// every node (with Sentinel, the primary asked anew). fred's
+    /// `force_reconnection` of a cluster client did not replace the
+    /// connection a SUBSCRIBE went down after a silent cut
     /// (`tests/dead_connection.rs`). The old client is quit.
     fn renew(&mut self) {
         let Ok(fresh) = self.builder.build() else {
@@ -285,16 +281,9 @@ impl Listener {
                 _ = self.reconnects.recv() => return,
                 _ = heartbeat.tick() => if !self.ping().await {
                     tracing::warn!("invalidation subscription not answering: reconnecting");
-                    let client = self.client.clone();
-                    // Not awaited here: serve() returns so the cache is
-                    // suspended at once. Kept, so a newer one (or the
-                    // listener's end) aborts it rather than leaking it.
-                    let reconnect = tokio::spawn(async move {
-                        let _ = client.force_reconnection().await;
-                    });
-                    if let Some(old) = self.reconnecting.replace(reconnect) {
-                        old.abort();
-                    }
+                    // A fresh client, not a reconnect of this one: serve()
+                    // returns at once, so the cache is suspended meanwhile.
+                    self.renew();
                     return;
                 },
             }
