@@ -45,7 +45,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::ServerSettings;
-use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts};
+use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts, refuse};
 use crate::metrics::{ListenerMetrics, TimedOut};
 
 /// When the body of the request carrying it must have arrived whole.
@@ -134,7 +134,7 @@ pub async fn serve(
         } else if reserved < PROBE_RESERVE as i64 {
             Some(OpenConnection::new(&in_reserve))
         } else {
-            refuse(stream, &metrics.refused);
+            refuse(&stream, OVERLOADED, &metrics.refused);
             continue;
         };
         let guard = OpenConnection::new(&metrics.open);
@@ -317,22 +317,6 @@ fn overloaded() -> Response {
     headers.insert("content-type", "application/json".parse().expect("valid"));
     headers.insert("retry-after", "1".parse().expect("valid"));
     response
-}
-
-fn refuse(stream: TcpStream, refused: &IntCounter) {
-    refused.inc();
-    // Whatever of the request has arrived is taken off the socket first
-    // (without waiting for more): closing a socket with unread data sends a
-    // reset, which can reach the client before the 503 and throw it away.
-    let mut sink = [0u8; 4096];
-    for _ in 0..4 {
-        if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
-            break;
-        }
-    }
-    // A fresh socket's send buffer is empty, so this never waits; if it
-    // cannot write, the close alone still refuses.
-    let _ = stream.try_write(OVERLOADED);
 }
 
 #[cfg(test)]

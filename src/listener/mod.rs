@@ -100,6 +100,24 @@ impl Acceptor {
     }
 }
 
+/// Refuses a connection over a cap: writes `answer` (a canned response
+/// that fits a fresh socket's empty send buffer, so this never waits) and
+/// lets the caller drop the stream. Whatever of the client's request has
+/// arrived is read off first, without waiting for more: closing a socket
+/// with unread data sends a reset, which can reach the client before the
+/// answer and throw it away.
+pub(crate) fn refuse(stream: &TcpStream, answer: &[u8], refused: &IntCounter) {
+    refused.inc();
+    let mut sink = [0u8; 4096];
+    for _ in 0..4 {
+        if !matches!(stream.try_read(&mut sink), Ok(n) if n > 0) {
+            break;
+        }
+    }
+    // If it cannot write, the close alone still refuses.
+    let _ = stream.try_write(answer);
+}
+
 /// Counts one open connection for as long as it lives.
 pub(crate) struct OpenConnection(IntGauge);
 

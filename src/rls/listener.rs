@@ -36,7 +36,7 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::GrpcSettings;
-use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts};
+use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts, refuse};
 use crate::metrics::ListenerMetrics;
 
 /// A client that reads nothing of a response for this long is dropped
@@ -91,9 +91,7 @@ impl Incoming {
         loop {
             let (stream, _) = std::task::ready!(this.acceptor.poll_accept(cx));
             if this.metrics.open.get() >= this.max {
-                this.metrics.refused.inc();
-                // A fresh socket's send buffer is empty: this never waits.
-                let _ = stream.try_write(REFUSED);
+                refuse(&stream, REFUSED, &this.metrics.refused);
                 continue;
             }
             // Responses are written whole; don't let Nagle hold them.
