@@ -28,6 +28,19 @@ const MAX_FILE_BYTES: u64 = crate::watch::read::MAX_FILE_BYTES;
 pub enum TokensError {
     #[error("cannot read the tokens file {path}: {source}")]
     Read { path: String, source: io::Error },
+    /// The usual container mistake: a `chmod 600` file owned by the host's
+    /// user, mounted into an image that runs as another uid.
+    #[error(
+        "cannot read the tokens file {path}: permission denied: ratekeeper runs as uid {uid}, \
+         the file is owned by uid {owner} with mode {mode:03o}; make uid {uid} its owner \
+         (chown {uid} {path}; the container image runs as 65532) and keep it chmod 600"
+    )]
+    Denied {
+        path: String,
+        uid: u32,
+        owner: u32,
+        mode: u32,
+    },
     #[error("the tokens file {path} is {kind}; it must be a regular file")]
     NotAFile { path: String, kind: &'static str },
     #[error("the tokens file {path} is larger than {MAX_FILE_BYTES} bytes (1 MiB)")]
@@ -127,6 +140,12 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
     let shown = || path.display().to_string();
     let (bytes, meta) = read_with_metadata(path, MAX_FILE_BYTES).map_err(|e| match e {
+        ReadError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => {
+            denied(path).unwrap_or(TokensError::Read {
+                path: shown(),
+                source,
+            })
+        }
         ReadError::Io(source) => TokensError::Read {
             path: shown(),
             source,
@@ -140,6 +159,18 @@ fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
     let mode = meta.permissions().mode();
     let text = String::from_utf8(bytes).map_err(|_| TokensError::NotUtf8 { path: shown() })?;
     Ok((text, Exposure::of(path, mode)))
+}
+
+/// Who owns the unreadable file at `path`, and who we are.
+fn denied(path: &Path) -> Option<TokensError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    Some(TokensError::Denied {
+        path: path.display().to_string(),
+        uid: nix::unistd::geteuid().as_raw(),
+        owner: meta.uid(),
+        mode: meta.mode() & 0o7777,
+    })
 }
 
 /// Judges the text read from `path`.

@@ -56,6 +56,20 @@ impl TestApp {
         }
     }
 
+    /// A client for a service that runs elsewhere (a container), at `base`
+    /// (`http://host:port`); [`stop`](Self::stop) does nothing to it.
+    pub fn remote(base: String) -> TestApp {
+        TestApp {
+            base,
+            http: reqwest::Client::new(),
+            policies: std::sync::Arc::new(arc_swap::ArcSwap::from_pointee(
+                ratekeeper::domain::PolicySet::empty(),
+            )),
+            stop: None,
+            task: None,
+        }
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }

@@ -14,6 +14,8 @@ mod app;
 pub mod binary;
 pub mod blackhole;
 mod cluster;
+pub mod compose;
+pub mod docker;
 pub mod invalidation;
 mod load;
 mod net;
