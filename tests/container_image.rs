@@ -34,8 +34,8 @@ fn the_image_answers_as_nonroot_on_a_read_only_root_and_turns_healthy() {
     assert_eq!(answer["degraded"], false, "{answer}");
 
     // The process itself, as the kernel sees it, not just the image's USER.
-    let top = support::docker::docker_ok(&["top", &container.name, "-o", "uid,comm"]);
-    let uids: Vec<&str> = top.lines().skip(1).filter_map(|l| l.split_whitespace().next()).collect();
+    let top = support::docker::docker_ok(&["top", &container.name, "-o", "pid,uid,comm"]);
+    let uids: Vec<&str> = top.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1)).collect();
     assert_eq!(uids, ["65532"], "ratekeeper runs as uid 65532 (nonroot):\n{top}");
     assert_eq!(container.inspect("{{.HostConfig.ReadonlyRootfs}}"), "true");
     assert_eq!(container.inspect("{{len .Mounts}}"), "0", "no writable mount");

@@ -2,6 +2,7 @@
 //! project, with a test override file beside it; `down -v` on drop.
 
 use std::path::{Path, PathBuf};
+
 use std::process::{Command, Output, Stdio};
 
 use super::docker::{docker_ok, unique_name};
@@ -25,19 +26,23 @@ fn compose_command() -> Vec<&'static str> {
 pub struct Compose {
     project: String,
     files: Vec<PathBuf>,
+    /// Holds the override file; removed after `down`, which reads it.
+    dir: PathBuf,
 }
 
 impl Compose {
     /// `up -d --build` of the repository's `docker-compose.yml` plus
     /// `override_yaml` (compose's merge rules: a volume with the same
-    /// target replaces the shipped one; a new service is added).
-    pub fn up(override_yaml: &str, dir: &Path) -> Compose {
+    /// target replaces the shipped one; a new service is added). `dir`
+    /// (the test's files) is removed once the project is down.
+    pub fn up(override_yaml: &str, dir: PathBuf) -> Compose {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));
         let overrides = dir.join("docker-compose.test.yml");
         std::fs::write(&overrides, override_yaml).unwrap();
         let compose = Compose {
             project: unique_name("compose"),
             files: vec![root.join("docker-compose.yml"), overrides],
+            dir,
         };
         compose.ok(&["up", "-d", "--build"]);
         compose
@@ -98,5 +103,6 @@ impl Compose {
 impl Drop for Compose {
     fn drop(&mut self) {
         let _ = self.run(&["down", "-v", "--remove-orphans", "-t", "2"]);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }

@@ -104,11 +104,14 @@ fn reap_leftovers() {
             let _ = docker(&["network", "rm", id]);
         }
     }
-    for (kind, format) in [
-        ("container", "{{.ID}} {{.Label \"org.ratekeeper.test\"}}"),
-        ("network", "{{.ID}} {{.Label \"org.ratekeeper.test\"}}"),
+    let format = "{{.ID}} {{.Label \"org.ratekeeper.test\"}}";
+    let filter = format!("label={LABEL}");
+    for (kind, list) in [
+        ("container", ["container", "ls", "-a", "--filter", &filter, "--format", format]),
+        ("network", ["network", "ls", "--filter", &filter, "--format", format, ""]),
     ] {
-        let list = docker_ok(&[kind, "ls", "-a", "--filter", &format!("label={LABEL}"), "--format", format]);
+        let list: Vec<&str> = list.into_iter().filter(|a| !a.is_empty()).collect();
+        let list = docker_ok(&list);
         for line in list.lines() {
             if let Some((id, pid)) = line.split_once(' ') {
                 if gone(pid) {
