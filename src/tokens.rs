@@ -140,12 +140,11 @@ fn same_dir(a: &Path, b: &Path) -> bool {
 fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
     let shown = || path.display().to_string();
     let (bytes, meta) = read_with_metadata(path, MAX_FILE_BYTES).map_err(|e| match e {
-        ReadError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => {
-            denied(path).unwrap_or(TokensError::Read {
+        ReadError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => denied(path)
+            .unwrap_or(TokensError::Read {
                 path: shown(),
                 source,
-            })
-        }
+            }),
         ReadError::Io(source) => TokensError::Read {
             path: shown(),
             source,

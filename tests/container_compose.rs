@@ -60,7 +60,11 @@ fn up(extra: &str) -> (Compose, std::path::PathBuf) {
     let compose = Compose::up(&overrides, dir.clone());
     let deadline = Instant::now() + Duration::from_secs(30);
     while !matches!(raw_http(PUBLISHED, "GET", "/readyz", ""), Ok((200, _))) {
-        assert!(Instant::now() < deadline, "never ready:\n{}", compose.logs());
+        assert!(
+            Instant::now() < deadline,
+            "never ready:\n{}",
+            compose.logs()
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     (compose, dir)
@@ -72,11 +76,17 @@ async fn the_quick_start_answers_and_a_policy_edit_reaches_the_container() {
     let (compose, dir) = up("");
 
     // The README's quick start, as written there.
-    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
-        .unwrap();
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
     let body = r#"{"key": "user:42", "limit": 100, "window": "1m"}"#;
-    assert!(readme.contains("docker compose up --build"), "the quick start's command");
-    assert!(readme.contains(&format!("-d '{body}'")), "the quick start's check");
+    assert!(
+        readme.contains("docker compose up --build"),
+        "the quick start's command"
+    );
+    assert!(
+        readme.contains(&format!("-d '{body}'")),
+        "the quick start's check"
+    );
     let (status, answer) = raw_http(PUBLISHED, "POST", "/v1/check", body).unwrap();
     assert_eq!(status, 200, "{answer}");
     let answer: Value = serde_json::from_str(&answer).unwrap();
@@ -93,7 +103,10 @@ async fn the_quick_start_answers_and_a_policy_edit_reaches_the_container() {
     // Published on loopback only: nobody on the LAN spends or resets keys.
     let ports = support::docker::docker_ok(&["port", &compose.container("ratekeeper")]);
     for line in ports.lines() {
-        assert!(line.contains("-> 127.0.0.1:"), "published beyond loopback: {ports}");
+        assert!(
+            line.contains("-> 127.0.0.1:"),
+            "published beyond loopback: {ports}"
+        );
     }
 
     // An edit on the host reaches the container through the directory mount.
@@ -110,13 +123,22 @@ async fn the_quick_start_answers_and_a_policy_edit_reaches_the_container() {
     let edited_at = Instant::now();
     std::fs::write(&file, edited).unwrap();
     while sha() == before {
-        assert!(edited_at.elapsed() < Duration::from_secs(2), "the edit did not apply within 2 s");
+        assert!(
+            edited_at.elapsed() < Duration::from_secs(2),
+            "the edit did not apply within 2 s"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    eprintln!("COMPOSE policy edit applied after {:?}", edited_at.elapsed());
+    eprintln!(
+        "COMPOSE policy edit applied after {:?}",
+        edited_at.elapsed()
+    );
     let body = r#"{"policy": "api", "key": "k_123"}"#;
     let (_, answer) = raw_http(PUBLISHED, "POST", "/v1/check", body).unwrap();
-    assert!(answer.contains("20000"), "the new daily limit is in force: {answer}");
+    assert!(
+        answer.contains("20000"),
+        "the new daily limit is in force: {answer}"
+    );
 }
 
 /// The moment Redis answers PING at `addr` again, polled every 10 ms.
@@ -162,7 +184,8 @@ async fn a_redis_restart_answers_within_the_timeout_and_recovers_within_2s() {
     tokio::time::sleep(Duration::from_millis(2500)).await;
     let samples = load.finish().await;
 
-    let slowest = support::assert_answered_throughout(&samples, REDIS_TIMEOUT, Duration::from_millis(50));
+    let slowest =
+        support::assert_answered_throughout(&samples, REDIS_TIMEOUT, Duration::from_millis(50));
     let during = Outage::measure(&samples, restarted, |_| true);
     let after = Outage::measure(&samples, back, |_| true);
     eprintln!(
@@ -181,7 +204,10 @@ async fn a_redis_restart_answers_within_the_timeout_and_recovers_within_2s() {
         compose.logs()
     );
     let recovered = Outage::measure(&samples, back + Duration::from_secs(2), |_| true);
-    assert!(recovered.checks > 0 && recovered.degraded == 0, "{recovered:?}");
+    assert!(
+        recovered.checks > 0 && recovered.degraded == 0,
+        "{recovered:?}"
+    );
 }
 
 #[tokio::test]
@@ -197,12 +223,22 @@ async fn two_replicas_admit_exactly_the_limit_among_400_concurrent_checks() {
     let replicas = [compose.ip("ratekeeper"), compose.ip("ratekeeper-b")];
     for ip in &replicas {
         let deadline = Instant::now() + Duration::from_secs(30);
-        while !matches!(raw_http(&format!("{ip}:8080"), "GET", "/readyz", ""), Ok((200, _))) {
-            assert!(Instant::now() < deadline, "{ip} never ready:\n{}", compose.logs());
+        while !matches!(
+            raw_http(&format!("{ip}:8080"), "GET", "/readyz", ""),
+            Ok((200, _))
+        ) {
+            assert!(
+                Instant::now() < deadline,
+                "{ip} never ready:\n{}",
+                compose.logs()
+            );
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let http = reqwest::Client::builder().pool_max_idle_per_host(0).build().unwrap();
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .unwrap();
     let body = json!({"key": support::unique_key("replicas"), "limit": 100, "window": "1m"});
     let start = Arc::new(tokio::sync::Barrier::new(400));
     let calls = (0..400).map(|i| {
@@ -210,7 +246,15 @@ async fn two_replicas_admit_exactly_the_limit_among_400_concurrent_checks() {
         let url = format!("http://{}:8080/v1/check", replicas[i % 2]);
         tokio::spawn(async move {
             start.wait().await;
-            let answer: Value = http.post(url).json(&body).send().await.unwrap().json().await.unwrap();
+            let answer: Value = http
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
             assert_eq!(answer["degraded"], false, "{answer}");
             (i % 2, answer["allowed"] == true)
         })
@@ -221,6 +265,13 @@ async fn two_replicas_admit_exactly_the_limit_among_400_concurrent_checks() {
         allowed[replica] += usize::from(admitted);
     }
     eprintln!("COMPOSE two replicas: admitted {allowed:?} of 200 + 200 on limit 100");
-    assert_eq!(allowed[0] + allowed[1], 100, "exactly the limit across both replicas");
-    assert!(allowed[0] > 0 && allowed[1] > 0, "both replicas admitted some: {allowed:?}");
+    assert_eq!(
+        allowed[0] + allowed[1],
+        100,
+        "exactly the limit across both replicas"
+    );
+    assert!(
+        allowed[0] > 0 && allowed[1] > 0,
+        "both replicas admitted some: {allowed:?}"
+    );
 }

@@ -35,10 +35,22 @@ fn the_image_answers_as_nonroot_on_a_read_only_root_and_turns_healthy() {
 
     // The process itself, as the kernel sees it, not just the image's USER.
     let top = support::docker::docker_ok(&["top", &container.name, "-o", "pid,uid,comm"]);
-    let uids: Vec<&str> = top.lines().skip(1).filter_map(|l| l.split_whitespace().nth(1)).collect();
-    assert_eq!(uids, ["65532"], "ratekeeper runs as uid 65532 (nonroot):\n{top}");
+    let uids: Vec<&str> = top
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    assert_eq!(
+        uids,
+        ["65532"],
+        "ratekeeper runs as uid 65532 (nonroot):\n{top}"
+    );
     assert_eq!(container.inspect("{{.HostConfig.ReadonlyRootfs}}"), "true");
-    assert_eq!(container.inspect("{{len .Mounts}}"), "0", "no writable mount");
+    assert_eq!(
+        container.inspect("{{len .Mounts}}"),
+        "0",
+        "no writable mount"
+    );
 
     let deadline = Instant::now() + HEALTHY_WITHIN;
     loop {
@@ -57,7 +69,10 @@ fn the_image_answers_as_nonroot_on_a_read_only_root_and_turns_healthy() {
     // The log is JSON lines (the image sets log.format = json).
     let logs = container.logs();
     let first = logs.lines().next().unwrap_or_default();
-    assert!(serde_json::from_str::<serde_json::Value>(first).is_ok(), "{logs}");
+    assert!(
+        serde_json::from_str::<serde_json::Value>(first).is_ok(),
+        "{logs}"
+    );
 }
 
 #[test]
@@ -71,7 +86,9 @@ fn docker_stop_answers_in_flight_requests_then_exits_0() {
     let body = r#"{"key":"drain","limit":5,"window":"1m"}"#;
     let (first, rest) = body.split_at(10);
     let mut stream = std::net::TcpStream::connect(&host).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     write!(
         stream,
         "POST /v1/check HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n\
@@ -91,12 +108,23 @@ fn docker_stop_answers_in_flight_requests_then_exits_0() {
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     assert!(response.starts_with("HTTP/1.1 200"), "{response}");
-    assert!(response.to_ascii_lowercase().contains("connection: close"), "{response}");
+    assert!(
+        response.to_ascii_lowercase().contains("connection: close"),
+        "{response}"
+    );
 
     assert!(stop.join().unwrap(), "docker stop failed");
     let took = stopped_at.elapsed();
-    assert_eq!(container.inspect("{{.State.ExitCode}}"), "0", "{}", container.logs());
-    assert!(took < Duration::from_secs(9), "stopped by SIGKILL, not by draining: {took:?}");
+    assert_eq!(
+        container.inspect("{{.State.ExitCode}}"),
+        "0",
+        "{}",
+        container.logs()
+    );
+    assert!(
+        took < Duration::from_secs(9),
+        "stopped by SIGKILL, not by draining: {took:?}"
+    );
     assert!(container.logs().contains("stopped"), "{}", container.logs());
 }
 
@@ -104,15 +132,26 @@ fn docker_stop_answers_in_flight_requests_then_exits_0() {
 fn a_bad_ratekeeper_variable_exits_64_naming_the_key() {
     let image = image();
     for (variable, value, named) in [
-        ("RATEKEEPER_SERVER__MAX_CONNECTIONS", "lots", "server.max_connections"),
+        (
+            "RATEKEEPER_SERVER__MAX_CONNECTIONS",
+            "lots",
+            "server.max_connections",
+        ),
         ("RATEKEEPER_FAILURE__MODE", "sometimes", "failure.mode"),
         ("RATEKEEPER_REDIS__TIMEOUT", "-5ms", "redis.timeout"),
     ] {
         let setting = format!("{variable}={value}");
         let container = Container::run("badenv", &["-e", &setting, image]);
-        assert_eq!(container.wait_exit(Duration::from_secs(10)), 64, "{setting}");
+        assert_eq!(
+            container.wait_exit(Duration::from_secs(10)),
+            64,
+            "{setting}"
+        );
         let logs = container.logs();
-        assert!(logs.contains(named), "{setting}: the log names {named}:\n{logs}");
+        assert!(
+            logs.contains(named),
+            "{setting}: the log names {named}:\n{logs}"
+        );
     }
 }
 
@@ -121,7 +160,15 @@ fn a_bad_ratekeeper_variable_exits_64_naming_the_key() {
 fn chown_in_container(dir: &std::path::Path, owner: &str) {
     let mount = format!("{}:/d", dir.display());
     support::docker::docker_ok(&[
-        "run", "--rm", "-v", &mount, "--entrypoint", "chown", "redis:7.2-alpine", owner, "/d/tokens",
+        "run",
+        "--rm",
+        "-v",
+        &mount,
+        "--entrypoint",
+        "chown",
+        "redis:7.2-alpine",
+        owner,
+        "/d/tokens",
     ]);
 }
 
@@ -141,8 +188,10 @@ async fn a_chmod_600_tokens_file_from_the_host_works_when_uid_65532_owns_it() {
 
     // As docs/deployment.md says: owned by 65532, mode 600.
     chown_in_container(&dir, "65532:65532");
-    let container =
-        Container::run("tokens", &["-v", &mount, "-e", tokens, "-p", "127.0.0.1::8080", image]);
+    let container = Container::run(
+        "tokens",
+        &["-v", &mount, "-e", tokens, "-p", "127.0.0.1::8080", image],
+    );
     let base = serving(&container);
     let body = r#"{"key":"t","limit":1,"window":"1m"}"#;
     let (status, _) = raw_http(addr(&base), "POST", "/v1/check", body).unwrap();
@@ -165,6 +214,51 @@ async fn a_chmod_600_tokens_file_from_the_host_works_when_uid_65532_owns_it() {
     let container = Container::run("tokens-denied", &["-v", &mount, "-e", tokens, image]);
     assert_eq!(container.wait_exit(Duration::from_secs(10)), 64);
     let logs = container.logs();
-    assert!(logs.contains("runs as uid 65532") && logs.contains("chown 65532"), "{logs}");
+    assert!(
+        logs.contains("runs as uid 65532") && logs.contains("chown 65532"),
+        "{logs}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn repo_file(path: &str) -> String {
+    std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path)).unwrap()
+}
+
+/// The stand-ins must carry the names the user-facing files pull, or the
+/// tests would build against something else (or against nothing) after a
+/// bump of a `FROM` line.
+#[test]
+fn the_stand_ins_are_the_images_the_dockerfile_and_compose_name() {
+    let standins = repo_file("tests/docker/standins.sh");
+    let dockerfile = repo_file("Dockerfile");
+    let froms: Vec<&str> = dockerfile
+        .lines()
+        .filter_map(|l| l.strip_prefix("FROM "))
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(froms.len(), 2, "{froms:?}");
+    let compose = repo_file("docker-compose.yml");
+    let redis = compose
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("image: redis"))
+        .map(|tag| format!("redis{tag}"))
+        .expect("compose names a redis image");
+    for image in froms.iter().copied().chain([redis.as_str()]) {
+        assert!(
+            standins.contains(image),
+            "tests/docker/standins.sh makes no {image}"
+        );
+    }
+    // docs/deployment.md lists the distroless stand-in's packages.
+    let docs = repo_file("docs/deployment.md");
+    let recipe = repo_file("tests/docker/distroless.Dockerfile");
+    let download = recipe.split("apt-get download").nth(1).unwrap();
+    let packages = download.split("&&").next().unwrap();
+    for package in packages.split_whitespace().filter(|p| *p != "\\") {
+        assert!(
+            docs.contains(&format!("`{package}`")),
+            "docs/deployment.md omits {package}"
+        );
+    }
 }

@@ -50,10 +50,17 @@ pub fn image() -> &'static str {
     static BUILT: OnceLock<()> = OnceLock::new();
     BUILT.get_or_init(|| {
         let engine = docker(&["info", "--format", "{{.ServerVersion}}"]);
-        assert!(engine.status.success(), "no Docker Engine answers: {HOW_TO_GET_DOCKER}");
-        let lock = std::fs::File::create(format!("{}/docker-build.lock", env!("CARGO_TARGET_TMPDIR")))
+        assert!(
+            engine.status.success(),
+            "no Docker Engine answers: {HOW_TO_GET_DOCKER}"
+        );
+        let lock =
+            std::fs::File::create(format!("{}/docker-build.lock", env!("CARGO_TARGET_TMPDIR")))
+                .unwrap();
+        // Held until the build is done (std's File::lock is newer than our MSRV).
+        let _turn = nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
             .unwrap();
-        lock.lock().unwrap();
         reap_leftovers();
         let root = env!("CARGO_MANIFEST_DIR");
         run_logged(
@@ -65,7 +72,10 @@ pub fn image() -> &'static str {
             Command::new("docker").args(["build", "-t", IMAGE, root]),
             "building the Dockerfile",
         );
-        eprintln!("docker build of {IMAGE}: {:.1} s", started.elapsed().as_secs_f64());
+        eprintln!(
+            "docker build of {IMAGE}: {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
     });
     IMAGE
 }
@@ -86,20 +96,32 @@ fn run_logged(command: &mut Command, what: &str) {
 fn reap_leftovers() {
     let gone = |pid: &str| !std::path::Path::new(&format!("/proc/{pid}")).exists();
     let projects = docker_ok(&[
-        "ps", "-a", "--filter", "label=com.docker.compose.project",
-        "--format", "{{.ID}} {{.Label \"com.docker.compose.project\"}}",
+        "ps",
+        "-a",
+        "--filter",
+        "label=com.docker.compose.project",
+        "--format",
+        "{{.ID}} {{.Label \"com.docker.compose.project\"}}",
     ]);
     for line in projects.lines() {
-        let Some((id, project)) = line.split_once(' ') else { continue };
-        let pid = project.strip_prefix("rk-compose-").and_then(|rest| rest.split('-').next());
+        let Some((id, project)) = line.split_once(' ') else {
+            continue;
+        };
+        let pid = project
+            .strip_prefix("rk-compose-")
+            .and_then(|rest| rest.split('-').next());
         if pid.is_some_and(gone) {
             let _ = docker(&["rm", "-f", "-v", id]);
         }
     }
     let networks = docker_ok(&["network", "ls", "--format", "{{.ID}} {{.Name}}"]);
     for line in networks.lines() {
-        let Some((id, name)) = line.split_once(' ') else { continue };
-        let pid = name.strip_prefix("rk-compose-").and_then(|rest| rest.split('-').next());
+        let Some((id, name)) = line.split_once(' ') else {
+            continue;
+        };
+        let pid = name
+            .strip_prefix("rk-compose-")
+            .and_then(|rest| rest.split('-').next());
         if pid.is_some_and(gone) {
             let _ = docker(&["network", "rm", id]);
         }
@@ -107,8 +129,22 @@ fn reap_leftovers() {
     let format = "{{.ID}} {{.Label \"org.ratekeeper.test\"}}";
     let filter = format!("label={LABEL}");
     for (kind, list) in [
-        ("container", ["container", "ls", "-a", "--filter", &filter, "--format", format]),
-        ("network", ["network", "ls", "--filter", &filter, "--format", format, ""]),
+        (
+            "container",
+            [
+                "container",
+                "ls",
+                "-a",
+                "--filter",
+                &filter,
+                "--format",
+                format,
+            ],
+        ),
+        (
+            "network",
+            ["network", "ls", "--filter", &filter, "--format", format, ""],
+        ),
     ] {
         let list: Vec<&str> = list.into_iter().filter(|a| !a.is_empty()).collect();
         let list = docker_ok(&list);
@@ -125,7 +161,11 @@ fn reap_leftovers() {
 /// A name no other test or process uses.
 pub fn unique_name(what: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
-    format!("rk-{what}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::SeqCst))
+    format!(
+        "rk-{what}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::SeqCst)
+    )
 }
 
 fn label() -> String {
@@ -208,7 +248,9 @@ impl Container {
     pub fn exec(&self, args: &[&str]) -> String {
         let mut all = vec!["exec", self.name.as_str()];
         all.extend_from_slice(args);
-        String::from_utf8_lossy(&docker(&all).stdout).trim().to_string()
+        String::from_utf8_lossy(&docker(&all).stdout)
+            .trim()
+            .to_string()
     }
 
     pub fn running(&self) -> bool {
@@ -219,7 +261,11 @@ impl Container {
     pub fn wait_exit(&self, limit: Duration) -> i64 {
         let deadline = Instant::now() + limit;
         while self.running() {
-            assert!(Instant::now() < deadline, "{} still runs after {limit:?}", self.name);
+            assert!(
+                Instant::now() < deadline,
+                "{} still runs after {limit:?}",
+                self.name
+            );
             std::thread::sleep(Duration::from_millis(50));
         }
         self.inspect("{{.State.ExitCode}}").parse().unwrap()
