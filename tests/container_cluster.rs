@@ -55,7 +55,12 @@ fn parse_nodes(text: &str) -> Vec<Node> {
             if fields.len() < 8 {
                 return None;
             }
-            let ip = fields[1].split(['@', ',']).next()?.rsplit_once(':')?.0.to_string();
+            let ip = fields[1]
+                .split(['@', ','])
+                .next()?
+                .rsplit_once(':')?
+                .0
+                .to_string();
             let slots = fields[8..]
                 .iter()
                 .filter(|s| !s.starts_with('['))
@@ -91,32 +96,55 @@ fn start_cluster(network: &Network) -> Vec<Container> {
             let node = Container::run(
                 "node",
                 &[
-                    "--network", &network.name, REDIS_IMAGE, "redis-server",
-                    "--save", "", "--appendonly", "no",
-                    "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf",
-                    "--cluster-node-timeout", "1000",
+                    "--network",
+                    &network.name,
+                    REDIS_IMAGE,
+                    "redis-server",
+                    "--save",
+                    "",
+                    "--appendonly",
+                    "no",
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    "nodes.conf",
+                    "--cluster-node-timeout",
+                    "1000",
                     // Without it, every node refuses every key while one
                     // slot range has no live primary.
-                    "--cluster-require-full-coverage", "no",
+                    "--cluster-require-full-coverage",
+                    "no",
                     // A replica whose link lagged over 10 node timeouts
                     // would refuse to take over; on a loaded 2-core machine
                     // that stalled failovers (see tests/support/cluster.rs).
-                    "--cluster-replica-validity-factor", "0",
+                    "--cluster-replica-validity-factor",
+                    "0",
                 ],
             );
             wait_answering(&node, 6379);
             node
         })
         .collect();
-    let mut create = vec!["exec".to_string(), nodes[0].name.clone(), "redis-cli".into(), "--cluster".into(), "create".into()];
+    let mut create = vec![
+        "exec".to_string(),
+        nodes[0].name.clone(),
+        "redis-cli".into(),
+        "--cluster".into(),
+        "create".into(),
+    ];
     create.extend(nodes.iter().map(|n| format!("{}:6379", n.ip(network))));
     create.extend(["--cluster-replicas", "1", "--cluster-yes"].map(String::from));
     docker_ok(&create.iter().map(String::as_str).collect::<Vec<_>>());
     for node in &nodes {
-        wait(Duration::from_secs(30), "cluster state ok on every node", || {
-            let info = cli(node, 6379, &["cluster", "info"]);
-            info.contains("cluster_state:ok") && info.contains(&format!("cluster_known_nodes:{}", nodes.len()))
-        });
+        wait(
+            Duration::from_secs(30),
+            "cluster state ok on every node",
+            || {
+                let info = cli(node, 6379, &["cluster", "info"]);
+                info.contains("cluster_state:ok")
+                    && info.contains(&format!("cluster_known_nodes:{}", nodes.len()))
+            },
+        );
     }
     for node in &nodes {
         wait(Duration::from_secs(30), "every replica in sync", || {
@@ -133,10 +161,16 @@ fn start_cluster(network: &Network) -> Vec<Container> {
 /// so its slot is the key's own.
 fn keys_on(primaries: &[Node]) -> (Vec<String>, Vec<usize>) {
     let mut per_primary = vec![Vec::new(); primaries.len()];
-    while per_primary.iter().any(|k: &Vec<String>| k.len() < KEYS_PER_PRIMARY) {
+    while per_primary
+        .iter()
+        .any(|k: &Vec<String>| k.len() < KEYS_PER_PRIMARY)
+    {
         let key = unique_key("clu");
         let slot = fred::util::redis_keyslot(key.as_bytes());
-        let at = primaries.iter().position(|p| p.serves(slot)).expect("every slot is served");
+        let at = primaries
+            .iter()
+            .position(|p| p.serves(slot))
+            .expect("every slot is served");
         if per_primary[at].len() < KEYS_PER_PRIMARY {
             per_primary[at].push(key);
         }
@@ -194,15 +228,24 @@ async fn cluster_primary_killed_between_containers() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = Instant::now();
     let name = victim.name.clone();
-    tokio::task::spawn_blocking(move || docker_ok(&["kill", &name])).await.unwrap();
+    tokio::task::spawn_blocking(move || docker_ok(&["kill", &name]))
+        .await
+        .unwrap();
 
     let witness = container_of(&primaries[1].ip).name.clone();
     let slot = fred::util::redis_keyslot(keys[0].as_bytes());
     let new_owner = replica.ip.clone();
     let promoted = wait_for(Duration::from_secs(30), move || {
-        nodes_seen_by(&witness).iter().any(|n| n.ip == new_owner && n.serves(slot))
+        nodes_seen_by(&witness)
+            .iter()
+            .any(|n| n.ip == new_owner && n.serves(slot))
     });
-    let exact = exact_again_on(&app, &victim_key, killed, EXACT_AGAIN_WITHIN + Duration::from_secs(5));
+    let exact = exact_again_on(
+        &app,
+        &victim_key,
+        killed,
+        EXACT_AGAIN_WITHIN + Duration::from_secs(5),
+    );
     let (promoted, exact) = tokio::join!(promoted, exact);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let samples = load.finish().await;
@@ -213,7 +256,9 @@ async fn cluster_primary_killed_between_containers() {
     println!(
         "FAULTS cluster promoted_ms={} exact_ms={} recovered_ms={} last_degraded_ms={} max_latency_ms={} checks={} degraded={} other_checks={} other_degraded={}",
         ms(promoted.map(|p| p - killed)),
-        exact.as_ref().map_or("none".into(), |d| d.as_millis().to_string()),
+        exact
+            .as_ref()
+            .map_or("none".into(), |d| d.as_millis().to_string()),
         ms(outage.recovered_after),
         ms(outage.last_degraded_after),
         slowest.as_millis(),
@@ -222,12 +267,25 @@ async fn cluster_primary_killed_between_containers() {
         healthy.checks,
         healthy.degraded,
     );
-    assert!(promoted.is_some(), "{} did not take over within 30 s", replica.ip);
+    assert!(
+        promoted.is_some(),
+        "{} did not take over within 30 s",
+        replica.ip
+    );
     assert!(outage.degraded > 0, "the kill was felt: {outage:?}");
-    assert_eq!(healthy.degraded, 0, "keys on the healthy primaries were degraded: {healthy:?}");
+    assert_eq!(
+        healthy.degraded, 0,
+        "keys on the healthy primaries were degraded: {healthy:?}"
+    );
     assert_bounded(&samples, killed);
     let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
-    assert!(exact <= EXACT_AGAIN_WITHIN, "exact again only {exact:?} after the kill");
+    assert!(
+        exact <= EXACT_AGAIN_WITHIN,
+        "exact again only {exact:?} after the kill"
+    );
     let last = outage.last_degraded_after.unwrap_or_default();
-    assert!(last <= EXACT_AGAIN_WITHIN, "degraded until {last:?} after the kill: {outage:?}");
+    assert!(
+        last <= EXACT_AGAIN_WITHIN,
+        "degraded until {last:?} after the kill: {outage:?}"
+    );
 }

@@ -87,7 +87,12 @@ async fn partition(mode: &str) {
 
     let rejoined_at = Instant::now();
     let rejoin_took = network_op(&["network", "connect", &network.name, &redis.name]).await;
-    let exact = exact_again(&app, rejoined_at, EXACT_AGAIN_WITHIN + Duration::from_secs(3)).await;
+    let exact = exact_again(
+        &app,
+        rejoined_at,
+        EXACT_AGAIN_WITHIN + Duration::from_secs(3),
+    )
+    .await;
     // Keep the load on a little longer, to see that it stays recovered.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let samples = load.finish().await;
@@ -103,7 +108,9 @@ async fn partition(mode: &str) {
         took.as_millis(),
         during.readyz_503_after.as_millis(),
         rejoin_took.as_millis(),
-        exact.as_ref().map_or("none".into(), |d| d.as_millis().to_string()),
+        exact
+            .as_ref()
+            .map_or("none".into(), |d| d.as_millis().to_string()),
         ms(after.last_degraded_after),
         slowest.as_millis(),
         outage.checks,
@@ -112,12 +119,25 @@ async fn partition(mode: &str) {
     );
     assert_bounded(&samples, cut_at);
     // The partition was felt, and every answer during it was the policy's.
-    assert!(partitioned.len() > 100, "the load ran on: {}", partitioned.len());
-    assert!(partitioned.iter().all(|s| s.degraded), "answered by the failure mode throughout");
+    assert!(
+        partitioned.len() > 100,
+        "the load ran on: {}",
+        partitioned.len()
+    );
+    assert!(
+        partitioned.iter().all(|s| s.degraded),
+        "answered by the failure mode throughout"
+    );
     let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
-    assert!(exact <= EXACT_AGAIN_WITHIN, "exact again only {exact:?} after the reconnect");
+    assert!(
+        exact <= EXACT_AGAIN_WITHIN,
+        "exact again only {exact:?} after the reconnect"
+    );
     let last = after.last_degraded_after.unwrap_or_default();
-    assert!(last <= EXACT_AGAIN_WITHIN, "degraded until {last:?} after the reconnect: {after:?}");
+    assert!(
+        last <= EXACT_AGAIN_WITHIN,
+        "degraded until {last:?} after the reconnect: {after:?}"
+    );
     wait_ready(&app, EXACT_AGAIN_WITHIN).await;
 }
 
@@ -142,7 +162,10 @@ async fn while_partitioned(mode: &str, app: &Arc<TestApp>, cut_at: Instant) -> D
         if status == 503 {
             break cut_at.elapsed();
         }
-        assert!(cut_at.elapsed() < PARTITION, "/readyz still {status} {PARTITION:?} into the partition");
+        assert!(
+            cut_at.elapsed() < PARTITION,
+            "/readyz still {status} {PARTITION:?} into the partition"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     // Past the breaker's opening and any connection's replacement.
@@ -150,7 +173,11 @@ async fn while_partitioned(mode: &str, app: &Arc<TestApp>, cut_at: Instant) -> D
     answers_by_mode(mode, app).await;
     tokio::time::sleep_until((cut_at + PARTITION).into()).await;
     let readyz = app.get("/readyz").await;
-    assert_eq!(readyz.status(), 503, "still unready at the end of the partition");
+    assert_eq!(
+        readyz.status(),
+        503,
+        "still unready at the end of the partition"
+    );
     let reason: Value = readyz.json().await.unwrap();
     assert!(reason["reason"]["kind"].is_string(), "a reason: {reason}");
     During { readyz_503_after }
@@ -169,7 +196,10 @@ async fn answers_by_mode(mode: &str, app: &Arc<TestApp>) {
         let took = sent.elapsed();
         assert_eq!(status, 200, "{answer}");
         assert_eq!(answer["degraded"], true, "{mode}: {answer}");
-        assert!(took <= REDIS_TIMEOUT + SLACK, "{mode}: answered after {took:?}");
+        assert!(
+            took <= REDIS_TIMEOUT + SLACK,
+            "{mode}: answered after {took:?}"
+        );
         if mode == "closed" {
             assert_eq!(answer["retry_after_ms"], json!(1000), "{answer}");
         }

@@ -56,19 +56,32 @@ impl Group {
         });
         let sentinels: Vec<Container> = (0..3).map(|_| sentinel(network, &primary_ip)).collect();
         for sentinel in &sentinels {
-            wait(Duration::from_secs(20), "sentinels know the replica and each other", || {
-                cli(sentinel, SENTINEL_PORT, &["sentinel", "replicas", SERVICE]).contains(&replica_ip)
-                    && cli(sentinel, SENTINEL_PORT, &["sentinel", "ckquorum", SERVICE])
-                        .contains("3 usable")
-            });
+            wait(
+                Duration::from_secs(20),
+                "sentinels know the replica and each other",
+                || {
+                    cli(sentinel, SENTINEL_PORT, &["sentinel", "replicas", SERVICE])
+                        .contains(&replica_ip)
+                        && cli(sentinel, SENTINEL_PORT, &["sentinel", "ckquorum", SERVICE])
+                            .contains("3 usable")
+                },
+            );
         }
-        Group { primary, primary_ip, replica_ip, sentinels, _replica: replica }
+        Group {
+            primary,
+            primary_ip,
+            replica_ip,
+            sentinels,
+            _replica: replica,
+        }
     }
 
     /// `redis-sentinel://` naming every sentinel by container name.
     fn url(&self) -> String {
-        let others: String =
-            self.sentinels[1..].iter().map(|s| format!("&node={}:{SENTINEL_PORT}", s.name)).collect();
+        let others: String = self.sentinels[1..]
+            .iter()
+            .map(|s| format!("&node={}:{SENTINEL_PORT}", s.name))
+            .collect();
         format!(
             "redis-sentinel://{}:{SENTINEL_PORT}/0?sentinelServiceName={SERVICE}{others}",
             self.sentinels[0].name
@@ -86,8 +99,12 @@ fn sentinel(network: &Network, primary_ip: &str) -> Container {
          sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\\n\
          sentinel parallel-syncs {SERVICE} 1\\n"
     );
-    let script = format!("printf '{conf}' > /data/s.conf && exec redis-server /data/s.conf --sentinel");
-    let container = Container::run("sentinel", &["--network", &network.name, REDIS_IMAGE, "sh", "-c", &script]);
+    let script =
+        format!("printf '{conf}' > /data/s.conf && exec redis-server /data/s.conf --sentinel");
+    let container = Container::run(
+        "sentinel",
+        &["--network", &network.name, REDIS_IMAGE, "sh", "-c", &script],
+    );
     wait_answering(&container, SENTINEL_PORT);
     container
 }
@@ -99,13 +116,26 @@ fn primary_by_sentinels(sentinels: &[String]) -> Option<String> {
         .map(|name| {
             let port = SENTINEL_PORT.to_string();
             let out = support::docker::docker(&[
-                "exec", name, "redis-cli", "-p", &port, "sentinel", "get-master-addr-by-name", SERVICE,
+                "exec",
+                name,
+                "redis-cli",
+                "-p",
+                &port,
+                "sentinel",
+                "get-master-addr-by-name",
+                SERVICE,
             ]);
-            String::from_utf8_lossy(&out.stdout).lines().next().map(|l| l.trim().to_string())
+            String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .next()
+                .map(|l| l.trim().to_string())
         })
         .collect();
     let first = answers.first()?.clone()?;
-    answers.iter().all(|a| a.as_deref() == Some(&first)).then_some(first)
+    answers
+        .iter()
+        .all(|a| a.as_deref() == Some(&first))
+        .then_some(first)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -115,14 +145,20 @@ async fn sentinel_failover_between_containers() {
     let group = Group::start(&network);
     let env = [format!("RATEKEEPER_REDIS__URL={}", group.url())];
     let (rk, app) = ratekeeper(&network, &env).await;
-    exact_again(&app, Instant::now(), Duration::ZERO).await.expect("exact before the kill");
+    exact_again(&app, Instant::now(), Duration::ZERO)
+        .await
+        .expect("exact before the kill");
 
-    let bodies: Vec<Value> = (0..8).map(|_| body(&unique_key("sent"), LOAD_LIMIT)).collect();
+    let bodies: Vec<Value> = (0..8)
+        .map(|_| body(&unique_key("sent"), LOAD_LIMIT))
+        .collect();
     let load = Load::start(app.clone(), bodies, 8, Duration::from_millis(5), 20_000);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let killed = Instant::now();
     let victim = group.primary.name.clone();
-    tokio::task::spawn_blocking(move || support::docker::docker_ok(&["kill", &victim])).await.unwrap();
+    tokio::task::spawn_blocking(move || support::docker::docker_ok(&["kill", &victim]))
+        .await
+        .unwrap();
 
     let names: Vec<String> = group.sentinels.iter().map(|s| s.name.clone()).collect();
     let replica_ip = group.replica_ip.clone();
@@ -138,19 +174,31 @@ async fn sentinel_failover_between_containers() {
     println!(
         "FAULTS sentinel promoted_ms={} exact_ms={} recovered_ms={} last_degraded_ms={} max_latency_ms={} checks={} degraded={}",
         ms(promoted.map(|p| p - killed)),
-        exact.as_ref().map_or("none".into(), |d| d.as_millis().to_string()),
+        exact
+            .as_ref()
+            .map_or("none".into(), |d| d.as_millis().to_string()),
         ms(outage.recovered_after),
         ms(outage.last_degraded_after),
         slowest.as_millis(),
         outage.checks,
         outage.degraded,
     );
-    assert!(promoted.is_some(), "the sentinels did not promote {} within 20 s", group.replica_ip);
+    assert!(
+        promoted.is_some(),
+        "the sentinels did not promote {} within 20 s",
+        group.replica_ip
+    );
     assert_ne!(group.primary_ip, group.replica_ip);
     assert!(outage.degraded > 0, "the kill was felt: {outage:?}");
     assert_bounded(&samples, killed);
     let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
-    assert!(exact <= EXACT_AGAIN_WITHIN, "exact again only {exact:?} after the kill");
+    assert!(
+        exact <= EXACT_AGAIN_WITHIN,
+        "exact again only {exact:?} after the kill"
+    );
     let last = outage.last_degraded_after.unwrap_or_default();
-    assert!(last <= EXACT_AGAIN_WITHIN, "degraded until {last:?} after the kill: {outage:?}");
+    assert!(
+        last <= EXACT_AGAIN_WITHIN,
+        "degraded until {last:?} after the kill: {outage:?}"
+    );
 }

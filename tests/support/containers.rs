@@ -30,7 +30,12 @@ pub fn ratekeeper_image() -> String {
 
 /// A Redis server on `network` (no persistence), with `extra` arguments.
 pub fn redis(what: &str, network: &Network, extra: &[&str]) -> Container {
-    let mut args = vec!["--network", network.name.as_str(), REDIS_IMAGE, "redis-server"];
+    let mut args = vec![
+        "--network",
+        network.name.as_str(),
+        REDIS_IMAGE,
+        "redis-server",
+    ];
     args.extend_from_slice(&["--save", "", "--appendonly", "no"]);
     args.extend_from_slice(extra);
     let container = Container::run(what, &args);
@@ -48,9 +53,11 @@ pub fn cli(container: &Container, port: u16, args: &[&str]) -> String {
 
 /// Waits up to 20 s for `container` to answer PING on `port`.
 pub fn wait_answering(container: &Container, port: u16) {
-    wait(Duration::from_secs(20), &format!("{} answers PING", container.name), || {
-        cli(container, port, &["ping"]) == "PONG"
-    });
+    wait(
+        Duration::from_secs(20),
+        &format!("{} answers PING", container.name),
+        || cli(container, port, &["ping"]) == "PONG",
+    );
 }
 
 /// Polls `done` every 100 ms; panics naming `what` after `limit`.
@@ -117,7 +124,9 @@ pub async fn exact_round(app: &Arc<TestApp>, key: &str) -> Result<(), String> {
     if failed == 0 && degraded == 0 && allowed == EXACT_LIMIT as usize {
         Ok(())
     } else {
-        Err(format!("{allowed} allowed, {degraded} degraded, {failed} not 200"))
+        Err(format!(
+            "{allowed} allowed, {degraded} degraded, {failed} not 200"
+        ))
     }
 }
 
@@ -142,7 +151,11 @@ pub async fn exact_again_on(
 }
 
 /// [`exact_again_on`] any fresh key.
-pub async fn exact_again(app: &Arc<TestApp>, since: Instant, limit: Duration) -> Result<Duration, String> {
+pub async fn exact_again(
+    app: &Arc<TestApp>,
+    since: Instant,
+    limit: Duration,
+) -> Result<Duration, String> {
     exact_again_on(app, || unique_key("exact"), since, limit).await
 }
 
@@ -151,7 +164,12 @@ pub async fn exact_again(app: &Arc<TestApp>, since: Instant, limit: Duration) ->
 pub fn assert_bounded(samples: &[Sample], since: Instant) -> Duration {
     let bound = REDIS_TIMEOUT + SLACK;
     let failed: Vec<_> = samples.iter().filter(|s| s.status != 200).collect();
-    assert!(failed.is_empty(), "{} checks were not answered 200: {:?}", failed.len(), &failed[..failed.len().min(5)]);
+    assert!(
+        failed.is_empty(),
+        "{} checks were not answered 200: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
     let slow: Vec<String> = samples
         .iter()
         .filter(|s| s.latency() > bound)
@@ -169,5 +187,9 @@ pub fn assert_bounded(samples: &[Sample], since: Instant) -> Duration {
         slow.len(),
         samples.len()
     );
-    samples.iter().map(Sample::latency).max().unwrap_or_default()
+    samples
+        .iter()
+        .map(Sample::latency)
+        .max()
+        .unwrap_or_default()
 }
