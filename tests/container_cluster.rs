@@ -19,7 +19,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::containers::{
-    REDIS_IMAGE, assert_bounded, body, cli, exact_again_on, ratekeeper, wait, wait_answering,
+    REDIS_IMAGE, assert_bounded, body, cli, exact_again_on, ratekeeper, redis_at, wait,
+    wait_answering,
 };
 use support::docker::{Container, Network, docker_ok};
 use support::{Load, Outage, ms, unique_key, wait_for};
@@ -81,11 +82,13 @@ fn parse_nodes(text: &str) -> Vec<Node> {
         .collect()
 }
 
-/// `CLUSTER NODES` as the container `name` sees it (empty if it does not
-/// answer). By name, so it can be polled from another thread.
-fn nodes_seen_by(name: &str) -> Vec<Node> {
-    let out = support::docker::docker(&["exec", name, "redis-cli", "cluster", "nodes"]);
-    parse_nodes(&String::from_utf8_lossy(&out.stdout))
+/// `CLUSTER NODES` as the node at `ip` sees it (empty if it does not
+/// answer), asked from the host, so it can be polled under load.
+fn nodes_seen_at(ip: &str) -> Vec<Node> {
+    let reply = redis_at(ip, 6379, &["cluster", "nodes"]);
+    reply
+        .first()
+        .map_or_else(Vec::new, |text| parse_nodes(text))
 }
 
 /// Six nodes in containers, made a cluster of 3 primaries with a replica
@@ -191,7 +194,7 @@ async fn cluster_primary_killed_between_containers() {
     let network = Network::create();
     // Blocking, before anything else runs on the runtime.
     let nodes = start_cluster(&network);
-    let view = nodes_seen_by(&nodes[0].name);
+    let view = nodes_seen_at(&nodes[0].ip(&network));
     let mut primaries: Vec<Node> = view.iter().filter(|n| n.primary).cloned().collect();
     assert_eq!(primaries.len(), PRIMARIES, "{view:#?}");
     // The victim is primaries[0]; the URL names it first, then two others.
@@ -232,11 +235,11 @@ async fn cluster_primary_killed_between_containers() {
         .await
         .unwrap();
 
-    let witness = container_of(&primaries[1].ip).name.clone();
+    let witness = primaries[1].ip.clone();
     let slot = fred::util::redis_keyslot(keys[0].as_bytes());
     let new_owner = replica.ip.clone();
     let promoted = wait_for(Duration::from_secs(30), move || {
-        nodes_seen_by(&witness)
+        nodes_seen_at(&witness)
             .iter()
             .any(|n| n.ip == new_owner && n.serves(slot))
     });

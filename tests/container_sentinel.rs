@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::containers::{
-    REDIS_IMAGE, assert_bounded, body, cli, exact_again, ratekeeper, redis, wait, wait_answering,
+    REDIS_IMAGE, assert_bounded, body, cli, exact_again, ratekeeper, redis, redis_at, wait,
+    wait_answering,
 };
 use support::docker::{Container, Network};
 use support::{Load, Outage, ms, unique_key, wait_for};
@@ -109,26 +110,18 @@ fn sentinel(network: &Network, primary_ip: &str) -> Container {
     container
 }
 
-/// The primary's address according to every sentinel, if they agree.
-fn primary_by_sentinels(sentinels: &[String]) -> Option<String> {
-    let answers: Vec<Option<String>> = sentinels
+/// The primary's address according to every sentinel (at `ips`), if
+/// they agree; asked from the host, so it can be polled under load.
+fn primary_by_sentinels(ips: &[String]) -> Option<String> {
+    let answers: Vec<Option<String>> = ips
         .iter()
-        .map(|name| {
-            let port = SENTINEL_PORT.to_string();
-            let out = support::docker::docker(&[
-                "exec",
-                name,
-                "redis-cli",
-                "-p",
-                &port,
-                "sentinel",
-                "get-master-addr-by-name",
-                SERVICE,
-            ]);
-            String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .next()
-                .map(|l| l.trim().to_string())
+        .map(|ip| {
+            let reply = redis_at(
+                ip,
+                SENTINEL_PORT,
+                &["sentinel", "get-master-addr-by-name", SERVICE],
+            );
+            reply.first().cloned()
         })
         .collect();
     let first = answers.first()?.clone()?;
@@ -160,10 +153,10 @@ async fn sentinel_failover_between_containers() {
         .await
         .unwrap();
 
-    let names: Vec<String> = group.sentinels.iter().map(|s| s.name.clone()).collect();
+    let ips: Vec<String> = group.sentinels.iter().map(|s| s.ip(&network)).collect();
     let replica_ip = group.replica_ip.clone();
     let promoted = wait_for(Duration::from_secs(20), move || {
-        primary_by_sentinels(&names).as_deref() == Some(replica_ip.as_str())
+        primary_by_sentinels(&ips).as_deref() == Some(replica_ip.as_str())
     });
     let exact = exact_again(&app, killed, EXACT_AGAIN_WITHIN + Duration::from_secs(5));
     let (promoted, exact) = tokio::join!(promoted, exact);

@@ -178,7 +178,12 @@ pub fn assert_bounded(samples: &[Sample], since: Instant) -> Duration {
                 || format!("-{}", (since - s.sent).as_millis()),
                 |d| d.as_millis().to_string(),
             );
-            format!("{} ms (sent at {sent} ms)", s.latency().as_millis())
+            format!(
+                "{} ms (key {}, sent at {sent} ms, degraded: {})",
+                s.latency().as_millis(),
+                s.body,
+                s.degraded
+            )
         })
         .collect();
     assert!(
@@ -192,4 +197,68 @@ pub fn assert_bounded(samples: &[Sample], since: Instant) -> Duration {
         .map(Sample::latency)
         .max()
         .unwrap_or_default()
+}
+
+/// Sends one command to the Redis (or sentinel) at `ip:port` straight from
+/// the host (it reaches container addresses on a bridge network); the
+/// reply's strings in order, arrays flattened; empty if no whole reply came
+/// within 1 s. Cheap enough to poll under load, where a `docker exec` per
+/// poll costs the 2-core machine a process each time.
+pub fn redis_at(ip: &str, port: u16, args: &[&str]) -> Vec<String> {
+    use std::io::{Read, Write};
+    let Ok(addr) = format!("{ip}:{port}").parse() else {
+        return Vec::new();
+    };
+    let mut request = format!("*{}\r\n", args.len());
+    for arg in args {
+        request += &format!("${}\r\n{arg}\r\n", arg.len());
+    }
+    let Ok(mut stream) = std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(300))
+    else {
+        return Vec::new();
+    };
+    let deadline = Instant::now() + Duration::from_secs(1);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if stream.write_all(request.as_bytes()).is_err() {
+        return Vec::new();
+    }
+    // Read until the reply is whole: a sentinel has no QUIT to end it with.
+    let (mut reply, mut chunk) = (Vec::new(), [0u8; 4096]);
+    while Instant::now() < deadline {
+        match stream.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+        }
+        let mut items = Vec::new();
+        if parse_resp(&reply, &mut 0, &mut items).is_some() {
+            return items;
+        }
+    }
+    Vec::new()
+}
+
+/// Parses one RESP value of `reply` from `at` into `items` (bulk, simple,
+/// error and integer strings; arrays flattened); `None` while incomplete.
+fn parse_resp(reply: &[u8], at: &mut usize, items: &mut Vec<String>) -> Option<()> {
+    let end = *at + reply.get(*at..)?.windows(2).position(|w| w == b"\r\n")?;
+    let line = String::from_utf8_lossy(&reply[*at..end]).to_string();
+    *at = end + 2;
+    let (kind, rest) = line.split_at_checked(1)?;
+    match kind {
+        "$" => {
+            // $-1, a null, has no body.
+            if let Ok(len) = rest.parse::<usize>() {
+                let bulk = reply.get(*at..*at + len + 2)?;
+                items.push(String::from_utf8_lossy(&bulk[..len]).to_string());
+                *at += len + 2;
+            }
+        }
+        "*" => {
+            for _ in 0..rest.parse::<i64>().unwrap_or(0) {
+                parse_resp(reply, at, items)?;
+            }
+        }
+        _ => items.push(rest.to_string()),
+    }
+    Some(())
 }
