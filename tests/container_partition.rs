@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 use support::containers::{
     REDIS_TIMEOUT, SLACK, assert_bounded, body, exact_again, ratekeeper, redis,
 };
-use support::docker::{Network, docker_ok};
+use support::docker::{Container, Network, docker_ok};
 use support::{Load, Outage, TestApp, ms, unique_key};
 
 /// The bound from the reconnect to exact answers.
@@ -60,8 +60,9 @@ struct During {
     readyz_503_after: Duration,
 }
 
-async fn partition(mode: &str) {
-    let _one = ONE_AT_A_TIME.lock().await;
+/// Redis and ratekeeper (failing `mode`) in containers on a new network,
+/// ratekeeper ready and exact.
+async fn deploy(mode: &str) -> (Network, Container, Container, Arc<TestApp>) {
     let network = Network::create();
     let redis = redis("redis", &network, &[]);
     // By name, through Docker's DNS: a reconnected container may get
@@ -74,7 +75,12 @@ async fn partition(mode: &str) {
     exact_again(&app, Instant::now(), Duration::ZERO)
         .await
         .expect("exact before the partition");
+    (network, redis, rk, app)
+}
 
+async fn partition(mode: &str) {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let (network, redis, rk, app) = deploy(mode).await;
     let bodies: Vec<Value> = (0..KEYS)
         .map(|_| body(&unique_key("part"), LOAD_LIMIT))
         .collect();
