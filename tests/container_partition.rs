@@ -27,7 +27,15 @@ use support::containers::{
 use support::docker::{Container, Network, docker_ok};
 use support::{Load, Outage, TestApp, ms, unique_key};
 
-/// The bound from the reconnect to exact answers.
+/// The bound from the reconnect to exact answers. Measured: about
+/// 0.3 s, and 1.1 to 1.4 s in about one run in ten. The slow ones do not
+/// look like ratekeeper's doing: right after `docker network connect`
+/// returns, the first SYN of a new connection is sometimes lost (a plain
+/// `redis-cli ping` from a third container then takes 1.05 s, TCP's
+/// initial retransmission timeout). In ratekeeper's log of such a run, a
+/// trial check 0.9 s after the reconnect still timed out and Redis was
+/// "back" at 1.3 s: one reconnect attempt lost, probably to that (its
+/// connect timeout is 500 ms, the backoff up to 500 ms more).
 const EXACT_AGAIN_WITHIN: Duration = Duration::from_secs(2);
 /// How long the partition lasts: long enough for the breaker to open
 /// (5 timeouts) and for a silent connection to be replaced.
@@ -137,7 +145,8 @@ async fn partition(mode: &str) {
     let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
     assert!(
         exact <= EXACT_AGAIN_WITHIN,
-        "exact again only {exact:?} after the reconnect"
+        "exact again only {exact:?} after the reconnect; its log:\n{}",
+        rk.logs()
     );
     let last = after.last_degraded_after.unwrap_or_default();
     assert!(

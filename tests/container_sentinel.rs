@@ -187,7 +187,8 @@ async fn sentinel_failover_between_containers() {
     let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
     assert!(
         exact <= EXACT_AGAIN_WITHIN,
-        "exact again only {exact:?} after the kill"
+        "exact again only {exact:?} after the kill; its log:\n{}",
+        rk.logs()
     );
     let last = outage.last_degraded_after.unwrap_or_default();
     assert!(
