@@ -15,6 +15,7 @@ pub mod binary;
 pub mod blackhole;
 mod cluster;
 pub mod compose;
+pub mod containers;
 pub mod docker;
 pub mod invalidation;
 mod load;
