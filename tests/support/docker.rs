@@ -202,6 +202,10 @@ impl Container {
     /// `docker run -d --name <unique> ARGS` (ARGS end with the image and
     /// its command).
     pub fn run(what: &str, args: &[&str]) -> Container {
+        // Every image a test runs is [`IMAGE`] or a stand-in (Redis): on a
+        // machine that never built them, the first container would
+        // otherwise be looked for on a registry.
+        image();
         let name = unique_name(what);
         let label = label();
         let mut all = vec!["run", "-d", "--name", &name, "--label", &label];
