@@ -121,13 +121,24 @@ async fn with_every_connection_taken_the_probes_still_answer() {
         let answer = support::raw_http(&app.base[7..], "GET", path, "");
         assert!(matches!(answer, Ok((200, _))), "{path}: {answer:?}");
     }
-    let (status, metrics) = support::raw_http(&app.base[7..], "GET", "/metrics", "").unwrap();
-    assert_eq!(status, 200);
+    // The held 8 and the one asking: once the probes' own connections,
+    // closed as they were answered, are no longer counted (on a loaded
+    // machine the server may see their close a moment after the client).
+    let mut open = Vec::new();
+    for _ in 0..20 {
+        let (status, metrics) = support::raw_http(&app.base[7..], "GET", "/metrics", "").unwrap();
+        assert_eq!(status, 200);
+        open.push(metric(&metrics, "ratekeeper_connections"));
+        if open.last() == Some(&9.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(open.last(), Some(&9.0), "{open:?}");
     // Everything else is refused there, as beyond the cap.
     let (status, refused) = support::raw_http(&app.base[7..], "POST", "/v1/check", PLAIN).unwrap();
     assert_eq!(status, 503, "{refused}");
     assert!(refused.contains("\"overloaded\""), "{refused}");
-    assert_eq!(metric(&metrics, "ratekeeper_connections"), 9.0);
 
     // The reserve is bounded too: with it taken, probes are refused.
     let _reserve = hold(&app, 16);
