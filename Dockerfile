@@ -20,9 +20,13 @@ RUN mkdir src \
  && touch src/lib.rs \
  && cargo build --release --locked --bin ratekeeper \
  && rm -rf src
+COPY build.rs ./
 COPY src ./src
 COPY lua ./lua
 COPY config ./config
+# The commit for ratekeeper_build_info (this build has no .git):
+#   docker build --build-arg RATEKEEPER_REVISION=$(git rev-parse --short=12 HEAD) -t ratekeeper .
+ARG RATEKEEPER_REVISION=unknown
 # COPY keeps the files' own mtimes, which can be older than the placeholder
 # build above: touch the crate roots so cargo rebuilds ratekeeper for real.
 RUN touch src/main.rs src/lib.rs \

@@ -18,6 +18,7 @@ mod auth;
 mod listeners;
 mod record;
 mod rls;
+mod series;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
 pub use listeners::{ListenerMetrics, Listeners, TimedOut};
@@ -354,6 +355,7 @@ impl Metrics {
             Box::new(waiters.clone()),
             Box::new(wait_rejected.clone()),
             Box::new(wait_duration.clone()),
+            Box::new(series::build_info()),
         ]
         .into_iter()
         .chain(auth_vecs)
@@ -371,7 +373,7 @@ impl Metrics {
             ))
             .expect("process metrics register once");
 
-        Metrics {
+        let metrics = Metrics {
             registry,
             checks,
             inline_checks: Box::new(std::array::from_fn(|_| {
@@ -414,7 +416,9 @@ impl Metrics {
             waiters,
             wait_rejected,
             wait_duration,
-        }
+        };
+        metrics.zero_fixed_series();
+        metrics
     }
 }
 

@@ -215,6 +215,7 @@ impl Reloader {
         let n = set.len();
         let sha = set.sha256.clone();
         let at = set.loaded_at.unwrap_or_else(SystemTime::now);
+        self.metrics.policy_series(&set);
         self.policies.store(Arc::new(set));
         self.metrics.policy_reloads_ok.inc();
         self.metrics.policies_loaded.set(n as i64);
