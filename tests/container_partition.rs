@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 use support::containers::{
-    REDIS_TIMEOUT, SLACK, assert_bounded, body, exact_again, ratekeeper, redis,
+    REDIS_TIMEOUT, SLACK, assert_bounded, assert_exact_again, body, exact_again, ratekeeper, redis,
 };
 use support::docker::{Container, Network, docker_ok};
 use support::{Load, Outage, TestApp, ms, unique_key};
@@ -122,9 +122,7 @@ async fn partition(mode: &str) {
         took.as_millis(),
         during.readyz_503_after.as_millis(),
         rejoin_took.as_millis(),
-        exact
-            .as_ref()
-            .map_or("none".into(), |d| d.as_millis().to_string()),
+        ms(exact.as_ref().ok().copied()),
         ms(after.last_degraded_after),
         slowest.as_millis(),
         outage.checks,
@@ -142,17 +140,7 @@ async fn partition(mode: &str) {
         partitioned.iter().all(|s| s.degraded),
         "answered by the failure mode throughout"
     );
-    let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
-    assert!(
-        exact <= EXACT_AGAIN_WITHIN,
-        "exact again only {exact:?} after the reconnect; its log:\n{}",
-        rk.logs()
-    );
-    let last = after.last_degraded_after.unwrap_or_default();
-    assert!(
-        last <= EXACT_AGAIN_WITHIN,
-        "degraded until {last:?} after the reconnect: {after:?}"
-    );
+    assert_exact_again(exact, &after, EXACT_AGAIN_WITHIN, "the reconnect", &rk);
     wait_ready(&app, EXACT_AGAIN_WITHIN).await;
 }
 

@@ -94,8 +94,13 @@ fn every_alert_fires_on_failure_and_stays_quiet_when_healthy() {
     }
     let alerts = rules("deploy/prometheus/alerts.yml");
     assert!(alerts.len() >= 10, "{} alerts", alerts.len());
+    let docs = std::fs::read_to_string(root().join("docs/observability.md")).unwrap();
     for alert in &alerts {
         let name = alert["alert"].as_str().unwrap();
+        assert!(
+            docs.contains(&format!("| `{name}` |")),
+            "docs/observability.md does not list {name}"
+        );
         assert!(fired.contains(name), "no test fires {name}");
         assert!(quiet.contains(name), "no test keeps {name} quiet");
         let runbook = alert["annotations"]["runbook"].as_str().unwrap_or_default();

@@ -26,6 +26,8 @@ pub struct RedisCluster {
 #[derive(Debug, Clone)]
 pub struct NodeInfo {
     pub id: String,
+    /// The address it announces (a container's IP, or 127.0.0.1).
+    pub host: String,
     pub port: u16,
     pub primary: bool,
     pub failed: bool,
@@ -176,9 +178,7 @@ impl RedisCluster {
     pub fn owner_among(ports: &[u16], slot: u16) -> Option<u16> {
         nodes_info_among(ports)
             .into_iter()
-            .find(|n| {
-                n.primary && !n.failed && n.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
-            })
+            .find(|n| n.serves(slot))
             .map(|n| n.port)
     }
 
@@ -214,15 +214,25 @@ fn nodes_info_among(ports: &[u16]) -> Vec<NodeInfo> {
         .map_or_else(Vec::new, |text| parse_nodes(&text))
 }
 
-fn parse_nodes(text: &str) -> Vec<NodeInfo> {
+impl NodeInfo {
+    /// Whether this node, a live primary, owns `slot`.
+    pub fn serves(&self, slot: u16) -> bool {
+        self.primary && !self.failed && self.slots.iter().any(|&(a, b)| (a..=b).contains(&slot))
+    }
+}
+
+/// The reply of `CLUSTER NODES`, a node per line.
+pub fn parse_nodes(text: &str) -> Vec<NodeInfo> {
     text.lines()
         .filter_map(|line| {
             let fields: Vec<&str> = line.split_whitespace().collect();
             if fields.len() < 8 {
                 return None;
             }
-            let address = fields[1].split('@').next()?;
-            let port = address.rsplit(':').next()?.parse().ok()?;
+            // host:port@cport[,hostname]
+            let address = fields[1].split(['@', ',']).next()?;
+            let (host, port) = address.rsplit_once(':')?;
+            let port = port.parse().ok()?;
             let flags = fields[2];
             let slots = fields[8..]
                 .iter()
@@ -234,6 +244,7 @@ fn parse_nodes(text: &str) -> Vec<NodeInfo> {
                 .collect();
             Some(NodeInfo {
                 id: fields[0].to_string(),
+                host: host.to_string(),
                 port,
                 primary: flags.contains("master"),
                 failed: flags.contains("fail"),

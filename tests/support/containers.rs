@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use super::docker::{Container, Network, docker_ok, image, serving};
-use super::{Sample, TestApp, unique_key};
+use super::{Outage, Sample, TestApp, unique_key};
 
 /// The Redis stand-in image (tests/docker/redis.Dockerfile).
 pub const REDIS_IMAGE: &str = "redis:7.2-alpine";
@@ -261,4 +261,27 @@ fn parse_resp(reply: &[u8], at: &mut usize, items: &mut Vec<String>) -> Option<(
         _ => items.push(rest.to_string()),
     }
     Some(())
+}
+
+/// After a fault ended (or a failover began) at `since`: the exactness
+/// rounds found exact answers, and the load's last degraded answer came,
+/// both within `within`; `rk`'s log is shown if not.
+pub fn assert_exact_again(
+    exact: Result<Duration, String>,
+    outage: &Outage,
+    within: Duration,
+    since: &str,
+    rk: &Container,
+) {
+    let exact = exact.unwrap_or_else(|e| panic!("{e}\n{}", rk.logs()));
+    assert!(
+        exact <= within,
+        "exact again only {exact:?} after {since}; its log:\n{}",
+        rk.logs()
+    );
+    let last = outage.last_degraded_after.unwrap_or_default();
+    assert!(
+        last <= within,
+        "degraded until {last:?} after {since}: {outage:?}"
+    );
 }

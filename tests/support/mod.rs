@@ -26,7 +26,7 @@ pub mod stores;
 pub mod venv;
 
 pub use app::{TestApp, settings};
-pub use cluster::RedisCluster;
+pub use cluster::{NodeInfo, RedisCluster, parse_nodes};
 pub use load::{
     Load, Outage, Sample, assert_answered_throughout, cached_scripts, failover_reconnect_max_delay,
     ms, wait_for,
