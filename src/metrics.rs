@@ -7,8 +7,7 @@
 use std::sync::OnceLock;
 
 use prometheus::{
-    Gauge, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
-    Registry,
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
 };
 
 use crate::domain::{Algorithm, FailureMode};
@@ -17,11 +16,13 @@ use crate::limiter::breaker::State as BreakerState;
 mod auth;
 mod listeners;
 mod record;
+mod reloads;
 mod rls;
 mod series;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
 pub use listeners::{ListenerMetrics, Listeners, TimedOut};
+pub use reloads::{ReloadMetrics, Reloads};
 pub use rls::RlsRequestError;
 use rls::rls_metrics;
 
@@ -50,11 +51,11 @@ pub struct Metrics {
     inline_checks: Box<[[[OnceLock<IntCounter>; 3]; Algorithm::ALL.len()]; POSITIONS.len()]>,
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
     degraded: [IntCounter; FailureMode::ALL.len()],
-    backend_errors: IntCounterVec,
+    store_errors: IntCounterVec,
     /// `ratekeeper_adjustments_total{op, result}`: resets and refunds.
     adjustments: IntCounterVec,
     pub check_duration: Histogram,
-    pub backend_duration: Histogram,
+    pub store_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
     /// Keys the embedded store evicted before their reset (synced when
@@ -63,6 +64,8 @@ pub struct Metrics {
     /// Serialises the scrape-time syncs of counters the store keeps itself.
     store_counters_sync: std::sync::Mutex<()>,
     pub redis_connections_replaced: IntCounter,
+    /// Redis script calls made for checks (synced when /metrics is read).
+    redis_check_calls: IntCounter,
     /// Checks answered by the local deny cache, without a store call.
     pub deny_cache_hits: IntCounter,
     /// `ratekeeper_invalidations_sent_total{result="ok"|"error"}`: ok when
@@ -84,32 +87,18 @@ pub struct Metrics {
     breaker_state: [IntGauge; 3],
     /// Times a circuit breaker opened.
     pub breaker_opened: IntCounter,
-    /// Open client connections, and those refused over `server.max_connections`.
-    pub connections: IntGauge,
-    pub connections_refused: IntCounter,
-    /// Both listeners' connection metrics (the HTTP one's `open` and
-    /// `refused` are the two above).
+    /// Both listeners' connection metrics.
     pub listeners: Listeners,
-    /// `ratekeeper_policy_reloads_total{result="ok"}` and `{result="error"}`.
-    pub policy_reloads_ok: IntCounter,
-    pub policy_reloads_error: IntCounter,
-    /// Policies in force, and when they were last (re)loaded (Unix seconds).
+    /// Loads of the policies file, `rls.config` and the tokens file.
+    pub reloads: Reloads,
+    /// Policies in force.
     pub policies_loaded: IntGauge,
-    pub policy_last_reload: Gauge,
-    /// `ratekeeper_rls_config_reloads_total{result="ok"|"error"}`, the RLS
-    /// domains in force, and when `rls.config` was last (re)loaded.
-    pub rls_reloads_ok: IntCounter,
-    pub rls_reloads_error: IntCounter,
+    /// RLS domains in force.
     pub rls_domains_loaded: IntGauge,
-    pub rls_last_reload: Gauge,
-    /// `ratekeeper_rls_request_errors_total{reason}`, indexed by
-    /// [`RlsRequestError`].
-    rls_request_errors: [IntCounter; 5],
+    /// The RLS calls' counts, by answer and by error.
+    rls: rls::RlsMetrics,
     /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
     auth_failures: [IntCounter; 4],
-    /// `ratekeeper_auth_reloads_total{result="ok"|"error"}`.
-    pub auth_reloads_ok: IntCounter,
-    pub auth_reloads_error: IntCounter,
     /// `ratekeeper_auth_tokens{scope}`: tokens in force per scope.
     auth_tokens: [IntGauge; 2],
     /// Checks waiting for their retry (`wait_ms`) now.
@@ -149,9 +138,9 @@ impl Metrics {
         )
         .expect("valid metric");
         let degraded = FailureMode::ALL.map(|m| degraded_vec.with_label_values(&[m.as_str()]));
-        let backend_errors = IntCounterVec::new(
+        let store_errors = IntCounterVec::new(
             Opts::new(
-                "ratekeeper_backend_errors_total",
+                "ratekeeper_store_errors_total",
                 "Store errors by kind: timeout, unavailable (connection or server not ready), auth (credentials or permissions refused), backend (script or reply error).",
             ),
             &["kind"],
@@ -173,9 +162,9 @@ impl Metrics {
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
         .expect("valid metric");
-        let backend_duration = Histogram::with_opts(
+        let store_duration = Histogram::with_opts(
             HistogramOpts::new(
-                "ratekeeper_backend_duration_seconds",
+                "ratekeeper_store_duration_seconds",
                 "Time of one store call (the Redis round trip, or the in-memory decision).",
             )
             .buckets(LATENCY_BUCKETS.to_vec()),
@@ -196,6 +185,13 @@ impl Metrics {
             "Redis connections replaced because they stopped answering (a call timed out and a \
              PING on the same connection got no reply within redis.unresponsive_timeout): a \
              silently dead path, or a frozen Redis.",
+        )
+        .expect("valid metric");
+        let redis_check_calls = IntCounter::new(
+            "ratekeeper_redis_check_calls_total",
+            "Redis script calls that decided checks: one per check sent alone, one per \
+             micro-batch of checks. ratekeeper_store_duration_seconds_count over this is the \
+             mean number of checks a call carried.",
         )
         .expect("valid metric");
         let deny_cache_hits = IntCounter::new(
@@ -252,61 +248,20 @@ impl Metrics {
             "Times a circuit breaker opened after a sustained store failure.",
         )
         .expect("valid metric");
-        let connections = IntGauge::new(
-            "ratekeeper_connections",
-            "Open client connections (server.max_connections bounds it).",
-        )
-        .expect("valid metric");
-        let connections_refused = IntCounter::new(
-            "ratekeeper_connections_refused_total",
-            "Connections refused with a canned 503 because server.max_connections were open.",
-        )
-        .expect("valid metric");
-        let policy_reloads = IntCounterVec::new(
-            Opts::new(
-                "ratekeeper_policy_reloads_total",
-                "Loads of the policies file (the first at startup counts), by result: ok, or error (the file was rejected whole and the policies in force stayed).",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let policy_reloads_ok = policy_reloads.with_label_values(&["ok"]);
-        let policy_reloads_error = policy_reloads.with_label_values(&["error"]);
         let policies_loaded = IntGauge::new(
             "ratekeeper_policies_loaded",
             "Policies in force, from the last good load of the policies file.",
         )
         .expect("valid metric");
-        let policy_last_reload = Gauge::new(
-            "ratekeeper_policy_last_reload_timestamp_seconds",
-            "Unix time of the last good load of the policies file; 0 before any.",
-        )
-        .expect("valid metric");
-        let rls_reloads = IntCounterVec::new(
-            Opts::new(
-                "ratekeeper_rls_config_reloads_total",
-                "Loads of rls.config (the first at startup counts), by result: ok, or error (the new version was rejected whole and the one in force stayed).",
-            ),
-            &["result"],
-        )
-        .expect("valid metric");
-        let rls_reloads_ok = rls_reloads.with_label_values(&["ok"]);
-        let rls_reloads_error = rls_reloads.with_label_values(&["error"]);
         let rls_domains_loaded = IntGauge::new(
             "ratekeeper_rls_domains_loaded",
             "RLS domains in force, from the last good load of rls.config.",
         )
         .expect("valid metric");
-        let rls_last_reload = Gauge::new(
-            "ratekeeper_rls_config_last_reload_timestamp_seconds",
-            "Unix time of the last good load of rls.config; 0 before any.",
-        )
-        .expect("valid metric");
-        let (auth_vecs, auth_failures, auth_reloads_ok, auth_reloads_error, auth_tokens) =
-            auth_metrics();
-        let (rls_vecs, rls_request_errors) = rls_metrics();
-        let (listener_vecs, listeners) =
-            listeners::listener_metrics(connections.clone(), connections_refused.clone());
+        let (auth_vecs, auth_failures, auth_tokens) = auth_metrics();
+        let (reload_vecs, reloads) = reloads::reload_metrics();
+        let (rls_vecs, rls) = rls_metrics();
+        let (listener_vecs, listeners) = listeners::listener_metrics();
         let waiters = IntGauge::new(
             "ratekeeper_waiters",
             "Checks waiting for their retry_after (wait_ms) now; limits.max_waiters bounds it.",
@@ -329,10 +284,10 @@ impl Metrics {
         for collector in [
             Box::new(checks.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(degraded_vec),
-            Box::new(backend_errors.clone()),
+            Box::new(store_errors.clone()),
             Box::new(adjustments.clone()),
             Box::new(check_duration.clone()),
-            Box::new(backend_duration.clone()),
+            Box::new(store_duration.clone()),
             Box::new(deny_cache_hits.clone()),
             Box::new(invalidations_sent),
             Box::new(invalidations_received.clone()),
@@ -341,17 +296,12 @@ impl Metrics {
             Box::new(store_keys.clone()),
             Box::new(store_evictions.clone()),
             Box::new(redis_connections_replaced.clone()),
+            Box::new(redis_check_calls.clone()),
             Box::new(store_up.clone()),
             Box::new(breaker_vec),
             Box::new(breaker_opened.clone()),
-            Box::new(connections.clone()),
-            Box::new(connections_refused.clone()),
-            Box::new(policy_reloads),
             Box::new(policies_loaded.clone()),
-            Box::new(policy_last_reload.clone()),
-            Box::new(rls_reloads),
             Box::new(rls_domains_loaded.clone()),
-            Box::new(rls_last_reload.clone()),
             Box::new(waiters.clone()),
             Box::new(wait_rejected.clone()),
             Box::new(wait_duration.clone()),
@@ -361,6 +311,7 @@ impl Metrics {
         .chain(auth_vecs)
         .chain(rls_vecs)
         .chain(listener_vecs)
+        .chain(reload_vecs)
         {
             registry
                 .register(collector)
@@ -380,10 +331,10 @@ impl Metrics {
                 std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new()))
             })),
             degraded,
-            backend_errors,
+            store_errors,
             adjustments,
             check_duration,
-            backend_duration,
+            store_duration,
             deny_cache_hits,
             invalidations_sent_ok,
             invalidations_sent_error,
@@ -394,24 +345,16 @@ impl Metrics {
             store_evictions,
             store_counters_sync: std::sync::Mutex::new(()),
             redis_connections_replaced,
+            redis_check_calls,
             store_up,
             breaker_state,
             breaker_opened,
-            connections,
-            connections_refused,
             listeners,
-            policy_reloads_ok,
-            policy_reloads_error,
+            reloads,
             policies_loaded,
-            policy_last_reload,
-            rls_reloads_ok,
-            rls_reloads_error,
             rls_domains_loaded,
-            rls_last_reload,
-            rls_request_errors,
+            rls,
             auth_failures,
-            auth_reloads_ok,
-            auth_reloads_error,
             auth_tokens,
             waiters,
             wait_rejected,

@@ -223,7 +223,8 @@ impl Reloader {
         let loaded = read(&self.path).and_then(|(text, exposure)| {
             Ok((parse(&self.path, &text)?, exposure, fingerprint(&text)))
         });
-        let (set, exposure, sha) = loaded.inspect_err(|_| self.metrics.auth_reloads_error.inc())?;
+        let (set, exposure, sha) =
+            loaded.inspect_err(|_| self.metrics.reloads.tokens.error.inc())?;
         self.lock().in_force = Some(sha);
         Ok(self.install(set, exposure))
     }
@@ -260,7 +261,7 @@ impl Reloader {
             }
             Err(e) => {
                 seen.rejected = Some(version);
-                self.metrics.auth_reloads_error.inc();
+                self.metrics.reloads.tokens.error.inc();
                 error!(
                     file = %self.path.display(),
                     "tokens file rejected; the tokens in force stay: {e}"
@@ -279,7 +280,10 @@ impl Reloader {
         let n = set.len();
         let (check, admin) = (set.count(Scope::Check), set.count(Scope::Admin));
         self.tokens.store(Arc::new(set));
-        self.metrics.auth_reloads_ok.inc();
+        self.metrics
+            .reloads
+            .tokens
+            .loaded(std::time::SystemTime::now());
         self.metrics.set_tokens_loaded(check, admin);
         info!(
             file = %self.path.display(),

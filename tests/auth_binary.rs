@@ -287,7 +287,7 @@ fn reload_bad_files(
 ) -> Vec<String> {
     let mut seen = Vec::new();
     std::fs::write(file, format!("write {admin}\ncheck {check}\n")).unwrap();
-    let errors = |n| format!(r#"ratekeeper_auth_reloads_total{{result="error"}} {n}"#);
+    let errors = |n| format!(r#"ratekeeper_reloads_total{{file="tokens",result="error"}} {n}"#);
     wait_metric(service, admin, &errors(1), &mut seen);
     std::fs::write(file, format!("check {check} {admin}\n")).unwrap();
     wait_metric(service, admin, &errors(2), &mut seen);
@@ -298,7 +298,7 @@ fn reload_bad_files(
     ));
     wait_metric(service, check, &errors(3), &mut seen);
     std::fs::write(file, format!("# fixed\n{good}")).unwrap();
-    let ok = r#"ratekeeper_auth_reloads_total{result="ok"} 2"#;
+    let ok = r#"ratekeeper_reloads_total{file="tokens",result="ok"} 2"#;
     wait_metric(service, check, ok, &mut seen);
     let last = seen.last().unwrap();
     for reason in ["missing", "invalid", "scope"] {

@@ -177,7 +177,7 @@ async fn each_route_by_scope() {
         r#"ratekeeper_auth_failures_total{reason="malformed"} 0"#,
         r#"ratekeeper_auth_tokens{scope="check"} 2"#,
         r#"ratekeeper_auth_tokens{scope="admin"} 1"#,
-        r#"ratekeeper_auth_reloads_total{result="ok"} 1"#,
+        r#"ratekeeper_reloads_total{file="tokens",result="ok"} 1"#,
     ] {
         assert!(metrics.contains(line), "{line} not in\n{metrics}");
     }
@@ -258,7 +258,7 @@ async fn reload_adds_and_revokes_and_keeps_a_bad_file_out() {
     {
         std::fs::write(&file, bad).unwrap();
         let want = format!(
-            r#"ratekeeper_auth_reloads_total{{result="error"}} {}"#,
+            r#"ratekeeper_reloads_total{{file="tokens",result="error"}} {}"#,
             n + 1
         );
         let deadline = Instant::now() + Duration::from_secs(2);

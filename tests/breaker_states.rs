@@ -118,7 +118,7 @@ async fn refused_credentials_say_so_in_readiness_without_the_reply() {
     assert!(
         metrics
             .render()
-            .contains("ratekeeper_backend_errors_total{kind=\"auth\"} 1")
+            .contains("ratekeeper_store_errors_total{kind=\"auth\"} 1")
     );
     // Checks are answered by policy and open the breaker like an outage.
     store.set_down(0, true);

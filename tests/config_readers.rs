@@ -64,7 +64,7 @@ async fn wait_for(addr: &str, series: &str, want: f64, what: &str) {
 
 #[tokio::test]
 async fn a_fifo_in_the_rls_directory_is_refused_and_reloads_go_on() {
-    const ERRORS: &str = "ratekeeper_rls_config_reloads_total{result=\"error\"}";
+    const ERRORS: &str = "ratekeeper_reloads_total{file=\"rls\",result=\"error\"}";
     const DOMAINS: &str = "ratekeeper_rls_domains_loaded";
     let dir = fresh_dir("readers-rls-dir-fifo");
     std::fs::write(dir.join("edge.yaml"), DOMAIN).unwrap();

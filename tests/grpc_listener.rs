@@ -136,8 +136,11 @@ async fn a_flood_of_idle_grpc_connections_leaves_the_http_api_and_reloads_workin
         std::thread::sleep(Duration::from_millis(100));
     }
 
-    let open = metric(&served, "ratekeeper_grpc_connections");
-    let refused = metric(&served, "ratekeeper_grpc_connections_refused_total");
+    let open = metric(&served, "ratekeeper_connections{listener=\"grpc\"}");
+    let refused = metric(
+        &served,
+        "ratekeeper_connections_refused_total{listener=\"grpc\"}",
+    );
     assert!(open >= 1.0 && open < f64::from(NOFILE), "open: {open}");
     assert!(
         refused >= held.len() as f64 - open,
@@ -266,7 +269,7 @@ async fn connections_without_a_call_and_idle_ones_are_closed_and_counted() {
     }
     // The GOAWAY ends the idle connection, well before the forced close.
     let deadline = Instant::now() + Duration::from_secs(4);
-    while metric(&served, "ratekeeper_grpc_connections") > 0.0 {
+    while metric(&served, "ratekeeper_connections{listener=\"grpc\"}") > 0.0 {
         assert!(
             Instant::now() < deadline,
             "the idle connection outlived its GOAWAY"

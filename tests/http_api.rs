@@ -319,7 +319,7 @@ async fn health_readiness_metrics_and_docs() {
         "ratekeeper_checks_total{algorithm=\"gcra\",decision=\"denied\",limit=\"0\",policy=\"inline\"} 1",
         "ratekeeper_degraded_total{failure_mode=\"open\"} 0",
         "ratekeeper_check_duration_seconds_count 2",
-        "ratekeeper_backend_duration_seconds_count 2",
+        "ratekeeper_store_duration_seconds_count 2",
         "ratekeeper_store_up 1",
         "process_resident_memory_bytes",
     ] {

@@ -271,7 +271,7 @@ fn updates_reach_the_running_pod(pod: &Pod, http: &str, admin: &str) {
         policies_sha(http, admin) == sha
     });
     pod.update("tokens", pod.files("tokens"));
-    let refused = "ratekeeper_auth_reloads_total{result=\"error\"}";
+    let refused = "ratekeeper_reloads_total{file=\"tokens\",result=\"error\"}";
     support::wait_until(limit, "the placeholder version refused", || {
         metric(http, refused) >= 1.0
     });

@@ -44,7 +44,7 @@ fn series_exist_at_zero_before_their_first_event() {
     assert_eq!(value(&text, &info), Some(1.0), "{info} in:\n{text}");
 
     for kind in ["timeout", "unavailable", "auth", "backend"] {
-        let series = format!("ratekeeper_backend_errors_total{{kind=\"{kind}\"}}");
+        let series = format!("ratekeeper_store_errors_total{{kind=\"{kind}\"}}");
         assert_eq!(value(&text, &series), Some(0.0), "{series}");
     }
     for op in ["reset", "refund"] {

@@ -154,7 +154,9 @@ async fn sighup_reloads() {
             .await
             .unwrap();
         text.lines()
-            .find_map(|l| l.strip_prefix("ratekeeper_policy_reloads_total{result=\"ok\"} "))
+            .find_map(|l| {
+                l.strip_prefix("ratekeeper_reloads_total{file=\"policies\",result=\"ok\"} ")
+            })
             .map_or(0.0, |v| v.parse::<f64>().unwrap())
     };
     assert_eq!(sha().await, sha256_hex(v1.as_bytes()));

@@ -77,8 +77,8 @@ async fn metric(app: &TestApp, series: &str) -> f64 {
         .map_or(0.0, |v| v.parse().unwrap())
 }
 
-const OK: &str = "ratekeeper_policy_reloads_total{result=\"ok\"}";
-const ERROR: &str = "ratekeeper_policy_reloads_total{result=\"error\"}";
+const OK: &str = "ratekeeper_reloads_total{file=\"policies\",result=\"ok\"}";
+const ERROR: &str = "ratekeeper_reloads_total{file=\"policies\",result=\"error\"}";
 
 #[tokio::test]
 async fn an_edit_in_place_is_seen() {
@@ -142,7 +142,11 @@ async fn an_invalid_file_is_kept_out_and_counted() {
     // The startup load counts as a good reload and sets both gauges.
     assert_eq!(metric(&app, OK).await, 1.0);
     assert_eq!(metric(&app, "ratekeeper_policies_loaded").await, 1.0);
-    let first = metric(&app, "ratekeeper_policy_last_reload_timestamp_seconds").await;
+    let first = metric(
+        &app,
+        "ratekeeper_last_reload_timestamp_seconds{file=\"policies\"}",
+    )
+    .await;
     assert!(first > 1.7e9, "{first}");
 
     let bad = V2.replace("limit = 5", "limit = 0");
@@ -164,7 +168,11 @@ async fn an_invalid_file_is_kept_out_and_counted() {
     assert_eq!(metric(&app, OK).await, 2.0);
     assert_eq!(metric(&app, ERROR).await, 1.0);
     assert_eq!(metric(&app, "ratekeeper_policies_loaded").await, 2.0);
-    let second = metric(&app, "ratekeeper_policy_last_reload_timestamp_seconds").await;
+    let second = metric(
+        &app,
+        "ratekeeper_last_reload_timestamp_seconds{file=\"policies\"}",
+    )
+    .await;
     assert!(second >= first, "{second} < {first}");
 }
 

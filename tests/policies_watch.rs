@@ -33,7 +33,7 @@ const V3: &str = r#"[policies.search]
 limits = [{ name = "second", algorithm = "gcra", limit = 50, window = 1 }]
 "#;
 
-const ERROR: &str = "ratekeeper_policy_reloads_total{result=\"error\"}";
+const ERROR: &str = "ratekeeper_reloads_total{file=\"policies\",result=\"error\"}";
 
 async fn spawn(path: &Path) -> TestApp {
     let mut settings = settings(None);

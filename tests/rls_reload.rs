@@ -18,7 +18,7 @@ use rls_support::{CONFIG, Rls, config_file, desc, request, rls_settings, start};
 
 /// Every change must be in force this soon after it is written.
 const WITHIN: Duration = Duration::from_secs(2);
-const ERROR: &str = "ratekeeper_rls_config_reloads_total{result=\"error\"}";
+const ERROR: &str = "ratekeeper_reloads_total{file=\"rls\",result=\"error\"}";
 
 /// One domain whose `global` key allows `n` an hour.
 fn domain(name: &str, n: u32) -> String {
@@ -175,9 +175,16 @@ async fn a_directory_sees_files_added_edited_and_moved_over() {
     wait_for(&rls, "edge", 7, "a file moved over").await;
     assert_eq!(limit(&rls, "api", "global").await, Some(8));
     assert_eq!(metric(&rls, "ratekeeper_rls_domains_loaded").await, 2.0);
-    let ok = "ratekeeper_rls_config_reloads_total{result=\"ok\"}";
+    let ok = "ratekeeper_reloads_total{file=\"rls\",result=\"ok\"}";
     assert!(metric(&rls, ok).await >= 4.0, "startup and three changes");
-    assert!(metric(&rls, "ratekeeper_rls_config_last_reload_timestamp_seconds").await > 0.0);
+    assert!(
+        metric(
+            &rls,
+            "ratekeeper_last_reload_timestamp_seconds{file=\"rls\"}"
+        )
+        .await
+            > 0.0
+    );
 }
 
 /// What kubelet does on a ConfigMap update: the files are links through

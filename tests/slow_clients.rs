@@ -261,7 +261,7 @@ async fn open_connections(app: &TestApp) -> i64 {
     let (status, text) = read_response(&mut stream).await.expect("a /metrics answer");
     assert_eq!(status, 200, "{text}");
     text.lines()
-        .find_map(|l| l.strip_prefix("ratekeeper_connections "))
+        .find_map(|l| l.strip_prefix("ratekeeper_connections{listener=\"http\"} "))
         .expect("ratekeeper_connections in /metrics")
         .parse()
         .unwrap()
@@ -421,13 +421,13 @@ async fn connections_beyond_the_limit_are_refused_while_existing_ones_are_served
     // deadline has not closed yet.
     let open: u32 = text
         .lines()
-        .find_map(|l| l.strip_prefix("ratekeeper_connections "))
+        .find_map(|l| l.strip_prefix("ratekeeper_connections{listener=\"http\"} "))
         .unwrap()
         .parse()
         .unwrap();
     assert!((4..=20).contains(&open), "{text}");
     assert!(
-        text.contains("ratekeeper_connections_refused_total 3"),
+        text.contains("ratekeeper_connections_refused_total{listener=\"http\"} 3"),
         "{text}"
     );
 

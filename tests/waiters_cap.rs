@@ -79,7 +79,10 @@ async fn waiters_at_their_cap_leave_connections_for_probes_and_plain_checks() {
         .unwrap()
         .1;
     let at_once = metric(&text, "ratekeeper_wait_rejected_total");
-    let refused = metric(&text, "ratekeeper_connections_refused_total");
+    let refused = metric(
+        &text,
+        "ratekeeper_connections_refused_total{listener=\"http\"}",
+    );
     assert_eq!(at_once + refused, 20.0, "{at_once} + {refused}");
     assert!(at_once >= 10.0, "{at_once}");
     for waiter in waiters {
@@ -100,7 +103,7 @@ fn wait_open(app: &TestApp, open: f64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
         if let Ok((200, text)) = support::raw_http(&app.base[7..], "GET", "/metrics", "") {
-            if metric(&text, "ratekeeper_connections") >= open {
+            if metric(&text, "ratekeeper_connections{listener=\"http\"}") >= open {
                 return;
             }
         }
@@ -128,7 +131,10 @@ async fn with_every_connection_taken_the_probes_still_answer() {
     for _ in 0..20 {
         let (status, metrics) = support::raw_http(&app.base[7..], "GET", "/metrics", "").unwrap();
         assert_eq!(status, 200);
-        open.push(metric(&metrics, "ratekeeper_connections"));
+        open.push(metric(
+            &metrics,
+            "ratekeeper_connections{listener=\"http\"}",
+        ));
         if open.last() == Some(&9.0) {
             break;
         }
@@ -172,5 +178,10 @@ async fn with_every_connection_taken_the_probes_still_answer() {
     let after = support::raw_http(&app.base[7..], "GET", "/metrics", "")
         .unwrap()
         .1;
-    assert!(metric(&after, "ratekeeper_connections_refused_total") >= 2.0);
+    assert!(
+        metric(
+            &after,
+            "ratekeeper_connections_refused_total{listener=\"http\"}"
+        ) >= 2.0
+    );
 }

@@ -77,6 +77,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(total) = state.limiter.store_connections_replaced() {
         state.metrics.sync_connections_replaced(total);
     }
+    if let Some(total) = state.limiter.store_check_calls() {
+        state.metrics.sync_redis_check_calls(total);
+    }
     state.metrics.store_up.set(state.limiter.is_ready() as i64);
     (
         [(

@@ -80,13 +80,13 @@ impl Limiter {
             Adjustment::Refund => self.store.refund(check).await,
         };
         self.metrics
-            .backend_duration
+            .store_duration
             .observe(started.elapsed().as_secs_f64());
         self.breakers.record(permit, result.as_ref().err());
         if let Err(error) = &result {
             // Only errors of a call made: an open breaker made none. Such
             // a call may or may not have published its invalidation.
-            self.metrics.record_backend_error(error.kind());
+            self.metrics.record_store_error(error.kind());
             self.metrics.invalidations_sent_error.inc();
         }
         result

@@ -168,7 +168,7 @@ impl Limiter {
                 self.breakers.store_recovered(was_down);
             }
             Err(error) => {
-                self.metrics.record_backend_error(error.kind());
+                self.metrics.record_store_error(error.kind());
                 self.remember_failure(&error);
                 if self.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
                     match &error {

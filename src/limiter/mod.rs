@@ -186,6 +186,11 @@ impl Limiter {
         self.store.connections_replaced()
     }
 
+    /// Store calls that decided checks, if checks share calls (Redis).
+    pub fn store_check_calls(&self) -> Option<u64> {
+        self.store.check_calls()
+    }
+
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
         let decision = self.decide(check).await?;
         self.metrics.record_decision(check, &decision);
@@ -207,7 +212,7 @@ impl Limiter {
             let started = Instant::now();
             let result = self.store.check(check).await;
             self.metrics
-                .backend_duration
+                .store_duration
                 .observe(started.elapsed().as_secs_f64());
             self.breakers.record(permit, result.as_ref().err());
             match result {
@@ -221,7 +226,7 @@ impl Limiter {
                     Decision::from_outcomes(check, &outcomes)
                 }
                 Err(error) => {
-                    self.metrics.record_backend_error(error.kind());
+                    self.metrics.record_store_error(error.kind());
                     if !error.is_transient() {
                         tracing::error!(%error, "store error");
                         return Err(error.into());
@@ -249,7 +254,7 @@ impl Limiter {
         if let (FailureMode::Local, Some(local)) = (mode, &self.local) {
             match local.check_now(check) {
                 Ok(outcomes) => return Decision::from_outcomes(check, &outcomes).degraded(),
-                Err(error) => self.metrics.record_backend_error(error.kind()),
+                Err(error) => self.metrics.record_store_error(error.kind()),
             }
         }
         self.policy.decide(mode, check)

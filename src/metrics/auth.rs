@@ -52,13 +52,7 @@ pub(super) type Collectors = Vec<Box<dyn prometheus::core::Collector>>;
 
 /// The bearer-authentication metrics: the collectors to register, then the
 /// resolved handles.
-pub(super) fn auth_metrics() -> (
-    Collectors,
-    [IntCounter; 4],
-    IntCounter,
-    IntCounter,
-    [IntGauge; 2],
-) {
+pub(super) fn auth_metrics() -> (Collectors, [IntCounter; 4], [IntGauge; 2]) {
     let failures = IntCounterVec::new(
         Opts::new(
             "ratekeeper_auth_failures_total",
@@ -68,18 +62,6 @@ pub(super) fn auth_metrics() -> (
     )
     .expect("valid metric");
     let by_reason = AuthFailure::ALL.map(|r| failures.with_label_values(&[r.as_str()]));
-    let reloads = IntCounterVec::new(
-        Opts::new(
-            "ratekeeper_auth_reloads_total",
-            "Loads of auth.tokens_file (the first at startup counts), by result: ok, or error (the file was rejected whole and the tokens in force stayed).",
-        ),
-        &["result"],
-    )
-    .expect("valid metric");
-    let (ok, error) = (
-        reloads.with_label_values(&["ok"]),
-        reloads.with_label_values(&["error"]),
-    );
     let tokens = IntGaugeVec::new(
         Opts::new(
             "ratekeeper_auth_tokens",
@@ -89,6 +71,6 @@ pub(super) fn auth_metrics() -> (
     )
     .expect("valid metric");
     let by_scope = ["check", "admin"].map(|s| tokens.with_label_values(&[s]));
-    let collectors: Collectors = vec![Box::new(failures), Box::new(reloads), Box::new(tokens)];
-    (collectors, by_reason, ok, error, by_scope)
+    let collectors: Collectors = vec![Box::new(failures), Box::new(tokens)];
+    (collectors, by_reason, by_scope)
 }

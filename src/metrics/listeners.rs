@@ -4,7 +4,7 @@
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
 
 use super::auth::Collectors;
 
@@ -34,21 +34,27 @@ pub struct Listeners {
     pub grpc: ListenerMetrics,
 }
 
-/// The listeners' collectors to register, and their handles. `open` and
-/// `refused` of the HTTP listener are the older unlabelled
-/// `ratekeeper_connections` and `ratekeeper_connections_refused_total`.
-pub(super) fn listener_metrics(
-    http_open: IntGauge,
-    http_refused: IntCounter,
-) -> (Collectors, Listeners) {
-    let grpc_open = IntGauge::new(
-        "ratekeeper_grpc_connections",
-        "Open connections to the gRPC listener (grpc.max_connections bounds it).",
+/// The listeners' collectors to register, and their handles. Every
+/// metric is labelled by `listener` (`http`, `grpc`), as the caps and
+/// deadlines are set per listener.
+pub(super) fn listener_metrics() -> (Collectors, Listeners) {
+    let open = IntGaugeVec::new(
+        Opts::new(
+            "ratekeeper_connections",
+            "Open client connections, by listener: http (server.max_connections bounds it, \
+             plus the 16 kept for probes), grpc (grpc.max_connections bounds it).",
+        ),
+        &["listener"],
     )
     .expect("valid metric");
-    let grpc_refused = IntCounter::new(
-        "ratekeeper_grpc_connections_refused_total",
-        "Connections to the gRPC listener closed at once (an HTTP/2 GOAWAY, ENHANCE_YOUR_CALM) because grpc.max_connections were open.",
+    let refused = IntCounterVec::new(
+        Opts::new(
+            "ratekeeper_connections_refused_total",
+            "Connections closed at once because the listener's cap was reached, by listener: \
+             http (server.max_connections open and the probe reserve full: a canned 503), grpc \
+             (grpc.max_connections open: an HTTP/2 GOAWAY, ENHANCE_YOUR_CALM).",
+        ),
+        &["listener"],
     )
     .expect("valid metric");
     let timed_out = IntCounterVec::new(
@@ -74,21 +80,21 @@ pub(super) fn listener_metrics(
     };
     let listeners = Listeners {
         http: ListenerMetrics {
-            open: http_open,
-            refused: http_refused,
+            open: open.with_label_values(&["http"]),
+            refused: refused.with_label_values(&["http"]),
             accept_errors: accept_errors.with_label_values(&["http"]),
             timed_out: timed_out_of("http"),
         },
         grpc: ListenerMetrics {
-            open: grpc_open.clone(),
-            refused: grpc_refused.clone(),
+            open: open.with_label_values(&["grpc"]),
+            refused: refused.with_label_values(&["grpc"]),
             accept_errors: accept_errors.with_label_values(&["grpc"]),
             timed_out: timed_out_of("grpc"),
         },
     };
     let collectors: Collectors = vec![
-        Box::new(grpc_open),
-        Box::new(grpc_refused),
+        Box::new(open),
+        Box::new(refused),
         Box::new(timed_out),
         Box::new(accept_errors),
         Box::new(Http2Warnings::new()),

@@ -94,8 +94,8 @@ impl Metrics {
         self.adjustments.with_label_values(&[op, result]).inc();
     }
 
-    pub fn record_backend_error(&self, kind: &str) {
-        self.backend_errors.with_label_values(&[kind]).inc();
+    pub fn record_store_error(&self, kind: &str) {
+        self.store_errors.with_label_values(&[kind]).inc();
     }
 
     /// Brings `ratekeeper_store_evictions_total` up to the store's own
@@ -109,6 +109,12 @@ impl Metrics {
     /// store's own count.
     pub fn sync_connections_replaced(&self, total: u64) {
         self.sync_counter(&self.redis_connections_replaced, total);
+    }
+
+    /// Brings `ratekeeper_redis_check_calls_total` up to the store's own
+    /// count.
+    pub fn sync_redis_check_calls(&self, total: u64) {
+        self.sync_counter(&self.redis_check_calls, total);
     }
 
     fn sync_counter(&self, counter: &prometheus::IntCounter, total: u64) {

@@ -44,8 +44,28 @@ impl RlsRequestError {
     }
 }
 
-/// The collectors to register, then the resolved handles by reason.
-pub(super) fn rls_metrics() -> (Collectors, [IntCounter; 5]) {
+/// The RLS metrics' resolved handles.
+pub(super) struct RlsMetrics {
+    /// `ratekeeper_rls_request_errors_total`, indexed by [`RlsRequestError`].
+    errors: [IntCounter; 5],
+    /// `ratekeeper_rls_requests_total{code}`: ok, over_limit, error.
+    requests: [IntCounter; 3],
+}
+
+/// The collectors to register, then the resolved handles.
+pub(super) fn rls_metrics() -> (Collectors, RlsMetrics) {
+    let requests = IntCounterVec::new(
+        Opts::new(
+            "ratekeeper_rls_requests_total",
+            "ShouldRateLimit calls answered, by the code answered: ok, over_limit (the \
+             overall code), or error (an error status: see \
+             ratekeeper_rls_request_errors_total for why; behind Envoy with \
+             failure_mode_deny: false its request went through unlimited).",
+        ),
+        &["code"],
+    )
+    .expect("valid metric");
+    let by_code = ["ok", "over_limit", "error"].map(|c| requests.with_label_values(&[c]));
     let errors = IntCounterVec::new(
         Opts::new(
             "ratekeeper_rls_request_errors_total",
@@ -62,12 +82,28 @@ pub(super) fn rls_metrics() -> (Collectors, [IntCounter; 5]) {
     )
     .expect("valid metric");
     let by_reason = RlsRequestError::ALL.map(|r| errors.with_label_values(&[r.as_str()]));
-    (vec![Box::new(errors)], by_reason)
+    let handles = RlsMetrics {
+        errors: by_reason,
+        requests: by_code,
+    };
+    (vec![Box::new(errors), Box::new(requests)], handles)
 }
 
 impl Metrics {
     /// Counts a `ShouldRateLimit` call not decided as sent.
     pub fn record_rls_request_error(&self, reason: RlsRequestError) {
-        self.rls_request_errors[reason as usize].inc();
+        self.rls.errors[reason as usize].inc();
+    }
+
+    /// Counts a `ShouldRateLimit` call by what it was answered: the
+    /// response's overall code (`Ok`), or an error status (`Err`).
+    pub fn record_rls_request<E>(&self, overall_code: Result<i32, E>) {
+        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+        let at = match overall_code {
+            Ok(code) if code == Code::OverLimit as i32 => 1,
+            Ok(_) => 0,
+            Err(_) => 2,
+        };
+        self.rls.requests[at].inc();
     }
 }

@@ -8,7 +8,7 @@ use prometheus::IntGaugeVec;
 use super::Metrics;
 use crate::domain::PolicySet;
 
-/// The kinds `ratekeeper_backend_errors_total` counts (`StoreError::kind`).
+/// The kinds `ratekeeper_store_errors_total` counts (`StoreError::kind`).
 const STORE_ERROR_KINDS: [&str; 4] = ["timeout", "unavailable", "auth", "backend"];
 
 /// `ratekeeper_build_info{version, revision}`, always 1: joined on
@@ -33,7 +33,7 @@ impl Metrics {
     /// Every store error kind and every reset/refund outcome, at 0.
     pub(super) fn zero_fixed_series(&self) {
         for kind in STORE_ERROR_KINDS {
-            self.backend_errors.with_label_values(&[kind]);
+            self.store_errors.with_label_values(&[kind]);
         }
         for op in ["reset", "refund"] {
             for result in ["ok", "error"] {
@@ -84,5 +84,77 @@ mod tests {
         ];
         let kinds: Vec<&str> = errors.iter().map(StoreError::kind).collect();
         assert_eq!(kinds, STORE_ERROR_KINDS);
+    }
+}
+
+#[cfg(test)]
+mod conventions {
+    //! The naming review, kept: Prometheus's conventions for every family
+    //! this registry exports, and one vocabulary of label names.
+    use prometheus::proto::MetricType;
+
+    use super::Metrics;
+
+    /// Every label name in use. A new one is a decision: reuse one of
+    /// these when it means the same thing.
+    const LABELS: [&str; 17] = [
+        "policy",
+        "limit",
+        "algorithm",
+        "decision",
+        "failure_mode",
+        "kind",
+        "op",
+        "result",
+        "state",
+        "listener",
+        "timeout",
+        "reason",
+        "scope",
+        "file",
+        "code",
+        "version",
+        "revision",
+    ];
+
+    #[test]
+    fn every_family_follows_the_conventions() {
+        let metrics = Metrics::new();
+        let families = metrics.registry.gather();
+        assert!(families.len() > 30, "{} families", families.len());
+        for family in &families {
+            let name = family.name();
+            if name.starts_with("process_") {
+                continue;
+            }
+            assert!(
+                name.starts_with("ratekeeper_"),
+                "{name}: no ratekeeper_ prefix"
+            );
+            let help = family.help();
+            assert!(
+                help.len() > 20 && help.ends_with('.'),
+                "{name}: the help must say what is counted, as a sentence: {help:?}"
+            );
+            match family.get_field_type() {
+                MetricType::COUNTER => {
+                    assert!(name.ends_with("_total"), "{name}: a counter ends in _total")
+                }
+                MetricType::HISTOGRAM => assert!(
+                    name.ends_with("_seconds") || name.ends_with("_bytes"),
+                    "{name}: a histogram is in base units"
+                ),
+                _ => assert!(!name.ends_with("_total"), "{name}: _total is for counters"),
+            }
+            for metric in family.get_metric() {
+                for label in metric.get_label() {
+                    assert!(
+                        LABELS.contains(&label.name()),
+                        "{name}: label {:?} is not in the vocabulary",
+                        label.name()
+                    );
+                }
+            }
+        }
     }
 }

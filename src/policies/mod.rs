@@ -4,14 +4,14 @@
 //!
 //! A file that cannot be read or fails validation is rejected whole: the
 //! set in force stays, the error is logged with its line and column, and
-//! `ratekeeper_policy_reloads_total{result="error"}` counts it. So is a
+//! `ratekeeper_reloads_total{file="policies",result="error"}` counts it. So is a
 //! path that is not a regular file, and a file with no policies at all
 //! while some are in force, unless SIGHUP asked for it.
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use tracing::{error, info};
@@ -147,7 +147,7 @@ impl Reloader {
     /// file is swapped in and counted as a reload.
     pub fn load_initial(&self) -> Result<usize, LoadError> {
         let set = load(&self.path, &self.bounds).inspect_err(|_| {
-            self.metrics.policy_reloads_error.inc();
+            self.metrics.reloads.policies.error.inc();
         })?;
         Ok(self.install(set))
     }
@@ -183,7 +183,7 @@ impl Reloader {
             }
             Err(e) => {
                 *rejected = Some(fingerprint);
-                self.metrics.policy_reloads_error.inc();
+                self.metrics.reloads.policies.error.inc();
                 error!(
                     file = %self.path.display(),
                     "policies file rejected; the policies in force stay: {e}"
@@ -217,12 +217,8 @@ impl Reloader {
         let at = set.loaded_at.unwrap_or_else(SystemTime::now);
         self.metrics.policy_series(&set);
         self.policies.store(Arc::new(set));
-        self.metrics.policy_reloads_ok.inc();
+        self.metrics.reloads.policies.loaded(at);
         self.metrics.policies_loaded.set(n as i64);
-        self.metrics.policy_last_reload.set(
-            at.duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-        );
         info!(
             file = %self.path.display(),
             policies = n,

@@ -2,12 +2,12 @@
 //! ([`crate::watch`]: file events on the directory, SIGHUP, a slow poll).
 //! A new version is swapped in whole, and only when the files' names or
 //! contents changed; one that fails to load is logged, counted in
-//! `ratekeeper_rls_config_reloads_total{result="error"}`, and the config
+//! `ratekeeper_reloads_total{file="rls",result="error"}`, and the config
 //! in force stays.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
@@ -71,7 +71,7 @@ impl Reloader {
     pub fn load_initial(&self) -> Result<usize, RlsLoadError> {
         let loaded = snapshot(&self.path)
             .and_then(|files| Ok((fingerprint(&files), parse_all(&files, &self.bounds)?)));
-        let (sha, config) = loaded.inspect_err(|_| self.metrics.rls_reloads_error.inc())?;
+        let (sha, config) = loaded.inspect_err(|_| self.metrics.reloads.rls.error.inc())?;
         self.lock().in_force = Some(sha);
         Ok(self.install(config))
     }
@@ -106,7 +106,7 @@ impl Reloader {
             }
             Err(e) => {
                 seen.rejected = Some(fingerprint);
-                self.metrics.rls_reloads_error.inc();
+                self.metrics.reloads.rls.error.inc();
                 error!(
                     path = %self.path.display(),
                     "rls.config rejected; the config in force stays: {e}"
@@ -140,13 +140,8 @@ impl Reloader {
     fn install(&self, config: RlsConfig) -> usize {
         let n = config.domains.len();
         self.config.store(Arc::new(config));
-        self.metrics.rls_reloads_ok.inc();
+        self.metrics.reloads.rls.loaded(SystemTime::now());
         self.metrics.rls_domains_loaded.set(n as i64);
-        self.metrics.rls_last_reload.set(
-            SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0.0, |d| d.as_secs_f64()),
-        );
         info!(path = %self.path.display(), domains = n, "rls.config loaded: {n} domains");
         n
     }
@@ -204,7 +199,7 @@ mod tests {
             1,
             "the config in force stays"
         );
-        assert_eq!(r.metrics.rls_reloads_error.get(), 1);
+        assert_eq!(r.metrics.reloads.rls.error.get(), 1);
         assert_eq!(r.reload(false), ReloadOutcome::Unchanged, "judged once");
 
         assert_eq!(
@@ -223,9 +218,9 @@ mod tests {
         let r = reloader(&dir);
         r.load_initial().unwrap();
         assert_eq!(r.reload(false), ReloadOutcome::Unchanged);
-        assert_eq!(r.metrics.rls_reloads_ok.get(), 1);
+        assert_eq!(r.metrics.reloads.rls.ok.get(), 1);
         assert_eq!(r.reload(true), ReloadOutcome::Loaded(1));
-        assert_eq!(r.metrics.rls_reloads_ok.get(), 2);
+        assert_eq!(r.metrics.reloads.rls.ok.get(), 2);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -268,7 +263,7 @@ mod tests {
             ReloadOutcome::Rejected,
             "SIGHUP too"
         );
-        assert_eq!(r.metrics.rls_reloads_error.get(), 2);
+        assert_eq!(r.metrics.reloads.rls.error.get(), 2);
 
         // Once it is gone, the edit made meanwhile applies.
         std::fs::write(dir.join("edge.yaml"), EDGE.replace('5', "6")).unwrap();

@@ -113,7 +113,11 @@ impl ClientStreamingService<wire::RateLimitRequest> for ShouldRateLimit {
         Box::pin(async move {
             let peer = request.remote_addr();
             let message = shared.read(request.into_inner()).await;
-            shared.decide(message, peer).await.map(Response::new)
+            let answer = shared.decide(message, peer).await;
+            shared
+                .metrics
+                .record_rls_request(answer.as_ref().map(|r| r.overall_code));
+            answer.map(Response::new)
         })
     }
 }

@@ -63,6 +63,13 @@ pub trait Store: Send + Sync + 'static {
     fn connections_replaced(&self) -> Option<u64> {
         None
     }
+
+    /// Calls to the store that decided checks, if checks share calls
+    /// (Redis: one script call per check sent alone, one per micro-batch).
+    /// Checks sent over calls made is the mean batch size.
+    fn check_calls(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// What a reset or refund did: the answer of a check of cost 0 afterwards
@@ -134,7 +141,7 @@ impl StoreError {
         )
     }
 
-    /// A bounded label for `ratekeeper_backend_errors_total{kind}`.
+    /// A bounded label for `ratekeeper_store_errors_total{kind}`.
     pub fn kind(&self) -> &'static str {
         match self {
             StoreError::Timeout(_) => "timeout",

@@ -44,7 +44,7 @@ pub(super) fn rig_with(max_waiters: usize, max_per_key: usize) -> Rig {
 impl Rig {
     /// Store calls so far (each is timed once).
     pub(super) fn store_calls(&self) -> u64 {
-        self.metrics.backend_duration.get_sample_count()
+        self.metrics.store_duration.get_sample_count()
     }
 
     /// Moves time on by `ms` and lets every woken task run.

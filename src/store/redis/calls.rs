@@ -111,6 +111,7 @@ impl Inner {
 
     /// One EVALSHA of the check script: every limit of `check`, all or nothing.
     pub(super) async fn check_one(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.check_calls.fetch_add(1, Ordering::Relaxed);
         let reply = self
             .run_one(check, &self.check_script, scripts::CHECK, None)
             .await?;
@@ -180,6 +181,7 @@ impl Inner {
         &self,
         checks: &[&Check],
     ) -> Result<Vec<Result<Vec<Outcome>, StoreError>>, StoreError> {
+        self.check_calls.fetch_add(1, Ordering::Relaxed);
         let limits: usize = checks.iter().map(|c| c.limits.len()).sum();
         let reply: Vec<Value> = self
             .run(checks[0], &self.batch_script, scripts::BATCH, || {

@@ -32,7 +32,7 @@ mod liveness;
 mod nodes;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -89,6 +89,8 @@ pub(super) struct Inner {
     /// Redis calls under way, direct or batched: with none, a check skips
     /// the batcher entirely, so a lone request pays nothing for batching.
     calls_in_flight: AtomicUsize,
+    /// Script calls made for checks, alone or batched.
+    check_calls: AtomicU64,
     clustered: bool,
     /// Credentials refused while connecting, to explain timeouts.
     auth: Arc<auth::AuthWatch>,
@@ -181,6 +183,7 @@ impl RedisStore {
             refund_script: Script::from_lua(scripts::REFUND),
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
+            check_calls: AtomicU64::new(0),
             clustered,
             auth,
             domains,
@@ -314,6 +317,10 @@ impl Store for RedisStore {
 
     fn connections_replaced(&self) -> Option<u64> {
         Some(self.inner.liveness.replaced())
+    }
+
+    fn check_calls(&self) -> Option<u64> {
+        Some(self.inner.check_calls.load(Ordering::Relaxed))
     }
 
     fn failure_domain(&self, check: &Check) -> u64 {

@@ -1,0 +1,75 @@
+//! Loads of the watched files: the policies file, `rls.config` and
+//! `auth.tokens_file`. One pair of metrics with a `file` label, so one
+//! query or alert covers all three and a fourth file is one more label.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, Opts};
+
+use super::auth::Collectors;
+
+/// One watched file's load counts and the time of its last good load.
+#[derive(Clone)]
+pub struct ReloadMetrics {
+    /// `ratekeeper_reloads_total{file, result="ok"}`.
+    pub ok: IntCounter,
+    /// `ratekeeper_reloads_total{file, result="error"}`.
+    pub error: IntCounter,
+    /// `ratekeeper_last_reload_timestamp_seconds{file}`.
+    pub last: Gauge,
+}
+
+impl ReloadMetrics {
+    /// A good load, made at `at`: counted, and its time kept.
+    pub fn loaded(&self, at: SystemTime) {
+        self.ok.inc();
+        self.last.set(
+            at.duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64()),
+        );
+    }
+}
+
+/// The three watched files' metrics.
+pub struct Reloads {
+    pub policies: ReloadMetrics,
+    pub rls: ReloadMetrics,
+    pub tokens: ReloadMetrics,
+}
+
+/// The `file` label of each watched file.
+pub const FILES: [&str; 3] = ["policies", "rls", "tokens"];
+
+pub(super) fn reload_metrics() -> (Collectors, Reloads) {
+    let loads = IntCounterVec::new(
+        Opts::new(
+            "ratekeeper_reloads_total",
+            "Loads of a watched file (the first at startup counts), by file (policies: the \
+             policies file; rls: rls.config; tokens: auth.tokens_file) and result: ok, or error \
+             (the new version was rejected whole and the one in force stayed).",
+        ),
+        &["file", "result"],
+    )
+    .expect("valid metric");
+    let last = GaugeVec::new(
+        Opts::new(
+            "ratekeeper_last_reload_timestamp_seconds",
+            "Unix time of the last good load of a watched file, by file (policies, rls, \
+             tokens); 0 before any.",
+        ),
+        &["file"],
+    )
+    .expect("valid metric");
+    let of = |file: &str| ReloadMetrics {
+        ok: loads.with_label_values(&[file, "ok"]),
+        error: loads.with_label_values(&[file, "error"]),
+        last: last.with_label_values(&[file]),
+    };
+    let [policies, rls, tokens] = FILES.map(of);
+    let reloads = Reloads {
+        policies,
+        rls,
+        tokens,
+    };
+    (vec![Box::new(loads), Box::new(last)], reloads)
+}
