@@ -58,6 +58,8 @@ pub struct Metrics {
     pub store_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
+    /// Bytes the heavy-hitters sketches hold (set when /metrics is read).
+    pub top_memory: IntGauge,
     /// Keys the embedded store evicted before their reset (synced when
     /// /metrics is read).
     pub store_evictions: IntCounter,
@@ -173,6 +175,12 @@ impl Metrics {
         let store_keys = IntGauge::new(
             "ratekeeper_store_keys",
             "Keys holding state in the embedded store (memory.max_keys bounds it); 0 with Redis.",
+        )
+        .expect("valid metric");
+        let top_memory = IntGauge::new(
+            "ratekeeper_top_memory_bytes",
+            "Bytes the heavy-hitters sketches of GET /v1/top hold (their counters and keys); \
+             top.capacity and top.max_sets bound it.",
         )
         .expect("valid metric");
         let store_evictions = IntCounter::new(
@@ -295,6 +303,7 @@ impl Metrics {
             Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
             Box::new(store_evictions.clone()),
+            Box::new(top_memory.clone()),
             Box::new(redis_connections_replaced.clone()),
             Box::new(redis_check_calls.clone()),
             Box::new(store_up.clone()),
@@ -343,6 +352,7 @@ impl Metrics {
             invalidation_subscription_lost,
             store_keys,
             store_evictions,
+            top_memory,
             store_counters_sync: std::sync::Mutex::new(()),
             redis_connections_replaced,
             redis_check_calls,

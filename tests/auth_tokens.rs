@@ -95,6 +95,7 @@ const ROUTES: &[(&str, &str, u16, u16)] = &[
     ("GET", "/v1/auth/api", 200, 200),
     ("POST", "/v1/auth/api/orders/1", 200, 200),
     ("GET", "/v1/policies", 403, 200),
+    ("GET", "/v1/top?policy=api", 403, 200),
     ("POST", "/v1/reset", 403, 200),
     ("POST", "/v1/refund", 403, 200),
     ("GET", "/v1/nope", 403, 404),
@@ -171,9 +172,9 @@ async fn each_route_by_scope() {
     assert_eq!(basic.status(), 401);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
-        r#"ratekeeper_auth_failures_total{reason="missing"} 8"#,
-        r#"ratekeeper_auth_failures_total{reason="invalid"} 7"#,
-        r#"ratekeeper_auth_failures_total{reason="scope"} 8"#,
+        r#"ratekeeper_auth_failures_total{reason="missing"} 9"#,
+        r#"ratekeeper_auth_failures_total{reason="invalid"} 8"#,
+        r#"ratekeeper_auth_failures_total{reason="scope"} 10"#,
         r#"ratekeeper_auth_failures_total{reason="malformed"} 0"#,
         r#"ratekeeper_auth_tokens{scope="check"} 2"#,
         r#"ratekeeper_auth_tokens{scope="admin"} 1"#,

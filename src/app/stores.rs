@@ -12,6 +12,7 @@ use crate::domain::{MonotonicClock, SystemClock};
 use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::top::Top;
 use crate::limiter::wait::timer::TokioTimer;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -115,6 +116,11 @@ pub(super) fn build_limiter(
     if settings.deny_cache_capacity > 0 {
         let clock = Arc::new(MonotonicClock::default());
         limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
+    }
+    if settings.top.capacity > 0 {
+        let clock = Arc::new(MonotonicClock::default());
+        let top = Top::new(settings.top.capacity, settings.top.max_sets, clock);
+        limiter = limiter.with_top(Arc::new(top));
     }
     limiter
 }

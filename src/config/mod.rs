@@ -50,6 +50,9 @@ pub struct Settings {
     /// When a failure domain's circuit breaker opens. Its `trial_interval`
     /// is `redis.probe_interval`, set when the application is built.
     pub breaker: BreakerConfig,
+    /// Counters per heavy-hitters sketch and slice (`top.capacity`; 0:
+    /// off), and the most sketches at once (`top.max_sets`).
+    pub top: TopSettings,
     /// Entries of the local deny cache; 0 turns it off.
     pub deny_cache_capacity: usize,
     pub memory: MemorySettings,
@@ -100,6 +103,12 @@ pub struct AuthSettings {
     pub tokens_file: Option<PathBuf>,
     /// `/metrics` needs a token too (any scope).
     pub protect_metrics: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct TopSettings {
+    pub capacity: usize,
+    pub max_sets: usize,
 }
 
 #[derive(Debug, Clone)]
@@ -193,6 +202,8 @@ const KNOWN_KEYS: &[&str] = &[
     "breaker.interval",
     "breaker.min_calls",
     "breaker.open_for",
+    "top.capacity",
+    "top.max_sets",
     "deny_cache.capacity",
     "memory.sweep_interval",
     "memory.max_keys",
@@ -297,6 +308,10 @@ impl Settings {
             r.duration("failure.closed_retry_after"),
         );
         let breaker = read_breaker(&mut r);
+        let top = (
+            r.parse("top.capacity", |s| int_in(s, 0, 65_536)),
+            r.parse("top.max_sets", |s| int_in(s, 1, 100_000)),
+        );
         let deny_cache_capacity = r.parse("deny_cache.capacity", |s| int_in(s, 0, 100_000_000));
         let sweep_interval = r.duration("memory.sweep_interval");
         let max_keys = r.parse("memory.max_keys", |s| int_in(s, 64, 1_000_000_000));
@@ -347,6 +362,10 @@ impl Settings {
                     closed_retry_after: failure.1?,
                 },
                 breaker: breaker?,
+                top: TopSettings {
+                    capacity: top.0? as usize,
+                    max_sets: top.1? as usize,
+                },
                 deny_cache_capacity: deny_cache_capacity? as usize,
                 memory: MemorySettings {
                     sweep_interval: sweep_interval?,

@@ -130,6 +130,17 @@ impl Decision {
         }
     }
 
+    /// Index into `limits` of the limit that decided: for a denied check
+    /// the denying limit with the longest wait (the first among equals),
+    /// for an allowed one the most restrictive. What metrics and the
+    /// heavy-hitters sketch attribute a check to.
+    pub fn deciding(&self) -> usize {
+        (0..self.limits.len())
+            .filter(|&i| !self.limits[i].allowed)
+            .max_by_key(|&i| (self.limits[i].retry_after_ms, std::cmp::Reverse(i)))
+            .unwrap_or(self.most_restrictive)
+    }
+
     /// The limit that `RateLimit` and `X-RateLimit-*` describe.
     pub fn tightest(&self) -> &LimitDecision {
         &self.limits[self.most_restrictive]

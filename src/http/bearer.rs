@@ -35,6 +35,8 @@ const ROUTES: &[(Pattern, Scope)] = &[
     (Pattern::Exact("/v1/reset"), Scope::Admin),
     (Pattern::Exact("/v1/refund"), Scope::Admin),
     (Pattern::Exact("/v1/policies"), Scope::Admin),
+    // Client keys, which a check token's holder has no business seeing.
+    (Pattern::Exact("/v1/top"), Scope::Admin),
 ];
 
 /// What every other path under `/v1` needs.

@@ -40,6 +40,9 @@ pub enum ApiError {
     MethodNotAllowed,
     #[error("no such path; see /docs for the API")]
     NotFound,
+    /// A feature turned off in the configuration; the message says which key.
+    #[error("{0}")]
+    Disabled(&'static str),
     /// No `Authorization: Bearer` header while tokens are configured.
     #[error("this endpoint needs an `Authorization: Bearer <token>` header")]
     MissingToken,
@@ -78,7 +81,8 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// Stable, snake_case: invalid_json, unsupported_media_type,
     /// invalid_request, unknown_policy, mixed_forms, payload_too_large, request_timeout,
-    /// method_not_allowed, not_found, internal; store_unavailable (503, a
+    /// method_not_allowed, not_found, disabled (404, a feature turned off
+    /// in the configuration), internal; store_unavailable (503, a
     /// reset or refund the store could not apply); overloaded (503, too
     /// many connections); missing_token and invalid_token (401),
     /// insufficient_scope (403), and invalid_request with status 400 for a
@@ -104,6 +108,7 @@ impl ApiError {
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::Disabled(_) => (StatusCode::NOT_FOUND, "disabled"),
             ApiError::MissingToken => (StatusCode::UNAUTHORIZED, "missing_token"),
             ApiError::MalformedAuthorization => (StatusCode::BAD_REQUEST, "invalid_request"),
             ApiError::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),

@@ -9,6 +9,7 @@ pub mod openapi;
 mod ops;
 mod policies;
 pub mod server;
+mod top;
 
 use std::sync::Arc;
 
@@ -64,6 +65,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/auth/{policy}/", any(auth::auth))
         .route("/v1/auth/{policy}/{*rest}", any(auth::auth))
         .route("/v1/policies", get(policies::policies))
+        .route("/v1/top", get(top::top))
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

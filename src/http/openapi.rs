@@ -16,6 +16,7 @@ use super::check::{
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
 use super::policies::{PoliciesResponse, PolicyLimitView, PolicyView};
+use super::top::{TopKey, TopResponse};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -41,6 +42,11 @@ struct ApiDoc;
 )]
 struct PoliciesDoc;
 
+/// `GET /v1/top`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(paths(super::top::top), components(schemas(TopResponse, TopKey)))]
+struct TopDoc;
+
 /// `POST /v1/reset` and `/v1/refund`, merged into [`ApiDoc`].
 #[derive(OpenApi)]
 #[openapi(
@@ -53,6 +59,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     doc.merge(PoliciesDoc::openapi());
     doc.merge(AdjustDoc::openapi());
+    doc.merge(TopDoc::openapi());
     // After the merges, so the operations merged in are covered too.
     BearerAuth.modify(&mut doc);
     // The crate version would make the file change on every release bump
@@ -76,7 +83,7 @@ impl Modify for BearerAuth {
             .description(Some(
                 "A token of auth.tokens_file, when set (without it, no authentication). \
                  Scope `check`: POST /v1/check and forward-auth; scope `admin`: also \
-                 reset, refund and GET /v1/policies.",
+                 reset, refund, GET /v1/policies and GET /v1/top.",
             ))
             .build();
         doc.components

@@ -81,6 +81,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
         state.metrics.sync_redis_check_calls(total);
     }
     state.metrics.store_up.set(state.limiter.is_ready() as i64);
+    if let Some(top) = state.limiter.top() {
+        state.metrics.top_memory.set(top.bytes() as i64);
+    }
     (
         [(
             header::CONTENT_TYPE,

@@ -29,6 +29,7 @@ pub mod deny_cache;
 pub mod domains;
 mod health;
 mod invalidate;
+pub mod top;
 pub mod wait;
 
 use std::sync::Arc;
@@ -40,6 +41,7 @@ use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
 use self::domains::Breakers;
 pub use self::health::NotReady;
+use self::top::Top;
 use self::wait::Waiting;
 use self::wait::queue::Waiters;
 use self::wait::timer::{Timer, TokioTimer};
@@ -72,6 +74,8 @@ pub struct Limiter {
     last_failure_noted: health::Noted,
     /// Checks waiting for their `retry_after` (see [`wait`]).
     waiting: Waiting,
+    /// Who is being checked and denied (see [`top`]); `None`: not counted.
+    top: Option<Arc<Top>>,
 }
 
 /// `limits.max_waiters` by default.
@@ -111,6 +115,7 @@ impl Limiter {
             probed: AtomicU8::new(health::UNKNOWN),
             last_failure: std::sync::Mutex::new(None),
             last_failure_noted: health::Noted::default(),
+            top: None,
         }
     }
 
@@ -156,6 +161,17 @@ impl Limiter {
         self
     }
 
+    /// Counts every answered check in `top`'s sketches.
+    pub fn with_top(mut self, top: Arc<Top>) -> Limiter {
+        self.top = Some(top);
+        self
+    }
+
+    /// The heavy-hitters sketches, when kept.
+    pub fn top(&self) -> Option<&Arc<Top>> {
+        self.top.as_ref()
+    }
+
     /// Checks waiting now, in every line.
     pub fn waiters(&self) -> usize {
         self.waiting.waiters.len()
@@ -193,8 +209,17 @@ impl Limiter {
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
         let decision = self.decide(check).await?;
-        self.metrics.record_decision(check, &decision);
+        self.observe(check, &decision);
         Ok(decision)
+    }
+
+    /// Counts an answered check: its metrics, and its key in the sketches.
+    /// Once per check, however many tries a waiting check took.
+    fn observe(&self, check: &Check, decision: &Decision) {
+        self.metrics.record_decision(check, decision);
+        if let Some(top) = &self.top {
+            top.observe(check, decision);
+        }
     }
 
     /// [`check`](Self::check) without counting the decision in

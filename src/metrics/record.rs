@@ -25,15 +25,7 @@ impl Metrics {
     /// client key.
     pub fn record_decision(&self, check: &Check, decision: &Decision) {
         let denied = decision.limits.iter().any(|l| !l.allowed);
-        let index = if denied {
-            // The denying limit that holds the check longest.
-            (0..decision.limits.len())
-                .filter(|&i| !decision.limits[i].allowed)
-                .max_by_key(|&i| (decision.limits[i].retry_after_ms, std::cmp::Reverse(i)))
-                .unwrap_or(0)
-        } else {
-            decision.most_restrictive
-        };
+        let index = decision.deciding();
         const OUTCOMES: [&str; 3] = ["allowed", "denied", "shadow_denied"];
         let outcome = match (denied, decision.shadow) {
             (false, _) => 0,

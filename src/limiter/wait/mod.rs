@@ -77,7 +77,7 @@ impl Limiter {
         wait: Duration,
     ) -> Result<Waited, LimiterError> {
         let waited = self.wait_for(check, wait).await?;
-        self.metrics.record_decision(check, &waited.decision);
+        self.observe(check, &waited.decision);
         Ok(waited)
     }
 

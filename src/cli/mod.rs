@@ -1,5 +1,9 @@
 //! The command line: `ratekeeper serve`, `openapi`, `script`,
-//! `policies check` and `healthcheck`.
+//! `policies check` and `healthcheck`; and the operator's client
+//! subcommands for a running instance ([`remote`]): `top`.
+
+pub mod remote;
+mod top;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -54,6 +58,11 @@ pub enum Command {
         #[arg(long)]
         url: Option<String>,
     },
+    /// Who a running instance is limiting right now: GET /v1/top as a
+    /// table that refreshes (needs the admin scope when tokens are on).
+    /// Counts are this instance's own; see docs/observability.md to merge
+    /// instances.
+    Top(top::TopArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -124,6 +133,13 @@ pub async fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args).await,
+        Command::Top(args) => match top::run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                eprintln!("ratekeeper: {error}");
+                ExitCode::from(error.exit_code())
+            }
+        },
         Command::Script { name } => {
             // clap accepts only the names `named` knows.
             print!(
