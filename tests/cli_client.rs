@@ -154,3 +154,100 @@ fn set_private(path: &Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
 }
+
+fn client(base: &str, args: &[&str]) -> Command {
+    let mut command = ratekeeper();
+    command
+        .args(args)
+        .args(["--url", &format!("http://{base}")]);
+    command
+}
+
+fn policies_file() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/policies.example.toml")
+}
+
+#[test]
+fn check_prints_the_decision_and_exits_by_it() {
+    let file = policies_file();
+    let (_server, base) = serve(&[("RATEKEEPER_POLICIES__FILE", file.to_str().unwrap())]);
+    let (code, out, err) = run(&mut client(
+        &base,
+        &["check", "--policy", "api", "--key", "k_cli"],
+    ));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("ALLOWED  limit 10  remaining 19"),
+        "{out}"
+    );
+    assert!(lines[1].starts_with("NAME   ALGORITHM"), "{out}");
+    assert!(
+        lines[2].starts_with("burst  token_bucket  10     20     1s"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("daily  fixed_window  10000  10000  1d"),
+        "{out}"
+    );
+
+    let single = ["check", "--key", "k_one", "--limit", "1", "--window", "1m"];
+    assert_eq!(run(&mut client(&base, &single)).0, 0);
+    let (code, out, _) = run(&mut client(&base, &single));
+    assert_eq!(code, 3, "denied exits 3: {out}");
+    assert!(
+        out.starts_with("DENIED  limit 1  remaining 0  retry after "),
+        "{out}"
+    );
+
+    let inline = r#"[{"limit":2,"window":"1h","algorithm":"fixed_window"}]"#;
+    let args = [
+        "check", "--key", "k_in", "--limits", inline, "--cost", "2", "--json",
+    ];
+    let (code, out, err) = run(&mut client(&base, &args));
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (json["allowed"].as_bool(), json["remaining"].as_u64()),
+        (Some(true), Some(0))
+    );
+
+    let (code, _, err) = run(&mut client(
+        &base,
+        &["check", "--key", "k", "--policy", "nope"],
+    ));
+    assert_eq!(code, 1);
+    assert!(err.contains("422: unknown_policy"), "{err}");
+    let (code, _, err) = run(&mut client(&base, &["check", "--key", "k"]));
+    assert_eq!(code, 64, "{err}");
+}
+
+#[test]
+fn reset_gives_the_units_back_and_policies_show_lists_the_file() {
+    let file = policies_file();
+    let (_server, base) = serve(&[("RATEKEEPER_POLICIES__FILE", file.to_str().unwrap())]);
+    let single = ["--key", "k_reset", "--limit", "1", "--window", "1h"];
+    let check = |base: &str| run(&mut client(base, &[&["check"][..], &single].concat())).0;
+    assert_eq!((check(&base), check(&base)), (0, 3));
+    let (code, out, err) = run(&mut client(&base, &[&["reset"][..], &single].concat()));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ALLOWED  limit 1  remaining 1"), "{out}");
+    assert_eq!(check(&base), 0, "allowed again after the reset");
+
+    let (code, out, err) = run(&mut client(&base, &["policies", "show"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!("file {}  sha256 ", file.display())),
+        "{out}"
+    );
+    assert!(out.contains("\napi     burst   token_bucket"), "{out}");
+    assert!(out.contains("login   minute  sliding_window"), "{out}");
+    let (code, out, _) = run(&mut client(
+        &base,
+        &["policies", "show", "export", "--json"],
+    ));
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["policies"].as_array().unwrap().len(), 1);
+    assert_eq!(json["policies"][0]["name"], "export");
+}

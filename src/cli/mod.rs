@@ -1,7 +1,9 @@
 //! The command line: `ratekeeper serve`, `openapi`, `script`,
 //! `policies check` and `healthcheck`; and the operator's client
-//! subcommands for a running instance ([`remote`]): `top`.
+//! subcommands for a running instance ([`remote`]): `check`, `reset`,
+//! `policies show` and `top`.
 
+mod client;
 pub mod remote;
 mod top;
 
@@ -63,6 +65,12 @@ pub enum Command {
     /// Counts are this instance's own; see docs/observability.md to merge
     /// instances.
     Top(top::TopArgs),
+    /// Check a key on a running instance (POST /v1/check): spends --cost
+    /// (default 1; 0 only asks). Exits 0 when allowed, 3 when denied.
+    Check(client::CheckArgs),
+    /// Reset a key's limits on a running instance (POST /v1/reset; the
+    /// admin scope when tokens are on).
+    Reset(client::ResetArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -77,6 +85,9 @@ pub enum PoliciesCommand {
         #[arg(long, value_name = "FILE", env = "RATEKEEPER_CONFIG")]
         config: Option<PathBuf>,
     },
+    /// Show the policies a running instance has in force (GET
+    /// /v1/policies; the admin scope when tokens are on).
+    Show(client::ShowArgs),
 }
 
 #[derive(Debug, clap::Args)]
@@ -133,13 +144,12 @@ pub async fn run(cli: Cli) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Serve(args) => serve(args).await,
-        Command::Top(args) => match top::run(args).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(error) => {
-                eprintln!("ratekeeper: {error}");
-                ExitCode::from(error.exit_code())
-            }
-        },
+        Command::Top(args) => remote_exit(top::run(args).await.map(|()| 0)),
+        Command::Check(args) => remote_exit(client::check(args).await),
+        Command::Reset(args) => remote_exit(client::reset(args).await),
+        Command::Policies {
+            command: PoliciesCommand::Show(args),
+        } => remote_exit(client::show(args).await),
         Command::Script { name } => {
             // clap accepts only the names `named` knows.
             print!(
@@ -172,6 +182,17 @@ pub async fn run(cli: Cli) -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// The exit code of a client subcommand, its error said on stderr.
+fn remote_exit(result: Result<u8, remote::RemoteError>) -> ExitCode {
+    match result {
+        Ok(code) => ExitCode::from(code),
+        Err(error) => {
+            eprintln!("ratekeeper: {error}");
+            ExitCode::from(error.exit_code())
         }
     }
 }
