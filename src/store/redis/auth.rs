@@ -4,6 +4,11 @@
 //! So each client's connection errors are watched; an authentication
 //! failure is remembered until a connection succeeds, and meanwhile turns
 //! the outage errors callers see into [`StoreError::Auth`].
+//!
+//! Any other connection error (refused, reset, unresolvable) is remembered
+//! the same way: a call that then times out waited for a connection that
+//! never came, so it is reported as [`StoreError::Unavailable`] with the
+//! connection's error, not as a slow Redis.
 
 use std::sync::{Arc, Mutex};
 
@@ -32,6 +37,8 @@ pub(super) fn is_auth_reply(reply: &str) -> bool {
 pub(super) struct AuthWatch {
     /// Why the last connection attempt was refused, if it was.
     refused: Mutex<Option<String>>,
+    /// The last connection error of another kind since the last connect.
+    unreachable: Mutex<Option<String>>,
 }
 
 impl AuthWatch {
@@ -47,7 +54,8 @@ impl AuthWatch {
                     tokio::select! {
                         error = errors.recv() => match error {
                             Ok((error, _)) if is_auth(&error) => watch.set(Some(error.details().to_string())),
-                            Ok(_) | Err(RecvError::Lagged(_)) => {}
+                            Ok((error, _)) => watch.set_unreachable(error.to_string()),
+                            Err(RecvError::Lagged(_)) => {}
                             Err(RecvError::Closed) => return,
                         },
                         connected = connects.recv() => match connected {
@@ -63,7 +71,14 @@ impl AuthWatch {
     }
 
     fn set(&self, refused: Option<String>) {
-        *self.refused.lock().unwrap_or_else(|e| e.into_inner()) = refused;
+        if refused.is_none() {
+            *lock(&self.unreachable) = None;
+        }
+        *lock(&self.refused) = refused;
+    }
+
+    fn set_unreachable(&self, why: String) {
+        *lock(&self.unreachable) = Some(why);
     }
 
     /// `error`, or the refused credentials behind it: a timeout or an
@@ -72,10 +87,19 @@ impl AuthWatch {
         if !error.store_is_down() || matches!(error, StoreError::Auth(_)) {
             return error;
         }
-        match &*self.refused.lock().unwrap_or_else(|e| e.into_inner()) {
+        if let Some(reason) = &*lock(&self.refused) {
             // Redis's own words; they never contain the password.
-            Some(reason) => StoreError::Auth(format!("{reason} (while connecting)")),
-            None => error,
+            return StoreError::Auth(format!("{reason} (while connecting)"));
+        }
+        match (&error, &*lock(&self.unreachable)) {
+            (StoreError::Timeout(_), Some(why)) => {
+                StoreError::Unavailable(format!("not connected: {why}"))
+            }
+            _ => error,
         }
     }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
