@@ -27,8 +27,8 @@ fn reloads(samples: &[Sample]) -> BTreeMap<(String, String), f64> {
     pairs.collect()
 }
 
-/// Each instance's count of `result` moved by `by` from `before`, the
-/// other result's not at all.
+/// Each instance's count of `result` is one more than in `before`, the
+/// other result's the same.
 fn moved(
     now: &BTreeMap<(String, String), f64>,
     before: &BTreeMap<(String, String), f64>,
@@ -88,7 +88,8 @@ pub async fn reloads_seen(prom: &Prometheus, instances: &[Instance], policies: &
 async fn alerted(prom: &Prometheus, alert: &str, instances: &[Instance], states: &[&str]) {
     let wanted: BTreeSet<&str> = instances.iter().map(|i| i.addr.as_str()).collect();
     let what = format!("{alert} {states:?} on {wanted:?}");
-    eventually(&what, async || {
+    let since = std::time::Instant::now();
+    let seen = eventually(&what, async || {
         let alerts = prom.alerts().await?;
         let active: Vec<_> = alerts
             .iter()
@@ -100,12 +101,20 @@ async fn alerted(prom: &Prometheus, alert: &str, instances: &[Instance], states:
             .map(|(labels, _)| labels.get("instance").map_or("", String::as_str))
             .collect();
         if on == wanted {
-            Ok(())
+            Ok(active
+                .iter()
+                .map(|(_, state)| state.clone())
+                .collect::<Vec<_>>())
         } else {
             Err(format!("active: {active:?}"))
         }
     })
     .await;
+    eprintln!(
+        "{alert}: {:?} after {:.1} s",
+        seen,
+        since.elapsed().as_secs_f64()
+    );
 }
 
 /// Redis killed: once the Redis instance says it is not ready, every
@@ -143,10 +152,15 @@ pub async fn outage_seen(
         sent[0].degraded, OUTAGE_CHECKS as u64,
         "not every outage check was degraded"
     );
+    outage_counted(prom, instances, sent).await;
+}
 
+/// The outage as Prometheus sees it: every degraded answer counted, the
+/// Redis instance's store down and the embedded one's up, and the alerts.
+async fn outage_counted(prom: &Prometheus, instances: &[Instance], sent: &[Sent; 2]) {
     let expr = "sum by (instance) (ratekeeper_degraded_total)";
     prom.until("every degraded answer counted", expr, |s| {
-        for (instance, sent) in instances.iter().zip(sent.iter()) {
+        for (instance, sent) in instances.iter().zip(sent) {
             let v = one(s, instance)?;
             if v != sent.degraded as f64 {
                 return Err(format!("{}: {v}, sent {}", instance.store, sent.degraded));
@@ -155,6 +169,7 @@ pub async fn outage_seen(
         Ok(())
     })
     .await;
+    eprintln!("redis: {OUTAGE_CHECKS} outage checks, all counted degraded");
     prom.until(
         "the store down on the Redis instance only",
         "ratekeeper_store_up",
