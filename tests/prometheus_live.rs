@@ -270,43 +270,17 @@ fn deciding_limit(body: &serde_json::Value) -> String {
 fn the_dashboard_is_scoped_to_its_data_source_and_instances() {
     let board = dashboard::load();
     assert!(board["schemaVersion"].as_u64() >= Some(36), "schemaVersion");
-    let sources = dashboard::variables(&board, "datasource");
-    assert_eq!(sources.len(), 1, "one data source variable");
-    let (source, variable) = sources[0];
-    assert_eq!(variable["query"], "prometheus");
-    let uid = format!("${{{source}}}");
-    let queries = dashboard::variables(&board, "query");
-    let query = |name: &str| {
-        let found = queries.iter().find(|(n, _)| *n == name);
-        let (_, v) = found.unwrap_or_else(|| panic!("no ${name} variable"));
-        assert_eq!(v["datasource"]["uid"], uid.as_str(), "${name}");
-        (
-            dashboard::variable_query(v),
-            v["multi"] == true && v["includeAll"] == true,
-        )
-    };
-    assert_eq!(
-        query("instance"),
-        ("label_values(ratekeeper_build_info, instance)".into(), true)
-    );
-    let (policy, _) = query("policy");
-    let (matcher, label) = dashboard::label_values(&policy).unwrap();
-    assert!(matcher.unwrap().starts_with("ratekeeper_checks_total") && label == "policy");
-
+    let uid = variables_are_grafanas(&board);
     let panels = dashboard::panels(&board);
     let mut ids = BTreeSet::new();
     let mut titles = BTreeSet::new();
     for panel in &panels {
         let title = panel["title"].as_str().unwrap();
-        assert!(
-            ids.insert(panel["id"].as_u64().unwrap()),
-            "{title}: id reused"
-        );
+        let id = panel["id"].as_u64().unwrap();
+        assert!(ids.insert(id), "{title}: id reused");
         assert!(titles.insert(title), "{title}: title reused");
-        assert!(
-            panel["gridPos"]["w"].as_u64().is_some(),
-            "{title}: no gridPos"
-        );
+        let placed = panel["gridPos"]["w"].as_u64().is_some();
+        assert!(placed, "{title}: no gridPos");
         assert_eq!(panel["datasource"]["uid"], uid.as_str(), "{title}");
         let targets = panel["targets"].as_array().unwrap();
         assert!(!targets.is_empty(), "{title}: no query");
@@ -316,16 +290,36 @@ fn the_dashboard_is_scoped_to_its_data_source_and_instances() {
     }
     let targets = dashboard::targets(&board);
     for target in &targets {
+        let scoped = target.expr.contains(r#"instance=~"$instance""#);
         assert!(
-            target.expr.contains(r#"instance=~"$instance""#),
+            scoped,
             "{}: not scoped to $instance: {}",
-            target.panel,
-            target.expr
+            target.panel, target.expr
         );
     }
-    assert!(
-        panels.len() >= 15 && targets.len() >= 20,
-        "{} panels",
-        panels.len()
-    );
+    let counted = (panels.len(), targets.len());
+    assert!(counted.0 >= 15 && counted.1 >= 20, "{counted:?}");
+}
+
+/// The data source variable (its `${name}`, returned) and `$instance` and
+/// `$policy` as the issue names them, both multi-valued with "All".
+fn variables_are_grafanas(board: &serde_json::Value) -> String {
+    let sources = dashboard::variables(board, "datasource");
+    assert_eq!(sources.len(), 1, "one data source variable");
+    let (source, variable) = sources[0];
+    assert_eq!(variable["query"], "prometheus");
+    let uid = format!("${{{source}}}");
+    let queries = dashboard::variables(board, "query");
+    let query = |name: &str| {
+        let found = queries.iter().find(|(n, _)| *n == name);
+        let (_, v) = found.unwrap_or_else(|| panic!("no ${name} variable"));
+        assert_eq!(v["datasource"]["uid"], uid.as_str(), "${name}");
+        assert!(v["multi"] == true && v["includeAll"] == true, "${name}");
+        dashboard::variable_query(v)
+    };
+    let instance = query("instance");
+    assert_eq!(instance, "label_values(ratekeeper_build_info, instance)");
+    let (matcher, label) = dashboard::label_values(&query("policy")).unwrap();
+    assert!(matcher.unwrap().starts_with("ratekeeper_checks_total") && label == "policy");
+    uid
 }
