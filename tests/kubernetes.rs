@@ -34,6 +34,10 @@ fn with_redis() -> PathBuf {
     k8s::root().join("overlays/with-redis")
 }
 
+fn monitoring() -> PathBuf {
+    k8s::root().join("monitoring")
+}
+
 /// The ratekeeper Deployment's pod spec and container in `resources`.
 fn pod(resources: &[(PathBuf, Value)]) -> (&Value, &Value) {
     let spec = &k8s::find(resources, "Deployment", "ratekeeper")["spec"]["template"]["spec"];
@@ -45,18 +49,27 @@ fn pod(resources: &[(PathBuf, Value)]) -> (&Value, &Value) {
     (spec, container)
 }
 
-/// Every manifest file, each kustomization's own (not its kustomization.yaml).
+/// Every manifest file, each kustomization's own (not its kustomization.yaml),
+/// but the Prometheus Operator's resources: the validator has no schema of
+/// custom resources (the monitoring test below checks those).
 fn manifest_files() -> Vec<PathBuf> {
     let dirs = k8s::kustomizations();
     let files = dirs.iter().flat_map(|dir| k8s::yaml_files(dir));
     files
         .filter(|f| !f.ends_with("kustomization.yaml"))
+        .filter(|f| {
+            let docs = k8s::documents(f);
+            !docs.iter().any(|d| k8s::is_operators(&d["apiVersion"]))
+        })
         .collect()
 }
 
 #[test]
 fn every_manifest_is_listed_by_its_kustomization_and_every_listed_one_exists() {
-    assert_eq!(k8s::kustomizations(), vec![base(), with_redis()]);
+    assert_eq!(
+        k8s::kustomizations(),
+        vec![base(), monitoring(), with_redis()]
+    );
     let mut dirs = vec![k8s::root()];
     while let Some(dir) = dirs.pop() {
         let files = k8s::yaml_files(&dir);
@@ -345,4 +358,47 @@ fn scaled_and_fenced(resources: &[(PathBuf, Value)], labels: &BTreeMap<String, S
         .map(|p| p["port"].as_u64().unwrap())
         .collect();
     assert_eq!(allowed, [8080, 8081]);
+}
+
+/// The monitoring kustomization scrapes the base's pods: the PodMonitor
+/// selects them by their labels and names a port their container has, and
+/// the NetworkPolicy that lets Prometheus in opens that port on them. (Its
+/// PrometheusRule is tests/prometheus_rules.rs's.)
+#[test]
+fn the_pod_monitor_scrapes_the_deployments_pods_on_their_http_port() {
+    let pods = k8s::render(&base());
+    let labels = k8s::strings(
+        &k8s::find(&pods, "Deployment", "ratekeeper")["spec"]["template"]["metadata"]["labels"],
+    );
+    let (_, container) = pod(&pods);
+    let resources = k8s::render(&monitoring());
+    let monitor = k8s::find(&resources, "PodMonitor", "ratekeeper");
+    assert_eq!(monitor["apiVersion"], "monitoring.coreos.com/v1");
+    let monitor = &monitor["spec"];
+    assert!(k8s::selects(&monitor["selector"]["matchLabels"], &labels));
+    let endpoints = monitor["podMetricsEndpoints"].as_sequence().unwrap();
+    assert_eq!(
+        endpoints.len(),
+        1,
+        "one endpoint: /metrics on the HTTP port"
+    );
+    let endpoint = &endpoints[0];
+    assert_eq!(endpoint["path"].as_str(), Some("/metrics"));
+    let port_name = endpoint["port"].as_str().expect("a named port");
+    let port = container_port(container, port_name);
+    let env: BTreeMap<String, String> = k8s::env(container).into_iter().collect();
+    let http: SocketAddr = env["RATEKEEPER_SERVER__LISTEN"].parse().unwrap();
+    assert_eq!(port, http.port(), "/metrics is served on server.listen");
+
+    let policy = &k8s::find(&resources, "NetworkPolicy", "ratekeeper-metrics")["spec"];
+    assert!(k8s::selects(&policy["podSelector"]["matchLabels"], &labels));
+    let rules = policy["ingress"].as_sequence().unwrap();
+    let opened: Vec<u64> = rules
+        .iter()
+        .flat_map(|r| r["ports"].as_sequence().unwrap())
+        .map(|p| p["port"].as_u64().unwrap())
+        .collect();
+    assert_eq!(opened, [u64::from(port)], "only the scraped port");
+    let prometheus = &rules[0]["from"][0]["podSelector"]["matchLabels"];
+    assert_eq!(prometheus["app.kubernetes.io/name"], "prometheus");
 }

@@ -2,7 +2,9 @@
 //! `deploy/prometheus/`, checked by the real `promtool` (Debian's
 //! `prometheus` package, which `scripts/test.sh` installs): they parse, and
 //! their unit tests (`tests/prometheus/alerts_test.yml`) fire each alert on
-//! a failing instance and keep it quiet on a healthy one.
+//! a failing instance and keep it quiet on a healthy one. The Prometheus
+//! Operator's PrometheusRule (`deploy/kubernetes/monitoring`) is generated
+//! from them here: `RATEKEEPER_BLESS=1` rewrites it, otherwise it must match.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -186,4 +188,75 @@ fn the_docs_list_every_metric() {
         missing.is_empty(),
         "docs/observability.md lacks {missing:?}"
     );
+}
+
+/// The PrometheusRule of `deploy/kubernetes/monitoring`: generated from the
+/// two rule files, so Kubernetes gets the rules tested here, not a copy
+/// that drifts. `RATEKEEPER_BLESS=1` rewrites it.
+const PROMETHEUS_RULE: &str = "deploy/kubernetes/monitoring/prometheusrule.yaml";
+
+const PROMETHEUS_RULE_HEADER: &str = "\
+# GENERATED from deploy/prometheus/alerts.yml and deploy/prometheus/recording.yml
+# by tests/prometheus_rules.rs: do not edit. After changing either file, run
+#   RATEKEEPER_BLESS=1 cargo test --test prometheus_rules
+# The Prometheus Operator loads it when its Prometheus's ruleSelector matches
+# these labels (kube-prometheus-stack also wants `release: <its release>`).
+";
+
+/// The groups of `alerts.yml`, then those of `recording.yml`, in a
+/// `monitoring.coreos.com/v1` PrometheusRule.
+fn prometheus_rule() -> Value {
+    let groups: Vec<Value> = ["alerts.yml", "recording.yml"]
+        .iter()
+        .flat_map(|file| {
+            let doc = yaml(&format!("deploy/prometheus/{file}"));
+            doc["groups"].as_sequence().unwrap().clone()
+        })
+        .collect();
+    let rule = serde_json::json!({
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "ratekeeper",
+            "labels": {"app.kubernetes.io/name": "ratekeeper"},
+        },
+        "spec": {"groups": []},
+    });
+    let mut rule: Value = serde_norway::to_value(rule).unwrap();
+    rule["spec"]["groups"] = Value::Sequence(groups);
+    rule
+}
+
+#[test]
+fn the_prometheus_rule_is_generated_from_the_rule_files() {
+    let expected = prometheus_rule();
+    let path = root().join(PROMETHEUS_RULE);
+    if std::env::var_os("RATEKEEPER_BLESS").is_some_and(|v| v == "1") {
+        let body = serde_norway::to_string(&expected).unwrap();
+        std::fs::write(&path, format!("{PROMETHEUS_RULE_HEADER}{body}")).unwrap();
+    }
+    let regenerate = "regenerate it: RATEKEEPER_BLESS=1 cargo test --test prometheus_rules";
+    let text = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{PROMETHEUS_RULE}: {e}; {regenerate}"));
+    assert!(
+        text.starts_with(PROMETHEUS_RULE_HEADER),
+        "{PROMETHEUS_RULE} lost its header saying it is generated; {regenerate}"
+    );
+    let committed: Value = serde_norway::from_str(&text).unwrap();
+    assert!(
+        committed == expected,
+        "{PROMETHEUS_RULE} differs from deploy/prometheus/*.yml; {regenerate}"
+    );
+    // The operator's CRD takes the groups of a rule file as they are; the
+    // rule count guards against an empty rendering equal to an empty file.
+    let rules: usize = ["alerts.yml", "recording.yml"]
+        .iter()
+        .map(|f| rules(&format!("deploy/prometheus/{f}")).len())
+        .sum();
+    let spec_groups = committed["spec"]["groups"].as_sequence().unwrap();
+    let committed_rules: usize = spec_groups
+        .iter()
+        .map(|g| g["rules"].as_sequence().unwrap().len())
+        .sum();
+    assert_eq!(committed_rules, rules);
 }

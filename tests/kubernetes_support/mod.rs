@@ -63,6 +63,13 @@ pub fn documents(file: &Path) -> Vec<Value> {
         .collect()
 }
 
+/// Whether `api_version` is the Prometheus Operator's (custom resources,
+/// which no Kubernetes schema covers).
+pub fn is_operators(api_version: &Value) -> bool {
+    let version = api_version.as_str().unwrap_or_default();
+    version.starts_with("monitoring.coreos.com/")
+}
+
 /// The `resources:` entries of the kustomization in `dir`, as paths.
 pub fn listed(dir: &Path) -> Vec<PathBuf> {
     let file = dir.join("kustomization.yaml");
