@@ -102,10 +102,10 @@ fn hold(app: &TestApp, n: usize) -> Vec<TcpStream> {
 fn wait_open(app: &TestApp, open: f64) {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     loop {
-        if let Ok((200, text)) = support::raw_http(&app.base[7..], "GET", "/metrics", "") {
-            if metric(&text, "ratekeeper_connections{listener=\"http\"}") >= open {
-                return;
-            }
+        if let Ok((200, text)) = support::raw_http(&app.base[7..], "GET", "/metrics", "")
+            && metric(&text, "ratekeeper_connections{listener=\"http\"}") >= open
+        {
+            return;
         }
         assert!(std::time::Instant::now() < deadline, "not {open} open");
         std::thread::sleep(Duration::from_millis(10));

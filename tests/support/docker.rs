@@ -149,10 +149,10 @@ fn reap_leftovers() {
         let list: Vec<&str> = list.into_iter().filter(|a| !a.is_empty()).collect();
         let list = docker_ok(&list);
         for line in list.lines() {
-            if let Some((id, pid)) = line.split_once(' ') {
-                if gone(pid) {
-                    let _ = docker(&[kind, "rm", "-f", id]);
-                }
+            if let Some((id, pid)) = line.split_once(' ')
+                && gone(pid)
+            {
+                let _ = docker(&[kind, "rm", "-f", id]);
             }
         }
     }

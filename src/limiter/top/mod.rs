@@ -16,12 +16,12 @@
 mod space_saving;
 mod window;
 
-use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
+use hashbrown::HashMap;
 
 pub use self::window::Period;
 use self::window::{SLICE_US, Windowed, merge};
@@ -120,7 +120,20 @@ impl Top {
         let limit = &check.limits[decision.deciding()];
         let key = limit.scope.as_deref().unwrap_or(&check.key);
         let name = check.policy.as_deref().unwrap_or(INLINE);
-        let Some(set) = self.set(name) else { return };
+        // Borrowed from the map in force: no reference count to bump (a
+        // shared cache line) on every check.
+        let sets = self.sets.load();
+        let added;
+        let set = match sets.get(name) {
+            Some(set) => set,
+            None => match self.set(name) {
+                Some(set) => {
+                    added = set;
+                    &added
+                }
+                None => return,
+            },
+        };
         let denied = decision.limits.iter().any(|l| !l.allowed);
         let hash = self.hasher.hash_one(key);
         let kept = kept_key(key, hash);

@@ -82,10 +82,10 @@ impl Inner {
             other => other,
         };
         self.liveness.observe(client, &result);
-        if let (Err(e), Some(domains)) = (&result, &self.domains) {
-            if is_moved(e) {
-                domains.suspect(&self.pool);
-            }
+        if let (Err(e), Some(domains)) = (&result, &self.domains)
+            && is_moved(e)
+        {
+            domains.suspect(&self.pool);
         }
         result.map_err(classify)
     }
