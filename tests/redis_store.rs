@@ -389,3 +389,28 @@ async fn refused_credentials_are_reported_as_auth_errors() {
     limited.ping().await.unwrap();
     assert_auth(limited.check(&c).await, "NOPERM");
 }
+
+/// `ratekeeper_redis_check_calls_total`'s source: one script call per
+/// check sent alone, one per batch; concurrent checks share calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn check_calls_count_one_per_lone_check_and_one_per_batch() {
+    let server = RedisServer::start();
+    let store = batching_store(&server);
+    store.ping().await.unwrap();
+    for i in 0..5 {
+        let c = check(&unique_key("calls"), Algorithm::ALL[i], 10, "1m", 1);
+        store.check(&c).await.unwrap();
+    }
+    assert_eq!(store.check_calls(), Some(5), "one call per lone check");
+    let batch: Vec<Check> = (0..20)
+        .map(|i| check(&unique_key("callsb"), Algorithm::ALL[i % 5], 10, "1m", 1))
+        .collect();
+    store.check_batch(&batch).await.unwrap();
+    assert_eq!(store.check_calls(), Some(6), "one call for the batch");
+    assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
+    let calls = store.check_calls().unwrap() - 6;
+    assert!(
+        (1..300).contains(&calls),
+        "300 concurrent checks in {calls} calls"
+    );
+}

@@ -84,6 +84,16 @@ async fn statuses_nesting_hits_addend_and_override() {
     });
     assert_eq!(rls.codes(request("edge", vec![o.clone()])).await.0, Ok);
     assert_eq!(rls.codes(request("edge", vec![o])).await.0, Over);
+
+    // Every call counted by what it was answered: 3 OK, 3 OVER_LIMIT.
+    let metrics = rls.metrics().await;
+    for line in [
+        r#"ratekeeper_rls_requests_total{code="ok"} 3"#,
+        r#"ratekeeper_rls_requests_total{code="over_limit"} 3"#,
+        r#"ratekeeper_rls_requests_total{code="error"} 0"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
 }
 
 #[tokio::test]

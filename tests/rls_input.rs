@@ -189,6 +189,16 @@ async fn an_oversized_call_is_denied_and_counted_and_the_server_goes_on() {
         .await;
     assert_eq!(ok.0, Code::Ok);
     assert_eq!(request_errors(&rls, "invalid").await, 0);
+    // The oversized call was answered OVER_LIMIT, the malformed one an
+    // error status.
+    let metrics = rls.metrics().await;
+    for line in [
+        r#"ratekeeper_rls_requests_total{code="ok"} 1"#,
+        r#"ratekeeper_rls_requests_total{code="over_limit"} 1"#,
+        r#"ratekeeper_rls_requests_total{code="error"} 1"#,
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
 }
 
 /// Field 2 (`descriptors`, a message) as a number: no RateLimitRequest.
