@@ -128,3 +128,76 @@ async fn nginx_auth_request_on_redis() {
     let redis = RedisServer::start();
     keyed_by_api_key_and_by_client_address(Some(&redis.url())).await;
 }
+
+/// `examples/nginx/README.md`'s trial, as a newcomer runs it: the real
+/// binary with the example's `ratekeeper.toml` (which names its
+/// `policies.toml`), `python3 -m http.server` as the application, and nginx
+/// from the example's `nginx.conf`; five requests a minute pass, the sixth
+/// is a 429 with Retry-After.
+#[tokio::test]
+async fn the_example_runs_as_its_readme_says() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/nginx/ratekeeper.toml"
+    );
+    let (_ratekeeper, addr) = support::binary::serve(&[("RATEKEEPER_CONFIG", config)]);
+    let site = support::fresh_dir("nginx-app");
+    std::fs::write(site.join("index.html"), "hello from the application\n").unwrap();
+    let port = support::free_port();
+    let app = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(&site)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 runs the example's application");
+    let _app = support::binary::KillOnDrop(app);
+    support::wait_until(
+        std::time::Duration::from_secs(10),
+        "the application listens",
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
+    let upstream: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let nginx = Nginx::start(addr.parse().unwrap(), upstream);
+
+    let url = format!("http://127.0.0.1:{}/", nginx.port);
+    let client = reqwest::Client::new();
+    // The policy's window is a calendar minute: all six within one.
+    support::early_in_a_minute(std::time::Duration::from_secs(50)).await;
+    for i in 0..5 {
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+        let ratelimit = response.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            ratelimit.starts_with(&format!("\"minute\";r={};t=", 4 - i)),
+            "{ratelimit}"
+        );
+        assert_eq!(
+            response.text().await.unwrap(),
+            "hello from the application\n"
+        );
+    }
+    let denied = client.get(&url).send().await.unwrap();
+    assert_eq!(denied.status(), 429);
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    assert_eq!(denied.headers()["ratelimit-policy"], "\"minute\";q=5;w=60");
+    // Another client address (nginx's X-Forwarded-For, believed because
+    // the example trusts nginx) has its own budget.
+    let other = client_from("127.0.0.2").get(&url).send().await.unwrap();
+    assert_eq!(other.status(), 200);
+}

@@ -1,9 +1,9 @@
-//! A real nginx, run from `examples/nginx/ratekeeper.conf` (only its ports
-//! changed) in a temp prefix as an unprivileged single process, in front of
-//! a small counting upstream.
+//! A real nginx, run from `examples/nginx/nginx.conf` and
+//! `ratekeeper.conf` (only the ports changed) in a temp prefix as an
+//! unprivileged single process, as `examples/nginx/README.md` runs it.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -13,6 +13,9 @@ const EXAMPLE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/examples/nginx/ratekeeper.conf"
 );
+
+/// The whole configuration around it, for a trial without root.
+const MAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/nginx/nginx.conf");
 
 /// The nginx binary; scripts/test.sh installs it with apt-get.
 fn nginx_binary() -> PathBuf {
@@ -87,16 +90,19 @@ impl Nginx {
             site, example,
             "the example's addresses changed; update this test"
         );
-        std::fs::write(dir.join("site.conf"), site).unwrap();
-        std::fs::write(dir.join("nginx.conf"), main_conf(&dir)).unwrap();
+        // The README's command: the example's nginx.conf as it is, which
+        // includes ratekeeper.conf from its own directory.
+        std::fs::write(dir.join("ratekeeper.conf"), site).unwrap();
+        std::fs::copy(MAIN, dir.join("nginx.conf")).unwrap();
+        let log = std::fs::File::create(dir.join("error.log")).unwrap();
         let child = Command::new(nginx_binary())
             .arg("-p")
             .arg(&dir)
-            .arg("-c")
+            .args(["-e", "stderr", "-c"])
             .arg(dir.join("nginx.conf"))
             .args(["-g", "daemon off;"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("nginx starts");
         let mut nginx = Nginx {
@@ -113,26 +119,4 @@ impl Nginx {
         });
         nginx
     }
-}
-
-/// One process, no user switch, every path inside `dir`.
-fn main_conf(dir: &Path) -> String {
-    let d = dir.display();
-    format!(
-        "master_process off;
-worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log warn;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    include {d}/site.conf;
-}}
-"
-    )
 }
