@@ -25,14 +25,31 @@ pub struct TopQuery {
     #[param(example = "api")]
     pub policy: String,
     /// `denied` (default): units of denied checks; `checked`: every unit.
-    #[param(value_type = Option<String>, example = "denied")]
-    pub by: Option<String>,
+    #[param(inline)]
+    pub by: Option<ByParam>,
     /// `1m` (default) or `10m`.
-    #[param(value_type = Option<String>, example = "1m")]
-    pub period: Option<String>,
+    #[param(inline)]
+    pub period: Option<PeriodParam>,
     /// Keys listed, heaviest first: 1 to 1000, default 10.
-    #[param(example = 10)]
+    #[param(example = 10, minimum = 1, maximum = 1000)]
     pub limit: Option<usize>,
+}
+
+/// What `/v1/top` counts.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ByParam {
+    Denied,
+    Checked,
+}
+
+/// The window of `/v1/top`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+pub enum PeriodParam {
+    #[serde(rename = "1m")]
+    Minute,
+    #[serde(rename = "10m")]
+    TenMinutes,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -74,15 +91,13 @@ pub async fn top(
     query: Result<Query<TopQuery>, QueryRejection>,
 ) -> Result<Json<TopResponse>, ApiError> {
     let Query(query) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
-    let (by, by_name) = match query.by.as_deref().unwrap_or("denied") {
-        "denied" => (By::Denied, "denied"),
-        "checked" => (By::Checked, "checked"),
-        _ => return Err(invalid("by: must be \"denied\" or \"checked\"")),
+    let (by, by_name) = match query.by.unwrap_or(ByParam::Denied) {
+        ByParam::Denied => (By::Denied, "denied"),
+        ByParam::Checked => (By::Checked, "checked"),
     };
-    let (period, period_name) = match query.period.as_deref().unwrap_or("1m") {
-        "1m" => (Period::Minute, "1m"),
-        "10m" => (Period::TenMinutes, "10m"),
-        _ => return Err(invalid("period: must be \"1m\" or \"10m\"")),
+    let (period, period_name) = match query.period.unwrap_or(PeriodParam::Minute) {
+        PeriodParam::Minute => (Period::Minute, "1m"),
+        PeriodParam::TenMinutes => (Period::TenMinutes, "10m"),
     };
     let limit = query.limit.unwrap_or(10);
     if !(1..=MAX_LIMIT).contains(&limit) {

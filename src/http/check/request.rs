@@ -252,7 +252,7 @@ impl ToSchema for CheckForms {
 
 impl PartialSchema for CheckForms {
     fn schema() -> RefOr<Schema> {
-        forms(&[])
+        forms(&[], "Check")
     }
 }
 
@@ -268,26 +268,32 @@ impl ToSchema for ResetForms {
 
 impl PartialSchema for ResetForms {
     fn schema() -> RefOr<Schema> {
-        forms(&["cost"])
+        forms(&["cost"], "Reset")
     }
 }
 
-/// The three forms, each also forbidding `forbidden`.
-fn forms(forbidden: &[&str]) -> RefOr<Schema> {
+/// The three forms of `operation` (`Check`, `Reset`), each also
+/// forbidding `forbidden`. Each form's title is its own name
+/// (`PolicyCheck`, `InlineReset`, ...): generators name their classes after
+/// titles, so a reset's forms must not share a check's.
+fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     let with = |fields: &[&'static str]| [fields, forbidden].concat();
     let policy = forbid(
         PolicyCheckRequest::schema(),
         &with(&["limits", "limit", "window", "algorithm", "burst"]),
+        &format!("Policy{operation}"),
         "The policy form. Takes no limits of its own.",
     );
     let inline = forbid(
         InlineCheckRequest::schema(),
         &with(&["policy", "limit", "window", "algorithm", "burst"]),
+        &format!("Inline{operation}"),
         "The inline multi-limit form. The rule fields go inside `limits`.",
     );
     let single = forbid(
         CheckRequest::schema(),
         &with(&["policy", "limits"]),
+        &format!("SingleRule{operation}"),
         "The single-rule form: one limit, named `default` in the headers.",
     );
     OneOfBuilder::new()
@@ -302,8 +308,9 @@ fn forms(forbidden: &[&str]) -> RefOr<Schema> {
         .into()
 }
 
-/// `schema` (an object) with `fields` declared as never valid, and a title.
-fn forbid(schema: RefOr<Schema>, fields: &[&str], title: &str) -> RefOr<Schema> {
+/// `schema` (an object) with `fields` declared as never valid, a title, and
+/// `what` as its description unless it has one.
+fn forbid(schema: RefOr<Schema>, fields: &[&str], title: &str, what: &str) -> RefOr<Schema> {
     let RefOr::T(Schema::Object(mut object)) = schema else {
         unreachable!("a derived struct schema is an inline object")
     };
@@ -322,5 +329,8 @@ fn forbid(schema: RefOr<Schema>, fields: &[&str], title: &str) -> RefOr<Schema> 
         object.properties.insert((*field).to_owned(), never.into());
     }
     object.title = Some(title.to_owned());
+    if object.description.is_none() {
+        object.description = Some(what.to_owned());
+    }
     object.into()
 }
