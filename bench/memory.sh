@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Memory per key, both stores, for the README's algorithm table.
+# Memory per key, both stores, for docs/algorithms.md's table.
 # - Redis: runs the real scripts on its own redis-server for 100k distinct
 #   keys per algorithm (limit 100 per minute, one check each; the sliding
 #   log also with 10 entries per key), and reports used_memory growth per

@@ -1,4 +1,4 @@
-//! Bytes per key of the embedded store, for the README's algorithm table:
+//! Bytes per key of the embedded store, for docs/algorithms.md's table:
 //! fills a fresh store with 1M keys per algorithm at typical rules and
 //! reads the process's resident memory before and after.
 //!

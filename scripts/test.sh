@@ -19,6 +19,10 @@
 #   (tests/container_*.rs): tests/docker/standins.sh makes the base images
 #   from Debian's packages, as no registry is assumed. They need a running
 #   Docker Engine too: its absence is an error, never a skip.
+# Then it builds the crate docs with warnings as errors (a broken intra-doc
+# link fails the run) and runs `cargo test`. tests/readme_examples.rs holds
+# README.md and docs/ to the code; docs/development.md says what each test
+# checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -69,4 +73,5 @@ MSG
   exit 1
 fi
 
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
 cargo test --locked "$@"

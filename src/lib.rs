@@ -1,6 +1,14 @@
 //! ratekeeper: a rate-limit decision service. Callers POST "may this key
 //! spend this much now?" and get allowed / remaining / retry-after back.
 //!
+//! The user documentation is `README.md` (the front page) and `docs/`, one
+//! page per topic: the API, the algorithms, policies, proxies, the Envoy
+//! rate limit service, operations, configuration, failure modes,
+//! deployment, observability, benchmarks. `docs/development.md` has this
+//! map down to every file, what each test checks, and how to add an
+//! algorithm. Each module's doc says why it is built the way it is; the
+//! user docs state the behaviour and link here.
+//!
 //! # Layout
 //! Requests flow one way, transport → limiter → store, and answers return
 //! the same way.

@@ -31,7 +31,7 @@ pub enum Command {
     /// Run the service until SIGINT or SIGTERM.
     ///
     /// Every flag is also a config key, settable in the --config file and as
-    /// RATEKEEPER_<SECTION>__<KEY> (e.g. RATEKEEPER_REDIS__URL). Flags win over
+    /// `RATEKEEPER_<SECTION>__<KEY>` (e.g. `RATEKEEPER_REDIS__URL`). Flags win over
     /// the environment, which wins over the file, which wins over defaults.
     Serve(ServeArgs),
     /// Print the OpenAPI document (YAML), as committed in openapi.yaml.

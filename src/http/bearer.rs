@@ -4,7 +4,7 @@
 //!
 //! The scope is chosen from the request's path, before routing, so that a
 //! path no route matches under `/v1` is refused like any other (admin by
-//! default: a route added later without a line in [`ROUTES`] is closed, not
+//! default: a route added later without a line in `ROUTES` is closed, not
 //! open). A request that passes goes on without its `Authorization`
 //! header, so no handler can put the token in a key, a log line or a body.
 

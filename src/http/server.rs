@@ -3,7 +3,7 @@
 //! file descriptor and ~35 KB forever, and enough of them stop the service
 //! from accepting anyone.
 //!
-//! Per connection: read deadlines ([`timed_io`]), a body deadline handed to
+//! Per connection: read deadlines (`listener::timed_io`), a body deadline handed to
 //! the handler as a request extension ([`BodyDeadline`]), and on shutdown
 //! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
 //! in-flight requests finish). Per process: at most `max_connections`;
@@ -82,9 +82,9 @@ const OVERLOADED: &[u8] = concat!(
 )
 .as_bytes();
 
-/// Connections beyond `max_connections` kept for [`PROBE_PATHS`]. A few
+/// Connections beyond `max_connections` kept for `PROBE_PATHS`. A few
 /// probes at once (a kubelet's, a scraper's) is what they are for; each
-/// serves one request, whose head must come within [`PROBE_HEAD_TIMEOUT`],
+/// serves one request, whose head must come within `PROBE_HEAD_TIMEOUT`,
 /// so a silent or slow client holds one for at most that.
 pub const PROBE_RESERVE: usize = 16;
 

@@ -7,7 +7,7 @@
 //!
 //! Nodes come and go (a failover promotes a replica, a Kubernetes pod comes
 //! back with a new address), so a breaker that has seen no call for
-//! [`Breakers::forget_after_us`] is forgotten. Otherwise the old primary's
+//! `Breakers::forget_after_us` is forgotten. Otherwise the old primary's
 //! breaker would stay half-open for good (no check reaches that node
 //! again), keeping the prober busy and the gauges wrong, and after enough
 //! node changes every new node would share the overflow breaker.

@@ -1,8 +1,8 @@
 //! What the two listeners share, the HTTP API's ([`crate::http::server`])
 //! and the Envoy RLS gRPC one ([`crate::rls::listener`]): accepting with a
-//! pause when out of file descriptors ([`Acceptor`]), counting open
-//! connections under a cap ([`OpenConnection`]), read and write deadlines
-//! ([`TimedIo`]), and fitting both caps under the open-files limit
+//! pause when out of file descriptors (`Acceptor`), counting open
+//! connections under a cap (`OpenConnection`), read and write deadlines
+//! (`TimedIo`), and fitting both caps under the open-files limit
 //! ([`fds`]).
 //!
 //! Each listener has its own cap, so a flood on one (idle gRPC connections,

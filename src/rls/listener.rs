@@ -18,7 +18,7 @@
 //! What is a call: any HTTP/2 request (stream) tonic hands to the service,
 //! whatever its answer, from the moment it arrives until its response is
 //! ready (a unary response follows at once). [`Tracked`] marks them on
-//! the connection's [`Activity`], which tonic passes to each request as
+//! the connection's `Activity`, which tonic passes to each request as
 //! its connect info ([`Calls`]).
 
 use std::future::Future;

@@ -4,7 +4,7 @@
 //! code runs, with nothing logged or counted. Here the request is decoded
 //! with [`super::wire`]'s types, and every call not decided as sent is
 //! counted (`ratekeeper_rls_request_errors_total{reason}`) and logged, at
-//! most one line per [`LOG_EVERY`]: Envoy, failing open by default, lets
+//! most one line per `LOG_EVERY`: Envoy, failing open by default, lets
 //! such a call's request through unlimited, so it must not go unseen.
 
 use std::convert::Infallible;

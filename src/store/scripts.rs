@@ -43,7 +43,7 @@ pub const RESET: &str = concat!(
     "\nreturn reset_all(clock(ARGV[1]), tonumber(ARGV[2]))\n"
 );
 
-/// Gives back up to `cost` (ARGV[3]) on each of one check's limits, then
+/// Gives back up to `cost` (`ARGV[3]`) on each of one check's limits, then
 /// answers like a check of cost 0: the same `KEYS` and `ARGV` as [`CHECK`].
 pub const REFUND: &str = concat!(
     functions!(),

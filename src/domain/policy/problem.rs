@@ -36,11 +36,11 @@ impl fmt::Display for Problem {
 /// A file with a syntax or shape error (a typo in a key, a string where a
 /// number belongs) reports that one, since nothing after it can be read
 /// reliably; a well-formed file reports every invalid value at once, up to
-/// [`MAX_PROBLEMS`] (the rest are only counted in `more`).
+/// `MAX_PROBLEMS` (the rest are only counted in `more`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub struct PolicyFileError {
     pub problems: Vec<Problem>,
-    /// Problems found beyond the first [`MAX_PROBLEMS`], not listed.
+    /// Problems found beyond the first `MAX_PROBLEMS`, not listed.
     pub more: usize,
 }
 

@@ -4,12 +4,12 @@
 //!
 //! Client keys are unbounded and chosen by clients, so they can never be
 //! metric labels; a heavy-hitters sketch answers the question instead, with
-//! a stated error per key ([`space_saving`]), over time slices
-//! ([`window`]). Each instance keeps its own: see `docs/observability.md`
+//! a stated error per key (`space_saving`), over time slices
+//! (`window`). Each instance keeps its own: see `docs/observability.md`
 //! for merging instances.
 //!
 //! The hot path takes one uncontended mutex: a set is split into
-//! [`SHARDS`] shards by key hash, each with its own lock, so parallel
+//! `SHARDS` shards by key hash, each with its own lock, so parallel
 //! checks of one policy rarely meet. Keys are partitioned, not copied, so a
 //! view is the union of the shards' views and their bounds do not add.
 
