@@ -15,11 +15,11 @@ OUT=bench/results/exactness-$(date -u +%Y%m%dT%H%M%SZ).md
   echo "# Exactness of 400 concurrent checks, limit 100, one injected timeout, $(date -u +%F)"
   echo
   echo "Produced by \`bash bench/exactness.sh\` at commit $(git rev-parse --short HEAD)"
-  echo "(\`tests/breaker.rs\`, \`exactness_over_100_rounds\`). Two instances, fail-open,"
+  echo "(\`tests/faults/breaker.rs\`, \`exactness_over_100_rounds\`). Two instances, fail-open,"
   echo "deny cache off, batching on (100us), $(nproc) cores."
   echo
 } > "$OUT"
-EXACTNESS_OUT="$OUT.body" cargo test --locked --test breaker exactness_over_100_rounds -- --ignored --exact --nocapture >/dev/null
+EXACTNESS_OUT="$OUT.body" cargo test --locked --test faults breaker::exactness_over_100_rounds -- --ignored --exact --nocapture >/dev/null
 cat "$OUT.body" >> "$OUT"
 rm -f "$OUT.body"
 head -8 "$OUT"

@@ -4,7 +4,7 @@
 #   bash bench/failover.sh            # 3 runs of each, ~4 minutes
 #   RUNS=5 DELAYS="200" bash bench/failover.sh
 #
-# Each run is one of the failover tests (tests/sentinel.rs, tests/cluster.rs):
+# Each run is one of the failover tests (tests/stores/sentinel.rs, tests/stores/cluster.rs):
 # real redis-server processes on loopback, ratekeeper in-process, a bounded
 # load of concurrent checks, one primary SIGKILLed. The test prints a
 # `FAILOVER <kind> key=value...` line; this script collects those lines and
@@ -29,13 +29,13 @@ DELAYS=${DELAYS:-"200 500"}
 command -v redis-server >/dev/null || { echo "redis-server is required (apt-get install redis-server)" >&2; exit 1; }
 command -v redis-cli >/dev/null || { echo "redis-cli is required (apt-get install redis-server)" >&2; exit 1; }
 
-cargo test --no-run --test sentinel --test cluster >/dev/null 2>&1
+cargo test --no-run --test stores >/dev/null 2>&1
 lines=$(mktemp)
 trap 'rm -f "$lines"' EXIT
 for delay in $DELAYS; do
 for kind in sentinel cluster; do
   for run in $(seq "$RUNS"); do
-    out=$(FAILOVER_RECONNECT_MAX_DELAY_MS=$delay cargo test -q --test "$kind" -- --nocapture 2>&1) &&
+    out=$(FAILOVER_RECONNECT_MAX_DELAY_MS=$delay cargo test -q --test stores "$kind::" -- --nocapture 2>&1) &&
       verdict=pass || verdict=FAIL
     line=$(grep -m1 "^FAILOVER $kind " <<<"$out" || true)
     if [ -z "$line" ]; then

@@ -18,14 +18,14 @@ OUT=bench/results/restart$LABEL-$(date -u +%Y%m%dT%H%M%SZ).md
   echo "# Degraded answers after a Redis restart, direct and batched, $(date -u +%F)"
   echo
   echo "Produced by \`bash bench/restart.sh ${1:-}\` at commit $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- src || echo ' (with uncommitted changes in src/)')"
-  echo "(\`tests/restart.rs\`, \`restart_recovery_numbers\`). Fail-closed, default [redis] and"
+  echo "(\`tests/faults/restart.rs\`, \`restart_recovery_numbers\`). Fail-closed, default [redis] and"
   echo "[breaker] settings (timeout 100ms, open_for 1s), pool_size 2, $(nproc) cores."
   echo "\"down\" ends when the new server answers the harness's PING (polled every 20 ms);"
   echo "times after it are from that moment."
   echo
 } > "$OUT"
 for DOWN in ${RESTART_DOWNS:-0 300 600}; do
-  RESTART_DOWN_MS=$DOWN RESTART_OUT="$OUT.body" cargo test --locked --test restart restart_recovery_numbers -- --ignored --exact --nocapture >/dev/null
+  RESTART_DOWN_MS=$DOWN RESTART_OUT="$OUT.body" cargo test --locked --test faults restart::restart_recovery_numbers -- --ignored --exact --nocapture >/dev/null
   cat "$OUT.body" >> "$OUT"
   rm -f "$OUT.body"
 done

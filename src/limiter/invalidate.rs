@@ -74,7 +74,7 @@ struct CacheSink {
 
 impl InvalidationSink for CacheSink {
     // Counted after the cache changed, so whoever sees the count also
-    // sees the invalidation (tests/invalidation.rs relies on it).
+    // sees the invalidation (tests/stores/invalidation.rs relies on it).
     fn invalidated(&self, key: &str) {
         self.cache.invalidate(key);
         self.waiters.wake(key);

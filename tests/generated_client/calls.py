@@ -1,6 +1,6 @@
 """Calls a live ratekeeper through the Python client that
 openapi-python-client generated from openapi.yaml (run by
-tests/generated_client.rs, which generates it and puts it on PYTHONPATH).
+tests/tooling/generated_client.rs, which generates it and puts it on PYTHONPATH).
 
 argv: BASE_URL TOKEN. Prints one JSON object of what came back, for the
 Rust side to check; any exception fails the run.

@@ -5,7 +5,7 @@ rules below apply to the single rule and to each inline limit alike; inline
 limits also need unique names and distinct (algorithm, window) pairs, and
 the cost must fit the smallest of them. A policy-form request is valid only
 for a policy that is loaded, which no schema can say: the run serves a
-policies file with one policy, `fuzz` (tests/schemathesis.rs), and positive
+policies file with one policy, `fuzz` (tests/tooling/schemathesis.rs), and positive
 policy-form cases are pointed at it, with a cost that fits its limits;
 negative ones still run and must be rejected.
 

@@ -1,8 +1,8 @@
 //! Faults between hosts (issue 15, part 3): Redis and ratekeeper each in a
 //! container of its own on a user-defined network, so a fault is a real
 //! network event (an interface removed, a host gone) rather than a process
-//! on loopback. Helpers shared by `tests/container_partition.rs`,
-//! `tests/container_sentinel.rs` and `tests/container_cluster.rs`.
+//! on loopback. Helpers shared by `tests/containers/container_partition.rs`,
+//! `tests/containers/container_sentinel.rs` and `tests/containers/container_cluster.rs`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -26,6 +26,55 @@ pub mod stores;
 pub mod venv;
 
 pub use app::{TestApp, settings};
+
+/// One test per store for each scenario, as limitador's
+/// `test_with_all_storage_impls!`: a failure names its store (`memory` or
+/// `redis` after the scenario's name), and one store failing does not hide
+/// the other.
+///
+/// - `for_each_store!(a, b)`: each `async fn a(store: Arc<dyn Store>,
+///   clock: ManualClock)` gets a fresh embedded store, then a fresh
+///   redis-server's store, each deciding on its own manual clock (at 0:
+///   the scenario sets it).
+/// - `for_each_store!(app: a, b)`: each `async fn a(app: &TestApp)` gets
+///   the service on a fresh embedded store, then on a fresh redis-server.
+#[macro_export]
+macro_rules! for_each_store {
+    (app: $($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn memory() {
+                let app = $crate::support::TestApp::spawn($crate::support::settings(None)).await;
+                super::$name(&app).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                let server = $crate::support::RedisServer::start();
+                let settings = $crate::support::settings(Some(&server.url()));
+                let app = $crate::support::TestApp::spawn(settings).await;
+                super::$name(&app).await;
+            }
+        }
+    )*};
+    ($($name:ident),* $(,)?) => {$(
+        mod $name {
+            #[tokio::test]
+            async fn memory() {
+                let clock = ratekeeper::domain::ManualClock::new(0);
+                super::$name($crate::support::stores::memory(&clock), clock).await;
+            }
+
+            #[tokio::test]
+            async fn redis() {
+                let server = $crate::support::RedisServer::start();
+                let clock = ratekeeper::domain::ManualClock::new(0);
+                let store = $crate::support::stores::redis(&server, &clock).await;
+                super::$name(store, clock).await;
+            }
+        }
+    )*};
+}
 pub use cluster::{NodeInfo, RedisCluster, parse_nodes};
 pub use load::{
     Load, Outage, Sample, assert_answered_throughout, cached_scripts, failover_reconnect_max_delay,

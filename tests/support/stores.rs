@@ -26,6 +26,18 @@ pub fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64)
     }
 }
 
+/// The embedded store on `clock`.
+pub fn memory(clock: &ManualClock) -> Arc<dyn Store> {
+    Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000_000))
+}
+
+/// A Redis store on `server`, deciding on `clock`, its scripts loaded.
+pub async fn redis(server: &RedisServer, clock: &ManualClock) -> Arc<dyn Store> {
+    let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();
+    redis.ping().await.unwrap();
+    Arc::new(redis)
+}
+
 /// Both stores (embedded and Redis) on one manual clock.
 pub async fn stores(server: &RedisServer, clock: &ManualClock) -> Vec<Arc<dyn Store>> {
     let redis = RedisStore::connect(redis_options(server, clock, 60_000)).unwrap();

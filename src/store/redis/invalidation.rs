@@ -208,7 +208,7 @@ impl Listener {
     /// every node (with Sentinel, the primary asked anew). fred's
     /// `force_reconnection` of a cluster client did not replace the
     /// connection a SUBSCRIBE went down after a silent cut
-    /// (`tests/dead_connection.rs`). The old client is quit.
+    /// (`tests/faults/dead_connection.rs`). The old client is quit.
     fn renew(&mut self) {
         let Ok(fresh) = self.builder.build() else {
             return;

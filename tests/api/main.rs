@@ -1,0 +1,29 @@
+//! The HTTP API, black box: the check forms, reset and refund, forward-auth, bearer tokens, waiting, /v1/top, the OpenAPI document, metrics at startup, slow clients, and the policies file reloading.
+//!
+//! One test binary (see docs/development.md): each module below was a test file of its own.
+
+#[macro_use]
+#[path = "../support/mod.rs"]
+mod support;
+#[path = "../policy_checks/mod.rs"]
+mod policy_checks;
+#[macro_use]
+mod forward_auth_support;
+
+mod auth_tokens;
+mod forward_auth;
+mod forward_auth_keys;
+mod http_adjust;
+mod http_api;
+mod metrics_startup;
+mod openapi;
+mod policies_api;
+mod policies_api_errors;
+mod policies_reload;
+mod policies_reload_load;
+mod policies_watch;
+mod slow_clients;
+mod top;
+mod wait;
+mod wait_wake;
+mod waiters_cap;

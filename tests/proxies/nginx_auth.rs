@@ -1,0 +1,203 @@
+//! nginx `auth_request` in front of an upstream, with ratekeeper deciding:
+//! the shipped `examples/nginx/ratekeeper.conf`, run by a real nginx. N
+//! requests pass, then 429 with Retry-After and RateLimit; the upstream
+//! never sees a denied request; keyed by X-API-Key, and by client address
+//! through nginx as a trusted proxy (clients bind distinct loopback
+//! addresses, nginx connects to ratekeeper from 127.0.0.1).
+
+use crate::policy_checks;
+use crate::servers as proxies;
+use crate::support;
+
+use std::net::{IpAddr, SocketAddr};
+
+use policy_checks::{install, limit, policy};
+use proxies::Upstream;
+use proxies::nginx::Nginx;
+use ratekeeper::domain::Algorithm;
+use support::{RedisServer, TestApp, settings, unique_key};
+
+const N: usize = 3;
+
+async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Nginx) {
+    let mut config = settings(redis);
+    config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let app = TestApp::spawn(config).await;
+    let mut api = policy(
+        "api",
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
+    );
+    api.forward.deny_status = 403;
+    install(&app, vec![api]);
+    let upstream = Upstream::start().await;
+    let ratekeeper: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let nginx = Nginx::start(ratekeeper, upstream.addr);
+    (app, upstream, nginx)
+}
+
+fn client_from(ip: &str) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(ip.parse::<IpAddr>().unwrap())
+        .build()
+        .unwrap()
+}
+
+/// N allowed, then denied, for one client; returns what it saw.
+async fn spend(nginx: &Nginx, client: &reqwest::Client, headers: &[(&str, &str)]) {
+    let url = format!("http://127.0.0.1:{}/some/page?q=1", nginx.port);
+    for i in 0..N {
+        let mut request = client.get(&url);
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), 200, "request {i} {headers:?}");
+        let ratelimit = response.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            ratelimit.starts_with(&format!("\"l\";r={};t=", N - 1 - i)),
+            "{ratelimit}"
+        );
+        assert_eq!(response.text().await.unwrap(), "hello");
+    }
+    let mut request = client.post(&url).body("a body nginx must not forward");
+    for (k, v) in headers {
+        request = request.header(*k, *v);
+    }
+    let response = request.send().await.unwrap();
+    assert_eq!(response.status(), 429, "{headers:?}");
+    let h = response.headers();
+    let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
+    assert!((1..=3600).contains(&retry), "{retry}");
+    assert!(h["ratelimit"].to_str().unwrap().starts_with("\"l\";r=0;t="));
+    assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=3600");
+    assert_eq!(h["content-type"], "application/problem+json");
+    let body: serde_json::Value = response.json().await.unwrap();
+    assert_eq!(body["status"], 429);
+}
+
+async fn keyed_by_api_key_and_by_client_address(redis: Option<&str>) {
+    let (_app, upstream, nginx) = setup(redis).await;
+    let local = client_from("127.0.0.1");
+    let key = unique_key("nginx");
+    spend(&nginx, &local, &[("x-api-key", &key)]).await;
+    assert_eq!(
+        upstream.seen(),
+        N,
+        "the upstream never sees a denied request"
+    );
+    // Another key has its own budget.
+    let other = unique_key("nginx");
+    spend(&nginx, &local, &[("x-api-key", &other)]).await;
+    assert_eq!(upstream.seen(), 2 * N);
+
+    // No key: by the client's address, which nginx forwards and
+    // ratekeeper believes because nginx (127.0.0.1) is trusted.
+    let a = client_from("127.0.0.21");
+    spend(&nginx, &a, &[]).await;
+    // A forged X-Forwarded-For is replaced by nginx: still 127.0.0.21.
+    let response = a
+        .get(format!("http://127.0.0.1:{}/", nginx.port))
+        .header("x-forwarded-for", "203.0.113.99")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 429);
+    // Another address has its own budget.
+    let b = client_from("127.0.0.22");
+    spend(&nginx, &b, &[("x-forwarded-for", "127.0.0.21")]).await;
+    assert_eq!(upstream.seen(), 4 * N);
+    // A client's own cost never reaches ratekeeper: 0 does not bypass the
+    // limit (each request spends 1), nor does a huge cost empty a bucket.
+    let c = client_from("127.0.0.23");
+    spend(&nginx, &c, &[("x-ratelimit-cost", "0")]).await;
+    let d = client_from("127.0.0.24");
+    spend(&nginx, &d, &[("x-ratelimit-cost", "1000000")]).await;
+    assert_eq!(upstream.seen(), 6 * N);
+}
+
+#[tokio::test]
+async fn nginx_auth_request_on_the_embedded_store() {
+    keyed_by_api_key_and_by_client_address(None).await;
+}
+
+#[tokio::test]
+async fn nginx_auth_request_on_redis() {
+    let redis = RedisServer::start();
+    keyed_by_api_key_and_by_client_address(Some(&redis.url())).await;
+}
+
+/// `examples/nginx/README.md`'s trial, as a newcomer runs it: the real
+/// binary with the example's `ratekeeper.toml` (which names its
+/// `policies.toml`), `python3 -m http.server` as the application, and nginx
+/// from the example's `nginx.conf`; five requests a minute pass, the sixth
+/// is a 429 with Retry-After.
+#[tokio::test]
+async fn the_example_runs_as_its_readme_says() {
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/nginx/ratekeeper.toml"
+    );
+    let (_ratekeeper, addr) = support::binary::serve(&[("RATEKEEPER_CONFIG", config)]);
+    let site = support::fresh_dir("nginx-app");
+    std::fs::write(site.join("index.html"), "hello from the application\n").unwrap();
+    let port = support::free_port();
+    let app = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "http.server",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+        ])
+        .arg("--directory")
+        .arg(&site)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("python3 runs the example's application");
+    let _app = support::binary::KillOnDrop(app);
+    support::wait_until(
+        std::time::Duration::from_secs(10),
+        "the application listens",
+        || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok(),
+    );
+    let upstream: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+    let nginx = Nginx::start(addr.parse().unwrap(), upstream);
+
+    let url = format!("http://127.0.0.1:{}/", nginx.port);
+    let client = reqwest::Client::new();
+    // The policy's window is a calendar minute: all six within one.
+    support::early_in_a_minute(std::time::Duration::from_secs(50)).await;
+    for i in 0..5 {
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+        let ratelimit = response.headers()["ratelimit"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            ratelimit.starts_with(&format!("\"minute\";r={};t=", 4 - i)),
+            "{ratelimit}"
+        );
+        assert_eq!(
+            response.text().await.unwrap(),
+            "hello from the application\n"
+        );
+    }
+    let denied = client.get(&url).send().await.unwrap();
+    assert_eq!(denied.status(), 429);
+    let retry: u64 = denied.headers()["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry), "{retry}");
+    assert_eq!(denied.headers()["ratelimit-policy"], "\"minute\";q=5;w=60");
+    // Another client address (nginx's X-Forwarded-For, believed because
+    // the example trusts nginx) has its own budget.
+    let other = client_from("127.0.0.2").get(&url).send().await.unwrap();
+    assert_eq!(other.status(), 200);
+}

@@ -1,0 +1,206 @@
+//! What only Redis has for reset and refund: the scripts as
+//! `ratekeeper script` prints them, their reload after Redis lost its
+//! script cache, and multi-limit keys on a cluster (one slot per check).
+
+use crate::support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use ratekeeper::domain::{Algorithm, Check, Limit, ManualClock, Rule};
+use ratekeeper::store::Store;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::scripts;
+
+use support::binary::ratekeeper;
+use support::stores::redis_options;
+use support::{RedisCluster, RedisServer, cached_scripts, unique_key};
+
+const T0: u64 = 1_767_225_600_000_000;
+
+fn limits() -> Vec<Limit> {
+    let limit = |name: &str, algorithm, window_us| Limit {
+        name: name.into(),
+        rule: Rule {
+            algorithm,
+            limit: 3,
+            window_us,
+            burst: 3,
+        },
+        scope: None,
+    };
+    vec![
+        limit("a", Algorithm::SlidingLog, 60_000_000),
+        limit("b", Algorithm::TokenBucket, 3_600_000_000),
+        limit("c", Algorithm::FixedWindow, 86_400_000_000),
+    ]
+}
+
+fn check(key: &str, cost: u64) -> Check {
+    let mut c = Check::multi(key, limits(), cost);
+    c.policy = Some("api".into());
+    c
+}
+
+#[test]
+fn the_script_subcommand_prints_reset_and_refund() {
+    for (name, script) in [("reset", scripts::RESET), ("refund", scripts::REFUND)] {
+        let out = ratekeeper().args(["script", name]).output().unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        assert_eq!(
+            String::from_utf8(out.stdout).unwrap().trim_end(),
+            script.trim_end()
+        );
+    }
+}
+
+/// SCRIPT FLUSH (what a restart or failover does): the next reset and
+/// refund still work, in one extra round trip, and leave the scripts cached.
+#[tokio::test]
+async fn reset_and_refund_survive_a_flushed_script_cache() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
+    store.ping().await.unwrap();
+    let key = unique_key("flush");
+    store.check(&check(&key, 2)).await.unwrap();
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let refunded = store.refund(&check(&key, 1)).await.unwrap();
+    assert_eq!(
+        refunded.iter().map(|o| o.remaining).collect::<Vec<_>>(),
+        [2, 2, 2]
+    );
+    server.cli(&["SCRIPT", "FLUSH"]);
+    let reset = store.reset(&check(&key, 0)).await.unwrap();
+    assert!(
+        reset
+            .iter()
+            .all(|o| o.remaining == 3 && o.reset_after_us == 0)
+    );
+    // The reset's EVAL cached it again (the refund's was flushed after).
+    assert_eq!(cached_scripts(server.port), 1);
+    store.refund(&check(&key, 1)).await.unwrap();
+    assert_eq!(cached_scripts(server.port), 2);
+    store.quit().await;
+}
+
+/// On a cluster, each check's keys share its hash tag: reset and refund of
+/// three limits run as one script on the node owning the slot, for keys
+/// spread over every primary.
+#[tokio::test]
+async fn reset_and_refund_of_several_limits_on_a_cluster() {
+    let cluster = RedisCluster::start(3);
+    let store = RedisStore::connect(RedisOptions {
+        url: cluster.url(),
+        key_prefix: "rk:".into(),
+        timeout: Duration::from_secs(5),
+        pool_size: 1,
+        reconnect_max_delay: Duration::from_millis(200),
+        unresponsive_timeout: Duration::from_millis(500),
+        batch_window: Duration::ZERO,
+        clock: None,
+        ttl_pad_ms: 0,
+    })
+    .unwrap();
+    assert!(store.wait_connected(Duration::from_secs(10)).await);
+    store.ping().await.unwrap();
+    let store: Arc<dyn Store> = Arc::new(store);
+    for i in 0..30 {
+        let key = unique_key(&format!("c{i}"));
+        assert!(
+            store
+                .check(&check(&key, 3))
+                .await
+                .unwrap()
+                .iter()
+                .all(|o| o.allowed)
+        );
+        let refunded = store.refund(&check(&key, 2)).await.unwrap();
+        assert!(refunded.iter().all(|o| o.remaining == 2), "{refunded:?}");
+        let reset = store.reset(&check(&key, 0)).await.unwrap();
+        assert!(reset.iter().all(|o| o.remaining == 3), "{reset:?}");
+    }
+}
+
+/// A refund never makes a key expire before its usage would: after a spend
+/// late in one window, a refund early in the next and a spend after it,
+/// the key's PTTL still covers the reset a cost-0 check reports. (The
+/// sliding window's refund used to roll the key to the new window and keep
+/// the old expiry, so the key died a window early and the next window saw
+/// no previous count.)
+#[tokio::test]
+async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0 + 9_000_000);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    for algorithm in [
+        Algorithm::SlidingWindow,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+    ] {
+        clock.set_us(T0 + 9_000_000);
+        let key = unique_key("pttl");
+        let rule = Rule {
+            algorithm,
+            limit: 10,
+            window_us: 10_000_000,
+            burst: 10,
+        };
+        let limit = Limit {
+            name: "l".into(),
+            rule,
+            scope: None,
+        };
+        let check = |cost| Check::multi(&key, vec![limit.clone()], cost);
+        assert!(store.check(&check(2)).await.unwrap()[0].allowed);
+        clock.set_us(T0 + 10_001_000);
+        store.refund(&check(1)).await.unwrap();
+        assert!(store.check(&check(1)).await.unwrap()[0].allowed);
+        let reset_ms = store.check(&check(0)).await.unwrap()[0].reset_after_us / 1_000;
+        let name = format!("rk:{{{key}}}:{}:10000", algorithm.key_tag());
+        let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
+        // Real time passed since the PEXPIRE: a second is plenty.
+        assert!(
+            pttl + 1_000 >= reset_ms as i64,
+            "{algorithm:?}: PTTL {pttl} ms, usage until {reset_ms} ms"
+        );
+    }
+    store.quit().await;
+}
+
+/// Two inline token buckets of one window share a key: a refund by the
+/// rule that refills faster must not shorten the expiry the slower one's
+/// spend set (its usage would vanish before it refilled).
+#[tokio::test]
+async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    let key = unique_key("shared");
+    let bucket = |limit| Limit {
+        name: "l".into(),
+        rule: Rule {
+            algorithm: Algorithm::TokenBucket,
+            limit,
+            window_us: 60_000_000,
+            burst: 10,
+        },
+        scope: None,
+    };
+    // 1 a minute: 10 used take 10 minutes to refill.
+    let slow = Check::multi(&key, vec![bucket(1)], 10);
+    assert!(store.check(&slow).await.unwrap()[0].allowed);
+    // 600 a minute (10 per second) gives one back.
+    store
+        .refund(&Check::multi(&key, vec![bucket(600)], 1))
+        .await
+        .unwrap();
+    let name = format!("rk:{{{key}}}:tb:60000");
+    let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
+    assert!(pttl > 590_000, "PTTL {pttl} ms: shortened by the refund");
+    store.quit().await;
+}

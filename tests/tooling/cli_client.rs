@@ -1,0 +1,253 @@
+//! The operator's client subcommands against a live instance (the real
+//! binary on both ends): `ratekeeper top` prints who is being limited, as
+//! a table that refreshes or as JSON, and carries a token from a file.
+
+use crate::support;
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::binary::{KillOnDrop, ratekeeper, run, serve};
+use support::fresh_dir;
+
+/// `n` inline checks of `key` at `base` (limit 3 a minute, so some deny).
+fn spend(base: &str, key: &str, n: usize) {
+    let body = format!(r#"{{"key": "{key}", "limit": 3, "window": "1m"}}"#);
+    for _ in 0..n {
+        let answer = support::raw_http(base, "POST", "/v1/check", &body);
+        assert!(matches!(answer, Ok((200, _))), "{answer:?}");
+    }
+}
+
+fn top(base: &str, args: &[&str]) -> Command {
+    let mut command = ratekeeper();
+    command
+        .args(["top", "--url", &format!("http://{base}")])
+        .args(args);
+    command
+}
+
+#[test]
+fn top_prints_the_heaviest_keys_as_a_table_and_as_json() {
+    let (_server, base) = serve(&[]);
+    spend(&base, "tenant-a", 9);
+    spend(&base, "tenant-b", 4);
+    let (code, out, err) = run(&mut top(&base, &["--once"]));
+    assert_eq!(code, 0, "{err}");
+    let rows: Vec<&str> = out.lines().skip(3).collect();
+    assert!(
+        out.lines()
+            .next()
+            .unwrap()
+            .contains("policy inline  denied units, last 1m")
+    );
+    assert!(out.contains("total 7 units"), "{out}");
+    assert!(
+        rows[1].starts_with("  1  tenant-a") && rows[1].contains(" 6 "),
+        "{out}"
+    );
+    assert!(
+        rows[2].starts_with("  2  tenant-b") && rows[2].contains(" 1 "),
+        "{out}"
+    );
+
+    let (code, out, err) = run(&mut top(
+        &base,
+        &["--by", "checked", "--limit", "1", "--json"],
+    ));
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["keys"][0]["key"], "tenant-a");
+    assert_eq!(json["keys"][0]["count"], 9);
+    assert_eq!(
+        (json["total"].as_u64(), json["unlisted_max"].as_u64()),
+        (Some(13), Some(4))
+    );
+}
+
+#[test]
+fn top_refreshes_until_stopped() {
+    let (_server, base) = serve(&[]);
+    spend(&base, "tenant-a", 5);
+    let mut child = KillOnDrop(
+        top(&base, &["--interval", "200ms"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    std::thread::sleep(Duration::from_millis(1_100));
+    child.0.kill().unwrap();
+    let mut out = String::new();
+    child
+        .0
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    let tables = out.matches("policy inline").count();
+    assert!(
+        (3..=7).contains(&tables),
+        "{tables} tables in 1.1 s:\n{out}"
+    );
+    assert!(!out.contains('\x1b'), "no screen clearing into a pipe");
+}
+
+#[test]
+fn top_needs_an_admin_token_from_a_file_when_tokens_are_on() {
+    let dir = fresh_dir("cli-top");
+    let tokens = dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        "check tkc_cli_0123456789abcdef\nadmin tka_cli_0123456789abcdef\n",
+    )
+    .unwrap();
+    set_private(&tokens);
+    let (_server, base) = serve(&[("RATEKEEPER_AUTH__TOKENS_FILE", tokens.to_str().unwrap())]);
+    let (code, _, err) = run(&mut top(&base, &["--once"]));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("401: missing_token") && err.contains("--token-file"),
+        "{err}"
+    );
+
+    let check = dir.join("check-token");
+    std::fs::write(&check, "tkc_cli_0123456789abcdef\n").unwrap();
+    let (code, _, err) = run(&mut top(
+        &base,
+        &["--once", "--token-file", check.to_str().unwrap()],
+    ));
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("403: insufficient_scope") && err.contains("admin"),
+        "{err}"
+    );
+    assert!(!err.contains("tkc_cli"), "the token is never echoed: {err}");
+
+    let admin = dir.join("admin-token");
+    std::fs::write(&admin, "  tka_cli_0123456789abcdef  \n").unwrap();
+    let (code, out, err) = run(&mut top(
+        &base,
+        &["--once", "--token-file", admin.to_str().unwrap()],
+    ));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("(no key counted in this window)"), "{out}");
+}
+
+#[test]
+fn top_says_when_the_instance_cannot_be_reached() {
+    let started = Instant::now();
+    let (code, _, err) = run(&mut top("127.0.0.1:1", &["--once", "--timeout", "1s"]));
+    assert_eq!(code, 69, "{err}");
+    assert!(err.contains("cannot reach http://127.0.0.1:1"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
+    let mut https = ratekeeper();
+    https.args(["top", "--once", "--url", "https://127.0.0.1:1"]);
+    let (code, _, err) = run(&mut https);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("only http://"), "{err}");
+}
+
+fn set_private(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+fn client(base: &str, args: &[&str]) -> Command {
+    let mut command = ratekeeper();
+    command
+        .args(args)
+        .args(["--url", &format!("http://{base}")]);
+    command
+}
+
+fn policies_file() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("config/policies.example.toml")
+}
+
+#[test]
+fn check_prints_the_decision_and_exits_by_it() {
+    let file = policies_file();
+    let (_server, base) = serve(&[("RATEKEEPER_POLICIES__FILE", file.to_str().unwrap())]);
+    let (code, out, err) = run(&mut client(
+        &base,
+        &["check", "--policy", "api", "--key", "k_cli"],
+    ));
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(
+        lines[0].starts_with("ALLOWED  limit 10  remaining 19"),
+        "{out}"
+    );
+    assert!(lines[1].starts_with("NAME   ALGORITHM"), "{out}");
+    assert!(
+        lines[2].starts_with("burst  token_bucket  10     20     1s"),
+        "{out}"
+    );
+    assert!(
+        lines[3].starts_with("daily  fixed_window  10000  10000  1d"),
+        "{out}"
+    );
+
+    let single = ["check", "--key", "k_one", "--limit", "1", "--window", "1m"];
+    assert_eq!(run(&mut client(&base, &single)).0, 0);
+    let (code, out, _) = run(&mut client(&base, &single));
+    assert_eq!(code, 3, "denied exits 3: {out}");
+    assert!(
+        out.starts_with("DENIED  limit 1  remaining 0  retry after "),
+        "{out}"
+    );
+
+    let inline = r#"[{"limit":2,"window":"1h","algorithm":"fixed_window"}]"#;
+    let args = [
+        "check", "--key", "k_in", "--limits", inline, "--cost", "2", "--json",
+    ];
+    let (code, out, err) = run(&mut client(&base, &args));
+    assert_eq!(code, 0, "{err}");
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (json["allowed"].as_bool(), json["remaining"].as_u64()),
+        (Some(true), Some(0))
+    );
+
+    let (code, _, err) = run(&mut client(
+        &base,
+        &["check", "--key", "k", "--policy", "nope"],
+    ));
+    assert_eq!(code, 1);
+    assert!(err.contains("422: unknown_policy"), "{err}");
+    let (code, _, err) = run(&mut client(&base, &["check", "--key", "k"]));
+    assert_eq!(code, 64, "{err}");
+}
+
+#[test]
+fn reset_gives_the_units_back_and_policies_show_lists_the_file() {
+    let file = policies_file();
+    let (_server, base) = serve(&[("RATEKEEPER_POLICIES__FILE", file.to_str().unwrap())]);
+    let single = ["--key", "k_reset", "--limit", "1", "--window", "1h"];
+    let check = |base: &str| run(&mut client(base, &[&["check"][..], &single].concat())).0;
+    assert_eq!((check(&base), check(&base)), (0, 3));
+    let (code, out, err) = run(&mut client(&base, &[&["reset"][..], &single].concat()));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ALLOWED  limit 1  remaining 1"), "{out}");
+    assert_eq!(check(&base), 0, "allowed again after the reset");
+
+    let (code, out, err) = run(&mut client(&base, &["policies", "show"]));
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with(&format!("file {}  sha256 ", file.display())),
+        "{out}"
+    );
+    assert!(out.contains("\napi     burst   token_bucket"), "{out}");
+    assert!(out.contains("login   minute  sliding_window"), "{out}");
+    let (code, out, _) = run(&mut client(
+        &base,
+        &["policies", "show", "export", "--json"],
+    ));
+    assert_eq!(code, 0);
+    let json: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(json["policies"].as_array().unwrap().len(), 1);
+    assert_eq!(json["policies"][0]["name"], "export");
+}
