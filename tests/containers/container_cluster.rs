@@ -193,6 +193,7 @@ fn key_on(primary: &NodeInfo) -> impl Fn() -> String + use<> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn cluster_primary_killed_between_containers() {
+    let _turn = support::docker::one_test_at_a_time();
     let network = Network::create();
     // Blocking, before anything else runs on the runtime.
     let nodes = start_cluster(&network);

@@ -22,8 +22,6 @@ const PUBLISHED: &str = "127.0.0.1:8080";
 /// `redis.timeout`, the default the compose file keeps.
 const REDIS_TIMEOUT: Duration = Duration::from_millis(100);
 
-static TURNS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// A copy of `config/` in a fresh directory, and the override that mounts
 /// it where the shipped file mounts `./config`, plus `extra` services.
 fn project_dir(extra: &str) -> (std::path::PathBuf, String) {
@@ -72,7 +70,7 @@ fn up(extra: &str) -> (Compose, std::path::PathBuf) {
 
 #[tokio::test]
 async fn the_quick_start_answers_and_a_policy_edit_reaches_the_container() {
-    let _turn = TURNS.lock().await;
+    let _turn = support::docker::one_test_at_a_time();
     let (compose, dir) = up("");
 
     // The README's quick start, as written there.
@@ -158,7 +156,7 @@ fn redis_answers(addr: &str) -> bool {
 
 #[tokio::test]
 async fn a_redis_restart_answers_within_the_timeout_and_recovers_within_2s() {
-    let _turn = TURNS.lock().await;
+    let _turn = support::docker::one_test_at_a_time();
     let (compose, _) = up("");
     let redis = format!("{}:6379", compose.ip("redis"));
     let app = Arc::new(TestApp::remote(format!("http://{PUBLISHED}")));
@@ -212,7 +210,7 @@ async fn a_redis_restart_answers_within_the_timeout_and_recovers_within_2s() {
 
 #[tokio::test]
 async fn two_replicas_admit_exactly_the_limit_among_400_concurrent_checks() {
-    let _turn = TURNS.lock().await;
+    let _turn = support::docker::one_test_at_a_time();
     // A second service as the shipped one is, but with no published port
     // (two containers cannot both publish 8080).
     let (compose, _) = up(

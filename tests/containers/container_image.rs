@@ -20,6 +20,7 @@ fn addr(base: &str) -> &str {
 
 #[test]
 fn the_image_answers_as_nonroot_on_a_read_only_root_and_turns_healthy() {
+    let _turn = support::docker::one_test_at_a_time();
     let image = image();
     // No tmpfs or volume: nothing in the container is writable.
     let container = Container::run("image", &["--read-only", "-p", "127.0.0.1::8080", image]);
@@ -77,6 +78,7 @@ fn the_image_answers_as_nonroot_on_a_read_only_root_and_turns_healthy() {
 
 #[test]
 fn docker_stop_answers_in_flight_requests_then_exits_0() {
+    let _turn = support::docker::one_test_at_a_time();
     let image = image();
     let container = Container::run("drain", &["-p", "127.0.0.1::8080", image]);
     let base = serving(&container);
@@ -130,6 +132,7 @@ fn docker_stop_answers_in_flight_requests_then_exits_0() {
 
 #[test]
 fn a_bad_ratekeeper_variable_exits_64_naming_the_key() {
+    let _turn = support::docker::one_test_at_a_time();
     let image = image();
     for (variable, value, named) in [
         (
@@ -174,6 +177,7 @@ fn chown_in_container(dir: &std::path::Path, owner: &str) {
 
 #[tokio::test]
 async fn a_chmod_600_tokens_file_from_the_host_works_when_uid_65532_owns_it() {
+    let _turn = support::docker::one_test_at_a_time();
     use std::os::unix::fs::PermissionsExt;
     let image = image();
     let dir = support::fresh_dir("container-tokens");
@@ -230,6 +234,7 @@ fn repo_file(path: &str) -> String {
 /// bump of a `FROM` line.
 #[test]
 fn the_stand_ins_are_the_images_the_dockerfile_and_compose_name() {
+    let _turn = support::docker::one_test_at_a_time();
     let standins = repo_file("tests/docker/standins.sh");
     let dockerfile = repo_file("Dockerfile");
     let froms: Vec<&str> = dockerfile

@@ -44,10 +44,6 @@ const PARTITION: Duration = Duration::from_secs(3);
 const KEYS: usize = 8;
 const LOAD_LIMIT: u64 = 1_000_000;
 
-/// One mode at a time: their timings must not disturb each other on a
-/// 2-core machine.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn partition_fail_open() {
     partition("open").await;
@@ -87,7 +83,7 @@ async fn deploy(mode: &str) -> (Network, Container, Container, Arc<TestApp>) {
 }
 
 async fn partition(mode: &str) {
-    let _one = ONE_AT_A_TIME.lock().await;
+    let _one = support::docker::one_test_at_a_time();
     let (network, redis, rk, app) = deploy(mode).await;
     let bodies: Vec<Value> = (0..KEYS)
         .map(|_| body(&unique_key("part"), LOAD_LIMIT))

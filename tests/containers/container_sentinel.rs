@@ -133,6 +133,7 @@ fn primary_by_sentinels(ips: &[String]) -> Option<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sentinel_failover_between_containers() {
+    let _turn = support::docker::one_test_at_a_time();
     let network = Network::create();
     // Blocking, before anything else runs on the runtime.
     let group = Group::start(&network);

@@ -42,6 +42,18 @@ pub fn docker_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// Held by each container test while it runs: one at a time, in this
+/// process and across processes (nextest runs each test in its own). Their
+/// latency bounds leave about 25 ms on a 2-core machine, which a second
+/// cluster of containers starting beside them would eat.
+pub fn one_test_at_a_time() -> nix::fcntl::Flock<std::fs::File> {
+    let path = format!("{}/container-tests.lock", env!("CARGO_TARGET_TMPDIR"));
+    let lock = std::fs::File::create(path).unwrap();
+    nix::fcntl::Flock::lock(lock, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .unwrap()
+}
+
 /// The stand-ins and [`IMAGE`], built from this checkout once per test
 /// process. Test processes running at once take turns on a lock file; the
 /// engine's layer cache makes every build after the first a no-op unless a
