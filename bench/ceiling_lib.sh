@@ -23,22 +23,24 @@ declare -A CEILING CEILING_P50 CEILING_US
 ceiling_args() { # row -> numkeys keys... argv...
   local row=$1 tag
   if [ "$row" = two ]; then
-    echo "2 bench:{__rand_int__}:gcra:1000 bench:{__rand_int__}:fw:86400000 '' 0 1" \
+    # ARGV as src/store/redis/wire.rs writes it: now (''), padding, channel
+    # (''), then one check operation (code 1) of 2 limits at cost 1.
+    echo "2 bench:{__rand_int__}:gcra:1000 bench:{__rand_int__}:fw:86400000 '' 0 '' 1 2 1 ''" \
       "gcra 1000000 1000000 1000000 fw 1000000000 86400000000 1000000000"
     return
   fi
-  # The algorithm tags of lua/lib.lua.
+  # The algorithm tags (Algorithm::key_tag, generated into the script).
   case ${row#one:} in
     fixed_window) tag=fw;; sliding_window) tag=sw;; sliding_log) tag=sl2;;
     token_bucket) tag=tb;; gcra) tag=gcra;;
     *) echo "unknown algorithm ${row#one:}" >&2; exit 1;;
   esac
-  echo "1 bench:{__rand_int__}:$tag:60000 '' 0 1 $tag 100000 60000000 100000"
+  echo "1 bench:{__rand_int__}:$tag:60000 '' 0 '' 1 1 1 '' $tag 100000 60000000 100000"
 }
 
 measure_ceiling() { # connections rows...
   local conns=$1; shift
-  "$BIN" script check > "$TMP/check.lua"
+  "$BIN" script > "$TMP/check.lua"
   local sha row c n csv args reply
   sha=$(rcli -x script load < "$TMP/check.lua")
   for row in "$@"; do

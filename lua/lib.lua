@@ -1,25 +1,14 @@
--- lib.lua: helpers shared by every script. src/store/scripts.rs builds each
--- script that Redis runs from this file, the algorithm functions and a
--- short entry point, so every check stays one self-contained EVALSHA:
+-- lib.lua: helpers shared by every part of the one script Redis runs.
+-- src/store/scripts.rs builds it from a generated prelude (the calling
+-- convention's numbers, src/store/redis/wire.rs), this file, the algorithm
+-- functions, a generated table from algorithm tag to function, check.lua
+-- (one check's limits, all or nothing), adjust.lua (reset, refund) and
+-- ops.lua, the entry point that applies a list of operations, so every
+-- call stays one self-contained EVALSHA. wire.rs documents KEYS, ARGV and
+-- the reply.
 --
--- One check (check.lua), of one or more limits, all or nothing:
---   KEYS[i]  limit i's state (its type depends on the algorithm)
---   ARGV[1]  now in microseconds since the epoch, or '' to use Redis TIME
---            (production passes ''; tests pass a controlled clock)
---   ARGV[2]  extra TTL in milliseconds added to every key (production: 0)
---   ARGV[3]  cost
---   ARGV[4 + 4 (i - 1) ..]  limit i: algorithm tag (fw, sw, sl2, tb, gcra),
---            limit, window in microseconds, burst (token_bucket and gcra;
---            the limit otherwise)
---   Reply    4 values per limit: allowed (1|0), remaining, retry_after_us,
---            reset_after_us
--- Several checks at once: see batch.lua. Reset and refund of one check's
--- limits (adjust.lua) take the same KEYS and ARGV (ARGV[3]: the refund's
--- cost) plus the invalidation channel and the client key last, and give
--- the same reply, that of a check of cost 0 afterwards, plus a flag (1: the
--- invalidation was published); each
--- algorithm file also defines `<name>_refund(key, now, limit, window, cost,
--- burst, pad_ms)`, which writes the refund and returns nothing.
+-- Each algorithm file also defines `<name>_refund(key, now, limit, window,
+-- cost, burst, pad_ms)`, which writes the refund and returns nothing.
 --
 -- Every algorithm is a function
 --   name(key, now, limit, window, cost, burst, pad_ms, dry)

@@ -36,13 +36,11 @@ pub enum Command {
     Serve(ServeArgs),
     /// Print the OpenAPI document (YAML), as committed in openapi.yaml.
     Openapi,
-    /// Print the exact Lua script ratekeeper runs for one check (of one or
-    /// more limits), a batch of checks, a reset or a refund, e.g. to
-    /// pre-load it or to benchmark it on its own.
-    Script {
-        #[arg(value_parser = ["check", "batch", "reset", "refund"])]
-        name: String,
-    },
+    /// Print the exact Lua script ratekeeper runs on Redis: one script for
+    /// every call (a check, a reset, a refund, a batch of them), e.g. to
+    /// pre-load it or to benchmark it on its own. Its KEYS and ARGV are
+    /// documented in src/store/redis/wire.rs.
+    Script,
     /// Work with a policies file offline.
     Policies {
         #[command(subcommand)]
@@ -150,12 +148,8 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Policies {
             command: PoliciesCommand::Show(args),
         } => remote_exit(client::show(args).await),
-        Command::Script { name } => {
-            // clap accepts only the names `named` knows.
-            print!(
-                "{}",
-                crate::store::scripts::named(&name).unwrap_or_default()
-            );
+        Command::Script => {
+            print!("{}", crate::store::scripts::OPS.as_str());
             ExitCode::SUCCESS
         }
         Command::Policies {

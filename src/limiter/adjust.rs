@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision};
-use crate::store::{Adjusted, StoreError};
+use crate::store::{Applied, StoreError};
 
 /// What a reset or refund does to a check's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,7 +70,7 @@ impl Limiter {
         }
     }
 
-    async fn adjust_store(&self, op: Adjustment, check: &Check) -> Result<Adjusted, StoreError> {
+    async fn adjust_store(&self, op: Adjustment, check: &Check) -> Result<Applied, StoreError> {
         let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
             return Err(StoreError::Unavailable("circuit breaker open".into()));
         };

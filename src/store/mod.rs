@@ -3,32 +3,42 @@
 //! in-process, [`redis::RedisStore`] runs their Lua twins in Redis.
 
 pub mod memory;
+mod op;
 pub mod redis;
 pub mod scripts;
+
+pub use op::{Applied, Op, OpKind};
 
 use async_trait::async_trait;
 
 use crate::domain::{Check, Outcome};
 
-/// Runs checks atomically against shared state.
+/// Runs operations atomically against shared state.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
-    /// Applies `check` atomically, all or nothing: allowed iff every limit
-    /// allows `cost`, and only then does every limit spend it. Returns one
-    /// outcome per limit, in order, each what that limit alone decided.
-    /// A check of one limit is the same call.
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError>;
+    /// Applies `ops`, each atomically and in order (operations on one
+    /// client key see each other's writes in that order), and answers each
+    /// on its own: one operation's error is that operation's, not the
+    /// call's. On Redis the operations of one cluster slot share one
+    /// script call, and the calls for different slots go out at once.
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>>;
 
-    /// Deletes the state of every limit of `check` (its cost is ignored),
-    /// atomically, then answers like a check of cost 0: one outcome per
-    /// limit, in order.
-    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError>;
+    /// A check alone (see [`OpKind::Check`]): one outcome per limit, in
+    /// order, each what that limit alone decided. A check of one limit is
+    /// the same call.
+    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        one(self.apply(&[Op::check(check)]).await).map(|a| a.outcomes)
+    }
 
-    /// Gives back up to `check.cost` units of the most recent spending on
-    /// every limit of `check`, each on its own and never beyond full
-    /// capacity (see `State::refund`), atomically, then answers like a
-    /// check of cost 0. A key without state is left alone.
-    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError>;
+    /// A reset alone (see [`OpKind::Reset`]).
+    async fn reset(&self, check: &Check) -> Result<Applied, StoreError> {
+        one(self.apply(&[Op::reset(check)]).await)
+    }
+
+    /// A refund alone (see [`OpKind::Refund`]): `check.cost` units back.
+    async fn refund(&self, check: &Check) -> Result<Applied, StoreError> {
+        one(self.apply(&[Op::refund(check)]).await)
+    }
 
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.
@@ -72,24 +82,13 @@ pub trait Store: Send + Sync + 'static {
     }
 }
 
-/// What a reset or refund did: the answer of a check of cost 0 afterwards
-/// (one outcome per limit, in order; also reachable through `Deref`), and
-/// whether the other instances sharing the store were told.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Adjusted {
-    pub outcomes: Vec<Outcome>,
-    /// `Some(true)`: the change published its invalidation in the same
-    /// atomic call (Redis); `Some(false)`: that PUBLISH failed (an ACL user
-    /// without the channel), while the change itself happened; `None`: no
-    /// other instance shares this store (the embedded store).
-    pub published: Option<bool>,
-}
-
-impl std::ops::Deref for Adjusted {
-    type Target = [Outcome];
-
-    fn deref(&self) -> &[Outcome] {
-        &self.outcomes
+/// The one answer of a call of one operation.
+fn one(mut answers: Vec<Result<Applied, StoreError>>) -> Result<Applied, StoreError> {
+    match answers.pop() {
+        Some(answer) if answers.is_empty() => answer,
+        _ => Err(StoreError::Backend(
+            "a store answered one operation with other than one answer".into(),
+        )),
     }
 }
 

@@ -22,7 +22,7 @@ use ratekeeper::domain::{Algorithm, Check, Outcome, Rule};
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
 use ratekeeper::store::redis::RedisStore;
-use ratekeeper::store::{Adjusted, Store, StoreError};
+use ratekeeper::store::{Applied, Op, OpKind, Store, StoreError};
 use support::{RedisServer, settings, unique_key};
 
 const REQUESTS: usize = 400;
@@ -46,20 +46,25 @@ impl FaultyStore {
 
 #[async_trait]
 impl Store for FaultyStore {
+    /// Checks through [`check`](Store::check) below; the rest as the
+    /// wrapped store does.
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            answers.push(match op.kind {
+                OpKind::Check => self.check(op.check).await.map(Applied::unshared),
+                _ => self.inner.apply(&[*op]).await.remove(0),
+            });
+        }
+        answers
+    }
+
     async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if call == self.fail_at.load(Ordering::SeqCst) {
             return Err(StoreError::Timeout("injected: one slow call".into()));
         }
         self.inner.check(check).await
-    }
-
-    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        self.inner.reset(check).await
-    }
-
-    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        self.inner.refund(check).await
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

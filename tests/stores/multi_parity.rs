@@ -1,5 +1,5 @@
-//! Checks of several limits, all or nothing: the Lua (`lua/check.lua` and
-//! `lua/batch.lua` on a real Redis, on a controlled clock) and the Rust
+//! Checks of several limits, all or nothing: the Lua (`lua/check.lua`
+//! through `lua/ops.lua`, alone and batched, on a real Redis, on a controlled clock) and the Rust
 //! (`apply_all` on fresh states) must give identical outcomes for every
 //! limit at every step; a denied check's retry_after must be exact; and the
 //! deny cache must answer multi-limit checks as the store would.

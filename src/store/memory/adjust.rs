@@ -3,26 +3,31 @@
 //! atomic with respect to checks on the same client key.
 
 use super::{MemoryStore, StateKeyRef};
-use crate::domain::{Check, Outcome};
-use crate::store::{Adjusted, StoreError};
+use crate::domain::Check;
+use crate::store::{Applied, StoreError};
 
 impl MemoryStore {
     /// Deletes the state of every limit of `check`, then answers like a
     /// check of cost 0 (see [`Store::reset`](crate::store::Store::reset)).
-    pub fn reset_now(&self, check: &Check) -> Result<Adjusted, StoreError> {
+    pub fn reset_now(&self, check: &Check) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
             shard.map.remove(&StateKeyRef::of(check, limit));
         }
-        Ok(unshared(self.inner.check_in(&mut shard.map, check, 0, now)))
+        Ok(Applied::unshared(self.inner.check_in(
+            &mut shard.map,
+            check,
+            0,
+            now,
+        )))
     }
 
     /// Gives back up to `check.cost` on every limit of `check`, then
     /// answers like a check of cost 0 (see
     /// [`Store::refund`](crate::store::Store::refund)). Expired state is
     /// "never seen", as after a Redis TTL: nothing to give back.
-    pub fn refund_now(&self, check: &Check) -> Result<Adjusted, StoreError> {
+    pub fn refund_now(&self, check: &Check) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
@@ -39,14 +44,11 @@ impl MemoryStore {
                 entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
             }
         }
-        Ok(unshared(self.inner.check_in(&mut shard.map, check, 0, now)))
-    }
-}
-
-/// No other instance shares an embedded store: nothing to publish.
-fn unshared(outcomes: Vec<Outcome>) -> Adjusted {
-    Adjusted {
-        outcomes,
-        published: None,
+        Ok(Applied::unshared(self.inner.check_in(
+            &mut shard.map,
+            check,
+            0,
+            now,
+        )))
     }
 }

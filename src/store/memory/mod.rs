@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hashbrown::{Equivalent, HashMap};
 
-use super::{Adjusted, Store, StoreError};
+use super::{Applied, Op, OpKind, Store, StoreError};
 use crate::domain::algorithms::{State, apply_all};
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule};
 
@@ -187,6 +187,16 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// Applies one operation synchronously (the async trait methods wrap
+    /// this), under its client key's shard lock.
+    pub fn apply_now(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
+        match op.kind {
+            OpKind::Check => self.check_now(op.check).map(Applied::unshared),
+            OpKind::Reset => self.reset_now(op.check),
+            OpKind::Refund => self.refund_now(op.check),
+        }
+    }
+
     /// Runs a check synchronously (the async trait method wraps this):
     /// all its limits under one lock, all or nothing (see
     /// [`apply_all`]). One outcome per limit, in order.
@@ -317,16 +327,13 @@ fn lock(shard: &Shard) -> MutexGuard<'_, ShardData> {
 
 #[async_trait]
 impl Store for MemoryStore {
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        ops.iter().map(|op| self.apply_now(op)).collect()
+    }
+
+    /// The hot path without the list: the same as one [`Op::check`].
     async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         self.check_now(check)
-    }
-
-    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        self.reset_now(check)
-    }
-
-    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        self.refund_now(check)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -1,6 +1,6 @@
-//! Micro-batching toward Redis: checks that arrive while another call is in
-//! flight share one EVALSHA of the batch script, which applies them in
-//! arrival order, each exactly as it would run alone.
+//! Micro-batching toward Redis: operations that arrive while another call
+//! is in flight share one EVALSHA, which applies them in arrival order,
+//! each exactly as it would run alone.
 //!
 //! Adaptive: a check that finds no Redis call under way skips the batcher
 //! and goes straight out (see `RedisStore::check`), so a lone request never
@@ -18,15 +18,16 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::Inner;
-use crate::domain::{Check, Outcome};
-use crate::store::StoreError;
+use crate::domain::Check;
+use crate::store::{Applied, Op, OpKind, StoreError};
 
-/// The most checks one batch carries.
+/// The most operations one batch carries.
 const MAX_BATCH: usize = 128;
 
 pub(super) struct Job {
+    kind: OpKind,
     pub(super) check: Check,
-    reply: oneshot::Sender<Result<Vec<Outcome>, StoreError>>,
+    reply: oneshot::Sender<Result<Applied, StoreError>>,
 }
 
 /// Starts the batcher; it runs until every sender is dropped.
@@ -36,14 +37,15 @@ pub(super) fn spawn(inner: Arc<Inner>, window: Duration) -> mpsc::Sender<Job> {
     tx
 }
 
-/// Hands `check` to the batcher and waits for its own answer.
+/// Hands `op` to the batcher and waits for its own answer.
 pub(super) async fn submit(
     batcher: &mpsc::Sender<Job>,
-    check: &Check,
-) -> Result<Vec<Outcome>, StoreError> {
+    op: &Op<'_>,
+) -> Result<Applied, StoreError> {
     let (reply, answer) = oneshot::channel();
     let job = Job {
-        check: check.clone(),
+        kind: op.kind,
+        check: op.check.clone(),
         reply,
     };
     if batcher.send(job).await.is_err() {
@@ -52,7 +54,7 @@ pub(super) async fn submit(
     // Every batch call is bounded by the Redis timeout, so this resolves.
     answer.await.unwrap_or_else(|_| {
         Err(StoreError::Unavailable(
-            "the batcher dropped a check".into(),
+            "the batcher dropped an operation".into(),
         ))
     })
 }
@@ -76,16 +78,18 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
         for jobs in inner.group_by_slot(jobs, |job| &job.check) {
             let inner = inner.clone();
             in_flight.spawn(async move {
-                let (checks, replies): (Vec<Check>, Vec<_>) =
-                    jobs.into_iter().map(|j| (j.check, j.reply)).unzip();
-                let result = match &checks[..] {
-                    [one] => Ok(vec![inner.check_one(one).await]),
-                    _ => inner.run_batch(&checks.iter().collect::<Vec<_>>()).await,
-                };
-                match result {
-                    Ok(outcomes) => {
-                        for (reply, outcome) in replies.into_iter().zip(outcomes) {
-                            let _ = reply.send(outcome);
+                let (ops, replies): (Vec<(OpKind, Check)>, Vec<_>) = jobs
+                    .into_iter()
+                    .map(|j| ((j.kind, j.check), j.reply))
+                    .unzip();
+                let ops: Vec<Op> = ops
+                    .iter()
+                    .map(|(kind, check)| Op { kind: *kind, check })
+                    .collect();
+                match inner.run_ops(&ops).await {
+                    Ok(answers) => {
+                        for (reply, answer) in replies.into_iter().zip(answers) {
+                            let _ = reply.send(answer);
                         }
                     }
                     Err(error) => {

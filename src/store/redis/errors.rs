@@ -45,7 +45,7 @@ pub(super) fn classify(error: Error) -> StoreError {
 }
 
 /// Maps the text of a Redis error reply to a kind, by its code. Also for
-/// the errors a batched check's `pcall` caught (`lua/batch.lua`), which
+/// the errors a batched check's `pcall` caught (`lua/ops.lua`), which
 /// carry no fred error kind: an OOM or READONLY inside a batch is the same
 /// outage as on the direct path, not a bug.
 pub(super) fn classify_message(message: &str) -> StoreError {

@@ -1,14 +1,16 @@
-//! The Redis store: every check, of one limit or several, is one `EVALSHA`
-//! of the check script (`lua/check.lua`), or shares one with a batch. A
-//! reset or refund is one `EVALSHA` of its own script (`lua/adjust.lua`),
-//! never batched: they are rare, and each must answer on its own.
+//! The Redis store: every call is one `EVALSHA` of the one script
+//! (`lua/ops.lua` and its parts), carrying the operations of one cluster
+//! slot: a lone check, a reset or a refund, or a micro-batch of them
+//! (`batch.rs`), or the slot's share of a list of operations, the lists'
+//! slots sent at once.
 //!
 //! Why Lua and not MULTI/EXEC: a check reads, decides and writes; only a
 //! script does all three atomically in one round trip, so every instance
 //! of every caller shares one exact limit per key.
 //!
-//! Layout: `keys.rs` (key names and cluster slots), `calls.rs` (EVALSHA of
-//! one check or one batch), `batch.rs` (the micro-batcher task),
+//! Layout: `keys.rs` (key names and cluster slots), `wire.rs` (operations
+//! to `KEYS`/`ARGV` and the reply back), `calls.rs` (one EVALSHA),
+//! `batch.rs` (the micro-batcher task),
 //! `errors.rs` (outage or bug), `auth.rs` (refused credentials),
 //! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
 //! pool per cluster node, so one dead node stalls only its own keys) and
@@ -30,6 +32,7 @@ mod invalidation;
 mod keys;
 mod liveness;
 mod nodes;
+pub mod wire;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -40,7 +43,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use tokio::sync::mpsc;
 
-use super::{Adjusted, Store, StoreError, scripts};
+use super::{Applied, Op, Store, StoreError, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
 use errors::classify;
 pub use invalidation::{InvalidationListener, MAX_MESSAGE_BYTES};
@@ -81,10 +84,10 @@ pub struct RedisStore {
 /// What the batcher task shares with the store.
 pub(super) struct Inner {
     pool: Pool,
-    check_script: Script,
-    batch_script: Script,
-    reset_script: Script,
-    refund_script: Script,
+    /// The one script (`store::scripts::OPS`).
+    script: Script,
+    /// The invalidation channel, which every call names.
+    channel: String,
     scripts_loaded: AtomicBool,
     /// Redis calls under way, direct or batched: with none, a check skips
     /// the batcher entirely, so a lone request pays nothing for batching.
@@ -177,10 +180,8 @@ impl RedisStore {
         let window = options.batch_window;
         let inner = Arc::new(Inner {
             pool,
-            check_script: Script::from_lua(scripts::CHECK),
-            batch_script: Script::from_lua(scripts::BATCH),
-            reset_script: Script::from_lua(scripts::RESET),
-            refund_script: Script::from_lua(scripts::REFUND),
+            script: Script::from_lua(scripts::OPS.as_str()),
+            channel: format!("{}invalidate", options.key_prefix),
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
             check_calls: AtomicU64::new(0),
@@ -229,15 +230,16 @@ impl RedisStore {
         self.inner.key_for(check, limit)
     }
 
-    /// Runs `checks` in order as the batcher would: one batch call per
-    /// cluster slot. Public for the tests that hold batches to single checks.
+    /// Runs `checks` in order as the batcher would: one call per cluster
+    /// slot. Public for the tests that hold batches to single checks.
     /// Fails if any check failed; see [`check_each`](Self::check_each).
     pub async fn check_batch(&self, checks: &[Check]) -> Result<Vec<Vec<Outcome>>, StoreError> {
         self.check_each(checks).await?.into_iter().collect()
     }
 
     /// Like [`check_batch`](Self::check_batch), with each check's own
-    /// result: a key of the wrong type fails only its check.
+    /// result: a key of the wrong type fails only its check. The outer
+    /// error is a call's own (an outage, a timeout).
     pub async fn check_each(
         &self,
         checks: &[Check],
@@ -247,15 +249,44 @@ impl RedisStore {
             .inner
             .group_by_slot(checks.iter().enumerate(), |(_, c)| c)
         {
-            let (indexes, group): (Vec<usize>, Vec<&Check>) = group.into_iter().unzip();
-            for (i, outcome) in indexes.into_iter().zip(self.inner.run_batch(&group).await?) {
-                outcomes[i] = Some(outcome);
+            let (places, ops): (Vec<usize>, Vec<Op>) =
+                group.into_iter().map(|(i, c)| (i, Op::check(c))).unzip();
+            for (i, answer) in places.into_iter().zip(self.inner.run_ops(&ops).await?) {
+                outcomes[i] = Some(answer.map(|a| a.outcomes));
             }
         }
         Ok(outcomes
             .into_iter()
             .map(|o| o.expect("every check has a reply"))
             .collect())
+    }
+}
+
+impl Inner {
+    /// `ops` in one call per cluster slot, the calls at once, each
+    /// operation's answer in its place.
+    async fn apply_by_slot(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let groups = self.group_by_slot(ops.iter().copied().enumerate(), |(_, op)| op.check);
+        let calls = groups.into_iter().map(|group| async move {
+            let (places, ops): (Vec<usize>, Vec<Op>) = group.into_iter().unzip();
+            let answers = match self.run_ops(&ops).await {
+                Ok(answers) => answers,
+                Err(error) => vec![Err(error); ops.len()],
+            };
+            places.into_iter().zip(answers).collect::<Vec<_>>()
+        });
+        let mut answers: Vec<Option<Result<Applied, StoreError>>> = vec![None; ops.len()];
+        for (place, answer) in futures_util::future::join_all(calls)
+            .await
+            .into_iter()
+            .flatten()
+        {
+            answers[place] = Some(answer);
+        }
+        answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(StoreError::Backend("no answer".into()))))
+            .collect()
     }
 }
 
@@ -273,31 +304,20 @@ pub(super) fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
 
 #[async_trait]
 impl Store for RedisStore {
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        let result = match &self.batcher {
-            // Batch only when a call is already under way: otherwise there is
-            // nothing to wait for, and the hop through the batcher task would
-            // only add latency.
-            Some(batcher) if self.inner.calls_in_flight() > 0 => {
-                batch::submit(batcher, check).await
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let answers = match (ops, &self.batcher) {
+            // Batch only when a call is already under way: otherwise there
+            // is nothing to wait for, and the hop through the batcher task
+            // would only add latency.
+            ([one], Some(batcher)) if self.inner.calls_in_flight() > 0 => {
+                vec![batch::submit(batcher, one).await]
             }
-            _ => self.inner.check_one(check).await,
+            _ => self.inner.apply_by_slot(ops).await,
         };
-        result.map_err(|e| self.inner.auth.explain(e))
-    }
-
-    /// Never batched: a reset or refund is rare, and its own call, which
-    /// also publishes the invalidation (see `lua/adjust.lua`).
-    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        let channel = self.invalidation_channel();
-        let result = self.inner.adjust_one(check, false, &channel).await;
-        result.map_err(|e| self.inner.auth.explain(e))
-    }
-
-    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        let channel = self.invalidation_channel();
-        let result = self.inner.adjust_one(check, true, &channel).await;
-        result.map_err(|e| self.inner.auth.explain(e))
+        answers
+            .into_iter()
+            .map(|a| a.map_err(|e| self.inner.auth.explain(e)))
+            .collect()
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -14,7 +14,7 @@ use ratekeeper::limiter::breaker::BreakerConfig;
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
 use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::{Adjusted, Store, StoreError};
+use ratekeeper::store::{Applied, Op, OpKind, Store, StoreError};
 /// The embedded store, split into failure domains by key prefix (`"d3:x"` is
 /// domain 3), any of which can be made to fail with a chosen error.
 pub struct Domains {
@@ -53,6 +53,19 @@ impl Domains {
 
 #[async_trait]
 impl Store for Domains {
+    /// Checks through [`check`](Store::check) below; the rest as the
+    /// wrapped store does.
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            answers.push(match op.kind {
+                OpKind::Check => self.check(op.check).await.map(Applied::unshared),
+                _ => self.inner.apply_now(op),
+            });
+        }
+        answers
+    }
+
     async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         if self.failure_domain(check) == 1 {
             self.calls_on_1.fetch_add(1, Ordering::SeqCst);
@@ -66,14 +79,6 @@ impl Store for Domains {
             return Err(self.error.lock().unwrap().clone());
         }
         self.inner.check_now(check)
-    }
-
-    async fn reset(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        self.inner.reset_now(check)
-    }
-
-    async fn refund(&self, check: &Check) -> Result<Adjusted, StoreError> {
-        self.inner.refund_now(check)
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

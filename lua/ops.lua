@@ -1,0 +1,65 @@
+-- ops: the one entry point. A call carries a list of operations (checks,
+-- resets, refunds), applied in order, each exactly as it would run alone;
+-- src/store/redis/wire.rs encodes them and documents KEYS, ARGV and the
+-- reply. check.lua, adjust.lua and the algorithm functions are defined
+-- before this file.
+--
+-- Each operation runs under pcall, so one bad key fails only its own
+-- operation: the ones before it keep their writes (Redis cannot roll them
+-- back) and the ones after it still run. Within a check the spending
+-- writes all come after every read, so a refused write or a key of the
+-- wrong type leaves none of its limits spent. (A check of one limit drops a
+-- sliding log's expired entries while it reads, as the Rust function does;
+-- a check of several writes nothing at all unless every limit allows.)
+--
+-- A reset or refund tells every instance's deny cache that the client
+-- key's state changed (src/store/redis/invalidation.rs): from here rather
+-- than in a call of its own, one round trip, and an operation whose reply
+-- was lost has published all the same. PUBLISH takes no key, so a cluster
+-- script may run it, and it travels over the cluster bus. Under pcall: an
+-- ACL user without the channel must not fail the operation itself; the
+-- flag tells the caller.
+
+local now = clock(ARGV[1])
+local pad_ms = tonumber(ARGV[2])
+local channel = ARGV[3]
+
+local function apply(op, k, a, n, cost)
+  if op == OP_CHECK then
+    return check_all(k, a, n, now, cost, pad_ms, {})
+  elseif op == OP_RESET then
+    return reset_all(k, a, n, now, pad_ms, {})
+  elseif op == OP_REFUND then
+    return refund_all(k, a, n, now, cost, pad_ms, {})
+  end
+  error('unknown operation ' .. tostring(op))
+end
+
+local reply = {}
+local k, a = 0, HEADER_ARGS
+while a < #ARGV do
+  local op, n, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local publish = ARGV[a + 4]
+  local ok, result = pcall(apply, op, k, a + OP_ARGS, n, cost)
+  if ok then
+    local published = -1
+    if publish ~= '' then
+      published = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
+    end
+    reply[#reply + 1] = 1
+    reply[#reply + 1] = published
+    for j = 1, #result do
+      reply[#reply + 1] = result[j]
+    end
+  else
+    -- redis.call raises a table {err = ...}; Lua itself raises strings.
+    local message = result
+    if type(message) == 'table' and message.err then
+      message = message.err
+    end
+    reply[#reply + 1] = -1
+    reply[#reply + 1] = tostring(message)
+  end
+  k, a = k + n, a + OP_ARGS + LIMIT_ARGS * n
+end
+return reply

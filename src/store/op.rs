@@ -1,0 +1,93 @@
+//! What one store call does: a list of operations, each on the limits of
+//! one check, each answered on its own. Every kind of store work (a check,
+//! a reset, a refund, and what later features add) is one [`OpKind`], so a
+//! store has one way in ([`Store::apply`](super::Store::apply)) and one
+//! round trip can carry any mix of them.
+
+use crate::domain::{Check, Outcome};
+
+/// What an operation does to its check's limits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    /// Spends `cost` on every limit if every limit allows it (all or
+    /// nothing), and answers each limit's decision.
+    Check,
+    /// Deletes the state of every limit, then answers like a check of cost
+    /// 0.
+    Reset,
+    /// Gives back up to `cost` units of the most recent spending on every
+    /// limit, each on its own and never beyond full capacity, then answers
+    /// like a check of cost 0.
+    Refund,
+}
+
+impl OpKind {
+    /// Whether the other instances sharing the store must hear of it: the
+    /// state changed in a way their deny caches cannot know.
+    pub fn invalidates(self) -> bool {
+        !matches!(self, OpKind::Check)
+    }
+}
+
+/// One operation: `kind` on the limits of `check`.
+#[derive(Debug, Clone, Copy)]
+pub struct Op<'a> {
+    pub kind: OpKind,
+    pub check: &'a Check,
+}
+
+impl<'a> Op<'a> {
+    pub fn check(check: &'a Check) -> Op<'a> {
+        Op {
+            kind: OpKind::Check,
+            check,
+        }
+    }
+
+    pub fn reset(check: &'a Check) -> Op<'a> {
+        Op {
+            kind: OpKind::Reset,
+            check,
+        }
+    }
+
+    pub fn refund(check: &'a Check) -> Op<'a> {
+        Op {
+            kind: OpKind::Refund,
+            check,
+        }
+    }
+}
+
+/// What one operation did: one outcome per limit, in order (a check's
+/// decisions; after a reset or refund, those of a check of cost 0), also
+/// reachable through `Deref`; and, for an operation that invalidates,
+/// whether the other instances sharing the store were told.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Applied {
+    pub outcomes: Vec<Outcome>,
+    /// `Some(true)`: the change published its invalidation in the same
+    /// atomic call (Redis); `Some(false)`: that PUBLISH failed (an ACL user
+    /// without the channel), while the change itself happened; `None`:
+    /// nothing to tell, or no other instance shares this store (the
+    /// embedded store).
+    pub published: Option<bool>,
+}
+
+impl Applied {
+    /// Outcomes of an operation no other instance needs to hear of.
+    pub fn unshared(outcomes: Vec<Outcome>) -> Applied {
+        Applied {
+            outcomes,
+            published: None,
+        }
+    }
+}
+
+impl std::ops::Deref for Applied {
+    type Target = [Outcome];
+
+    fn deref(&self) -> &[Outcome] {
+        &self.outcomes
+    }
+}
