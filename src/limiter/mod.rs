@@ -29,12 +29,12 @@ pub mod deny_cache;
 pub mod domains;
 mod health;
 mod invalidate;
+mod stages;
 pub mod top;
 pub mod wait;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::time::Instant;
+use std::sync::atomic::AtomicU8;
 
 pub use self::adjust::Adjustment;
 use self::breaker::BreakerConfig;
@@ -213,8 +213,9 @@ impl Limiter {
         Ok(decision)
     }
 
-    /// Counts an answered check: its metrics, and its key in the sketches.
-    /// Once per check, however many tries a waiting check took.
+    /// Stage 4, observation: an answered check's metrics, and its key in
+    /// the sketches. Once per check, however many tries a waiting check
+    /// took.
     fn observe(&self, check: &Check, decision: &Decision) {
         self.metrics.record_decision(check, decision);
         if let Some(top) = &self.top {
@@ -222,57 +223,10 @@ impl Limiter {
         }
     }
 
-    /// [`check`](Self::check) without counting the decision in
-    /// `ratekeeper_checks_total`: a waiting check counts its answer once,
-    /// not each try.
-    async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
-        let cache = self.deny_cache.as_ref();
-        // A recorded denial is the store's own answer, even while the store
-        // is unreachable: nothing can have been allowed since.
-        let decision = if let Some(outcomes) = cache.and_then(|c| c.lookup(check)) {
-            self.metrics.deny_cache_hits.inc();
-            Decision::from_outcomes(check, &outcomes)
-        } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
-            let asked_at = cache.map(|c| c.now_us());
-            let started = Instant::now();
-            let result = self.store.check(check).await;
-            self.metrics
-                .store_duration
-                .observe(started.elapsed().as_secs_f64());
-            self.breakers.record(permit, result.as_ref().err());
-            match result {
-                Ok(outcomes) => {
-                    if self.probed.load(Ordering::Relaxed) != health::UP {
-                        self.check_answered();
-                    }
-                    if let (Some(cache), Some(asked_at)) = (cache, asked_at) {
-                        cache.record(check, asked_at, &outcomes);
-                    }
-                    Decision::from_outcomes(check, &outcomes)
-                }
-                Err(error) => {
-                    self.metrics.record_store_error(error.kind());
-                    if !error.is_transient() {
-                        tracing::error!(%error, "store error");
-                        return Err(error.into());
-                    }
-                    if error.store_is_down() {
-                        self.remember_check_failure(&error);
-                    }
-                    // Only this check: the breaker decides whether the
-                    // store as a whole is down.
-                    self.degraded(check)
-                }
-            }
-        } else {
-            self.degraded(check)
-        };
-        Ok(decision)
-    }
-
-    /// The answer when the store cannot give one, by the check's failure
-    /// mode (its policy's, or the service's): the local store's under
-    /// `Local` (when it can answer), the policy's otherwise.
+    /// Stage 5, the fallback: the answer when the store cannot give one,
+    /// by the check's failure mode (its policy's, or the service's): the
+    /// local store's under `Local` (when it can answer), the policy's
+    /// otherwise.
     fn degraded(&self, check: &Check) -> Decision {
         let mode = self.policy.mode_for(check);
         self.metrics.record_degraded(mode);

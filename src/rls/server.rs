@@ -151,23 +151,39 @@ impl RlsService {
             tracing::debug!(domain = %domain.name, reason = %why, "RLS descriptor refused");
             return Ok(response(Code::OverLimit, statuses, None));
         }
-        for ((shadow, cost), members) in groups(&planned) {
-            let (limits, at) = dedupe(&members);
-            let check = Check {
-                key: domain.name.to_string(),
-                limits: limits.into(),
-                cost,
-                policy: Some(domain.policy.clone()),
-                shadow,
-                failure_mode: None,
-            };
-            let decision = if check.limits.iter().any(|l| cost > l.rule.capacity()) {
-                // Never allowed, whatever the state: nothing to ask the store.
-                over_capacity(&check)
+        // Every group is a check of its own (all or nothing within it);
+        // they go to the store in one call, applied in order.
+        let groups: Vec<_> = groups(&planned)
+            .into_iter()
+            .map(|((shadow, cost), members)| {
+                let (limits, at) = dedupe(&members);
+                let check = Check {
+                    key: domain.name.to_string(),
+                    limits: limits.into(),
+                    cost,
+                    policy: Some(domain.policy.clone()),
+                    shadow,
+                    failure_mode: None,
+                };
+                (shadow, members, at, check)
+            })
+            .collect();
+        // A cost over a limit's capacity is never allowed, whatever the
+        // state: nothing to ask the store.
+        let over = |check: &Check| check.limits.iter().any(|l| check.cost > l.rule.capacity());
+        let asked: Vec<Check> = groups
+            .iter()
+            .filter(|(.., check)| !over(check))
+            .map(|(.., check)| check.clone())
+            .collect();
+        let mut decided = self.limiter.check_many(&asked).await.into_iter();
+        for (shadow, members, at, check) in &groups {
+            let decision = if over(check) {
+                over_capacity(check)
             } else {
-                self.limiter.check(&check).await?
+                decided.next().expect("one answer per check asked")?
             };
-            for (&(i, _, unit), &j) in members.iter().zip(&at) {
+            for (&(i, _, unit), &j) in members.iter().zip(at) {
                 let d = &decision.limits[j];
                 statuses[i] = status_of(d, decision.allowed, unit);
             }
@@ -179,7 +195,7 @@ impl RlsService {
                 .as_ref()
                 .is_none_or(|(was_shadow, _)| *was_shadow && !shadow)
             {
-                headers = Some((shadow, decision));
+                headers = Some((*shadow, decision));
             }
         }
         Ok(response(

@@ -1,0 +1,141 @@
+//! Deciding a check, in stages, each a function of its own so that a new
+//! feature is a stage (or part of one), not another optional field on the
+//! path:
+//! 1. a local answer, without the store (the deny cache);
+//! 2. admission by the failure domain's circuit breaker;
+//! 3. the store call, for one check or for many in one round trip;
+//! 4. observation (`Limiter::observe`: metrics, the heavy-hitters sketch);
+//! 5. the fallback (`Limiter::degraded`): the failure mode's answer.
+//!
+//! A single check goes through them one after the other; a list of checks
+//! ([`Limiter::check_many`]) takes stages 1 and 2 per check, stage 3 once
+//! for every check the store must answer, and stages 4 and 5 per check.
+
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use super::domains::Permit;
+use super::{Limiter, LimiterError, health};
+use crate::domain::{Check, Decision, Outcome};
+use crate::store::{Op, StoreError};
+
+impl Limiter {
+    /// One check through the stages, without observing it (a waiting check
+    /// counts its answer once, not each try: see `wait`).
+    pub(super) async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
+        if let Some(decision) = self.local_answer(check) {
+            return Ok(decision);
+        }
+        let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
+            return Ok(self.degraded(check));
+        };
+        let asked = self.asking();
+        let result = self.store.check(check).await;
+        self.answered(check, permit, &asked, result)
+    }
+
+    /// Several independent checks, each answered as it would be alone, the
+    /// ones the store must answer in one store call (one round trip per
+    /// cluster slot), applied in their order. Each is observed.
+    pub async fn check_many(&self, checks: &[Check]) -> Vec<Result<Decision, LimiterError>> {
+        let mut answers: Vec<Option<Result<Decision, LimiterError>>> =
+            checks.iter().map(|_| None).collect();
+        let mut to_store: Vec<(usize, Permit)> = Vec::new();
+        for (i, check) in checks.iter().enumerate() {
+            if let Some(decision) = self.local_answer(check) {
+                answers[i] = Some(Ok(decision));
+            } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
+                to_store.push((i, permit));
+            } else {
+                answers[i] = Some(Ok(self.degraded(check)));
+            }
+        }
+        if !to_store.is_empty() {
+            let asked = self.asking();
+            let ops: Vec<Op> = to_store
+                .iter()
+                .map(|&(i, _)| Op::check(&checks[i]))
+                .collect();
+            let results = self.store.apply(&ops).await;
+            for ((i, permit), result) in to_store.into_iter().zip(results) {
+                let result = result.map(|applied| applied.outcomes);
+                answers[i] = Some(self.answered(&checks[i], permit, &asked, result));
+            }
+        }
+        answers
+            .into_iter()
+            .zip(checks)
+            .map(|(answer, check)| {
+                let answer = answer.expect("every check has an answer");
+                if let Ok(decision) = &answer {
+                    self.observe(check, decision);
+                }
+                answer
+            })
+            .collect()
+    }
+
+    /// Stage 1: a recorded denial is the store's own answer, even while
+    /// the store is unreachable: nothing can have been allowed since.
+    fn local_answer(&self, check: &Check) -> Option<Decision> {
+        let outcomes = self.deny_cache.as_ref()?.lookup(check)?;
+        self.metrics.deny_cache_hits.inc();
+        Some(Decision::from_outcomes(check, &outcomes))
+    }
+
+    /// When a store call starts: for its latency, and for the deny cache
+    /// (a denial is cached only if nothing invalidated the key since).
+    fn asking(&self) -> Asked {
+        Asked {
+            started: Instant::now(),
+            cache_now: self.deny_cache.as_ref().map(|c| c.now_us()),
+        }
+    }
+
+    /// After stage 3, for one check: the breaker and latency are told, a
+    /// denial is cached, and an error is answered by the fallback (stage
+    /// 5) unless it is a bug, which surfaces.
+    fn answered(
+        &self,
+        check: &Check,
+        permit: Permit,
+        asked: &Asked,
+        result: Result<Vec<Outcome>, StoreError>,
+    ) -> Result<Decision, LimiterError> {
+        self.metrics
+            .store_duration
+            .observe(asked.started.elapsed().as_secs_f64());
+        self.breakers.record(permit, result.as_ref().err());
+        match result {
+            Ok(outcomes) => {
+                if self.probed.load(Ordering::Relaxed) != health::UP {
+                    self.check_answered();
+                }
+                if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now) {
+                    cache.record(check, at, &outcomes);
+                }
+                Ok(Decision::from_outcomes(check, &outcomes))
+            }
+            Err(error) => {
+                self.metrics.record_store_error(error.kind());
+                if !error.is_transient() {
+                    tracing::error!(%error, "store error");
+                    return Err(error.into());
+                }
+                if error.store_is_down() {
+                    self.remember_check_failure(&error);
+                }
+                // Only this check: the breaker decides whether the store
+                // as a whole is down.
+                Ok(self.degraded(check))
+            }
+        }
+    }
+}
+
+/// A store call under way.
+struct Asked {
+    started: Instant,
+    /// The deny cache's clock when the call started.
+    cache_now: Option<u64>,
+}
