@@ -23,6 +23,7 @@ pub mod forward;
 pub mod policy;
 pub mod rls;
 mod rule;
+pub mod state_key;
 
 pub use check::{
     Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_wait_ms,

@@ -2,8 +2,9 @@
 //! `lua/adjust.lua`, under the same shard lock as a check, so each is
 //! atomic with respect to checks on the same client key.
 
-use super::{MemoryStore, StateKeyRef};
+use super::MemoryStore;
 use crate::domain::Check;
+use crate::domain::state_key::StateKey;
 use crate::store::{Applied, StoreError};
 
 impl MemoryStore {
@@ -13,7 +14,7 @@ impl MemoryStore {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
-            shard.map.remove(&StateKeyRef::of(check, limit));
+            shard.map.remove(&StateKey::of(check, limit));
         }
         Ok(Applied::unshared(self.inner.check_in(
             &mut shard.map,
@@ -31,7 +32,7 @@ impl MemoryStore {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
-            let Some(entry) = shard.map.get_mut(&StateKeyRef::of(check, limit)) else {
+            let Some(entry) = shard.map.get_mut(&StateKey::of(check, limit)) else {
                 continue;
             };
             if entry.expires_at_us <= now {

@@ -27,66 +27,47 @@ use hashbrown::{Equivalent, HashMap};
 
 use super::{Applied, Op, OpKind, Store, StoreError};
 use crate::domain::algorithms::{State, apply_all};
+use crate::domain::state_key::StateKey;
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule};
 
 const SHARDS: usize = 64;
 
-/// Where one limit's state lives: the client key, the policy and limit
-/// names for a policy's limits (`None` inline), the algorithm and window.
-/// The same layout as the Redis keys (`store/redis/keys.rs`).
+/// Where one limit's state lives, owned: the same layout as the Redis
+/// keys (`domain::state_key`), looked up by a borrowed [`StateKey`] so a
+/// check on a known key allocates nothing.
 #[derive(Debug, PartialEq, Eq, Hash)]
-struct StateKey {
-    key: Box<str>,
-    scope: Option<(Arc<str>, Arc<str>)>,
-    limit_scope: Option<Arc<str>>,
+struct OwnedStateKey {
+    client: Box<str>,
+    named: Option<(Arc<str>, Arc<str>)>,
+    scope: Option<Arc<str>>,
     algorithm: Algorithm,
     window_us: u64,
 }
 
-/// A borrowed [`StateKey`], so a check on a known key allocates nothing.
-/// Same fields in the same order, so it hashes the same (`str`,
-/// `Box<str>` and `Arc<str>` hash alike).
-#[derive(Hash)]
-struct StateKeyRef<'a> {
-    key: &'a str,
-    scope: Option<(&'a str, &'a str)>,
-    limit_scope: Option<&'a str>,
-    algorithm: Algorithm,
-    window_us: u64,
-}
-
-impl<'a> StateKeyRef<'a> {
-    fn of(check: &'a Check, limit: &'a Limit) -> Self {
-        StateKeyRef {
-            key: &check.key,
-            scope: check.policy.as_deref().map(|p| (p, &*limit.name)),
-            limit_scope: limit.scope.as_deref(),
+impl OwnedStateKey {
+    /// Same fields in the same order as [`StateKey`], so both hash alike
+    /// (`str`, `Box<str>` and `Arc<str>` hash alike).
+    fn of(check: &Check, limit: &Limit) -> OwnedStateKey {
+        OwnedStateKey {
+            client: check.key.as_str().into(),
+            named: check
+                .policy
+                .as_ref()
+                .map(|p| (p.clone(), limit.name.clone())),
+            scope: limit.scope.clone(),
             algorithm: limit.rule.algorithm,
             window_us: limit.rule.window_us,
         }
     }
-
-    fn to_owned(&self, check: &Check, limit: &Limit) -> StateKey {
-        StateKey {
-            key: self.key.into(),
-            scope: check
-                .policy
-                .as_ref()
-                .map(|p| (p.clone(), limit.name.clone())),
-            limit_scope: limit.scope.clone(),
-            algorithm: self.algorithm,
-            window_us: self.window_us,
-        }
-    }
 }
 
-impl Equivalent<StateKey> for StateKeyRef<'_> {
-    fn equivalent(&self, k: &StateKey) -> bool {
+impl Equivalent<OwnedStateKey> for StateKey<'_> {
+    fn equivalent(&self, k: &OwnedStateKey) -> bool {
         self.algorithm == k.algorithm
             && self.window_us == k.window_us
-            && self.key == &*k.key
-            && self.limit_scope == k.limit_scope.as_deref()
-            && match (&self.scope, &k.scope) {
+            && self.client == &*k.client
+            && self.scope == k.scope.as_deref()
+            && match (&self.named, &k.named) {
                 (None, None) => true,
                 (Some((p, l)), Some((kp, kl))) => *p == &**kp && *l == &**kl,
                 _ => false,
@@ -101,7 +82,7 @@ struct Entry {
 
 // Keyed SipHash (std's RandomState): client keys are attacker-controlled,
 // so neither shard choice nor bucket placement may be predictable.
-type Map = HashMap<StateKey, Entry, RandomState>;
+type Map = HashMap<OwnedStateKey, Entry, RandomState>;
 
 struct ShardData {
     map: Map,
@@ -224,7 +205,7 @@ impl Inner {
         let mut states: Vec<State> = check
             .limits
             .iter()
-            .map(|limit| match map.get(&StateKeyRef::of(check, limit)) {
+            .map(|limit| match map.get(&StateKey::of(check, limit)) {
                 Some(entry) if entry.expires_at_us > now => entry.state.clone(),
                 _ => State::fresh(limit.rule.algorithm),
             })
@@ -241,7 +222,7 @@ impl Inner {
             let new = check
                 .limits
                 .iter()
-                .filter(|l| !map.contains_key(&StateKeyRef::of(check, l)))
+                .filter(|l| !map.contains_key(&StateKey::of(check, l)))
                 .count();
             if new > 0 && map.len() + new > inner.shard_capacity {
                 inner.make_room(map, now);
@@ -249,7 +230,7 @@ impl Inner {
         }
 
         for ((limit, state), outcome) in check.limits.iter().zip(states).zip(&outcomes) {
-            let lookup = StateKeyRef::of(check, limit);
+            let lookup = StateKey::of(check, limit);
             if let Some(entry) = map.get_mut(&lookup) {
                 entry.state = state;
                 let until = now.saturating_add(outcome.reset_after_us);
@@ -263,7 +244,7 @@ impl Inner {
                 }
             } else if writes {
                 map.insert(
-                    lookup.to_owned(check, limit),
+                    OwnedStateKey::of(check, limit),
                     Entry {
                         state,
                         expires_at_us: now.saturating_add(outcome.reset_after_us),

@@ -120,12 +120,12 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
     let filled = |expiries: &mut dyn Iterator<Item = u64>| {
         let mut map = Map::with_hasher(RandomState::new());
         for (i, expires_at_us) in expiries.enumerate() {
-            let key = StateKey {
+            let key = OwnedStateKey {
                 algorithm: Algorithm::FixedWindow,
                 window_us: 1,
-                key: format!("k{i}").into(),
+                client: format!("k{i}").into(),
+                named: None,
                 scope: None,
-                limit_scope: None,
             };
             let state = State::fresh(Algorithm::FixedWindow);
             map.insert(

@@ -1,64 +1,15 @@
-//! Key layout:
-//! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window ms>`;
-//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window ms>`;
-//! - a limit with a scope of its own (Envoy RLS descriptors):
-//!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window ms>`
-//!   (`s` is no algorithm tag, so the forms stay apart).
-//!
-//! The client key sits inside a hash tag so every limit of a check lives in
-//! one cluster slot (one script call can apply them all). Algorithm and
-//! window are part of the name, so another rule never shares state and a
-//! policy whose limit changes algorithm or window starts afresh, while a
-//! changed `limit` or `burst` keeps its counters. Policy and limit names
-//! hold no `:`, `{` or `}`, so what follows the tag's `}` tells the two
-//! forms and every policy apart.
-//!
-//! In the tag, `%` is written `%25` and `}` is written `%7D` (and nothing
-//! else changes). A raw `}` would end the tag early, and a key starting
-//! with one would leave the tag empty, so that Redis hashes each limit's
-//! whole key name: the limits of one check would land in different cluster
-//! slots and the script would fail with CROSSSLOT. Escaped, the tag is never
-//! empty and is the same for every limit of a check; escaping `%` too keeps
-//! two different client keys from ever sharing a key name.
-
-use std::borrow::Cow;
-use std::fmt::Write as _;
+//! Key names and cluster slots. The layout is the domain's, shared with
+//! the embedded store (`domain::state_key`); here it is written out under
+//! the configured prefix, and checks are grouped by the slot Redis hashes
+//! them to.
 
 use super::Inner;
+use crate::domain::state_key::{StateKey, hash_tag};
 use crate::domain::{Check, Limit};
 
 impl Inner {
     pub(super) fn key_for(&self, check: &Check, limit: &Limit) -> String {
-        let rule = &limit.rule;
-        let tag = rule.algorithm.key_tag();
-        let window_ms = rule.window_us / 1_000;
-        let prefix = &self.options.key_prefix;
-        let scope_len = check
-            .policy
-            .as_ref()
-            .map_or(0, |p| p.len() + limit.name.len() + 4)
-            + limit.scope.as_ref().map_or(0, |s| s.len() + 3);
-        let mut key = String::with_capacity(prefix.len() + check.key.len() + scope_len + 24);
-        key.push_str(prefix);
-        key.push('{');
-        key.push_str(&escape(&check.key));
-        key.push_str("}:");
-        if let Some(policy) = &check.policy {
-            key.push_str("p:");
-            key.push_str(policy);
-            key.push(':');
-            key.push_str(&limit.name);
-            key.push(':');
-        }
-        if let Some(scope) = &limit.scope {
-            key.push_str("s:");
-            key.push_str(scope);
-            key.push(':');
-        }
-        key.push_str(tag);
-        // Writing to a String cannot fail.
-        let _ = write!(key, ":{window_ms}");
-        key
+        StateKey::of(check, limit).write(&self.options.key_prefix)
     }
 
     /// The cluster slot of `check`'s keys (every limit's is the same),
@@ -68,7 +19,7 @@ impl Inner {
         if self.options.key_prefix.contains(['{', '}']) {
             return fred::util::redis_keyslot(self.key_for(check, &check.limits[0]).as_bytes());
         }
-        fred::util::redis_keyslot(escape(&check.key).as_bytes())
+        fred::util::redis_keyslot(hash_tag(&check.key).as_bytes())
     }
 
     /// Groups items by the cluster slot of their check's key, keeping
@@ -92,27 +43,6 @@ impl Inner {
         }
         groups.into_iter().map(|(_, group)| group).collect()
     }
-}
-
-/// The client key as written in the hash tag (see the module doc).
-fn escape(key: &str) -> Cow<'_, str> {
-    if key.is_empty() {
-        // Validation refuses empty keys; should one get here, it still
-        // needs a tag. No escaped key is a lone `%`.
-        return Cow::Borrowed("%");
-    }
-    if !key.contains(['%', '}']) {
-        return Cow::Borrowed(key);
-    }
-    let mut escaped = String::with_capacity(key.len() + 8);
-    for c in key.chars() {
-        match c {
-            '%' => escaped.push_str("%25"),
-            '}' => escaped.push_str("%7D"),
-            c => escaped.push(c),
-        }
-    }
-    Cow::Owned(escaped)
 }
 
 #[cfg(test)]

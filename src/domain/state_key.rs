@@ -1,0 +1,132 @@
+//! Where one limit's state lives: one layout for both stores. The embedded
+//! store hashes a [`StateKey`] as it is; the Redis store writes it out as a
+//! key name ([`StateKey::write`]):
+//! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window ms>`;
+//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window ms>`;
+//! - a limit with a scope of its own (Envoy RLS descriptors):
+//!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window ms>`
+//!   (`s` is no algorithm tag, so the forms stay apart).
+//!
+//! The client key sits inside a hash tag so every limit of a check lives in
+//! one cluster slot (one script call can apply them all). Algorithm and
+//! window are part of the name, so another rule never shares state and a
+//! policy whose limit changes algorithm or window starts afresh, while a
+//! changed `limit` or `burst` keeps its counters. Policy and limit names
+//! hold no `:`, `{` or `}`, so what follows the tag's `}` tells the two
+//! forms and every policy apart.
+//!
+//! In the tag, `%` is written `%25` and `}` is written `%7D` (and nothing
+//! else changes). A raw `}` would end the tag early, and a key starting
+//! with one would leave the tag empty, so that Redis hashes each limit's
+//! whole key name: the limits of one check would land in different cluster
+//! slots and the script would fail with CROSSSLOT. Escaped, the tag is never
+//! empty and is the same for every limit of a check; escaping `%` too keeps
+//! two different client keys from ever sharing a key name.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use super::{Algorithm, Check, Limit};
+
+/// One limit's state's address: the client key, the policy and limit names
+/// (a policy's limits; `None` inline), the limit's own scope (Envoy RLS
+/// descriptors), the algorithm and the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct StateKey<'a> {
+    pub client: &'a str,
+    pub named: Option<(&'a str, &'a str)>,
+    pub scope: Option<&'a str>,
+    pub algorithm: Algorithm,
+    pub window_us: u64,
+}
+
+impl<'a> StateKey<'a> {
+    pub fn of(check: &'a Check, limit: &'a Limit) -> StateKey<'a> {
+        StateKey {
+            client: &check.key,
+            named: check.policy.as_deref().map(|p| (p, &*limit.name)),
+            scope: limit.scope.as_deref(),
+            algorithm: limit.rule.algorithm,
+            window_us: limit.rule.window_us,
+        }
+    }
+
+    /// The Redis key name, after `prefix`.
+    pub fn write(&self, prefix: &str) -> String {
+        let named = self.named.map_or(0, |(p, l)| p.len() + l.len() + 4);
+        let scope = self.scope.map_or(0, |s| s.len() + 3);
+        let mut key = String::with_capacity(prefix.len() + self.client.len() + named + scope + 24);
+        key.push_str(prefix);
+        key.push('{');
+        key.push_str(&hash_tag(self.client));
+        key.push_str("}:");
+        if let Some((policy, limit)) = self.named {
+            key.push_str("p:");
+            key.push_str(policy);
+            key.push(':');
+            key.push_str(limit);
+            key.push(':');
+        }
+        if let Some(scope) = self.scope {
+            key.push_str("s:");
+            key.push_str(scope);
+            key.push(':');
+        }
+        key.push_str(self.algorithm.key_tag());
+        // Writing to a String cannot fail.
+        let _ = write!(key, ":{}", self.window_us / 1_000);
+        key
+    }
+}
+
+/// The client key as written in the hash tag (see the module doc): the
+/// part of every key name Redis Cluster hashes.
+pub fn hash_tag(client: &str) -> Cow<'_, str> {
+    if client.is_empty() {
+        // Validation refuses empty keys; should one get here, it still
+        // needs a tag. No escaped key is a lone `%`.
+        return Cow::Borrowed("%");
+    }
+    if !client.contains(['%', '}']) {
+        return Cow::Borrowed(client);
+    }
+    let mut escaped = String::with_capacity(client.len() + 8);
+    for c in client.chars() {
+        match c {
+            '%' => escaped.push_str("%25"),
+            '}' => escaped.push_str("%7D"),
+            c => escaped.push(c),
+        }
+    }
+    Cow::Owned(escaped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(named: Option<(&str, &str)>, scope: Option<&str>, client: &str) -> String {
+        let key = StateKey {
+            client,
+            named,
+            scope,
+            algorithm: Algorithm::Gcra,
+            window_us: 60_000_000,
+        };
+        key.write("rk:")
+    }
+
+    #[test]
+    fn the_three_forms_are_written_as_documented() {
+        assert_eq!(key(None, None, "user:42"), "rk:{user:42}:gcra:60000");
+        assert_eq!(
+            key(Some(("api", "burst")), None, "k"),
+            "rk:{k}:p:api:burst:gcra:60000"
+        );
+        assert_eq!(
+            key(Some(("rls.edge", "global")), Some("client=a"), "edge"),
+            "rk:{edge}:p:rls.edge:global:s:client=a:gcra:60000"
+        );
+        assert_eq!(key(None, None, "}50%"), "rk:{%7D50%25}:gcra:60000");
+    }
+}
