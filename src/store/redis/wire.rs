@@ -7,8 +7,8 @@
 //! `KEYS`: every operation's limits' keys, operation after operation.
 //! `ARGV`: now in microseconds (or `''`: Redis `TIME`), the TTL padding in
 //! milliseconds, the invalidation channel; then per operation
-//! [`OP_ARGS`] values (its code, its limits' count, its cost, the client
-//! key to publish or `''`), then [`LIMIT_ARGS`] per limit (the algorithm
+//! `OP_ARGS` values (its code, its limits' count, its cost, the client
+//! key to publish or `''`), then `LIMIT_ARGS` per limit (the algorithm
 //! tag, limit, window in microseconds, burst).
 //!
 //! The reply, per operation: `1`, whether it published (`-1`: nothing to
