@@ -57,7 +57,7 @@ fn measure(case: usize) {
     let rule = Rule {
         algorithm,
         limit: 100,
-        window_us: 60_000_000,
+        window: ratekeeper::domain::Window::Length(60_000_000),
         burst: 100,
     };
     let before = resident_bytes();

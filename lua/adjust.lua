@@ -23,7 +23,7 @@ local function refund_all(k, a, n, now, cost, pad_ms, reply)
     for i = 1, n do
       local s = a + LIMIT_ARGS * (i - 1)
       refund_by_tag[ARGV[s + 1]](KEYS[k + i], now, tonumber(ARGV[s + 2]),
-        tonumber(ARGV[s + 3]), cost, tonumber(ARGV[s + 4]), pad_ms)
+        window_arg(ARGV[s + 3]), cost, tonumber(ARGV[s + 4]), pad_ms)
     end
   end
   return check_all(k, a, n, now, 0, pad_ms, reply)

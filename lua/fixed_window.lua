@@ -1,18 +1,19 @@
--- fixed_window: one counter per epoch-aligned window (src/domain/algorithms/fixed_window.rs).
--- key      hash {i = window index, c = units admitted in that window}
+-- fixed_window: one counter per period, epoch-aligned windows of a length
+-- or calendar periods (src/domain/algorithms/fixed_window.rs).
+-- key      hash {i = the period's identifier (`period` in lib.lua), c = units
+--          admitted in that period}
 -- The window index lives in the hash rather than in the key name so the
 -- script touches only the key it was given (a requirement in Redis Cluster).
 
 local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
-  local index = idiv(now, window)
+  local index, until_next = period(now, window)
   local state = redis.call('HMGET', key, 'i', 'c')
   local count = 0
   local same_window = tonumber(state[1]) == index
   if same_window then
     count = tonumber(state[2])
   end
-  local until_next = (index + 1) * window - now
 
   local allowed = count + need <= limit
   local commit = nil
@@ -48,7 +49,7 @@ end
 -- to `cost`, not below 0. The window's end stays the key's expiry.
 local function fixed_window_refund(key, now, limit, window, cost, burst, pad_ms)
   local state = redis.call('HMGET', key, 'i', 'c')
-  if tonumber(state[1]) ~= idiv(now, window) then
+  if tonumber(state[1]) ~= (period(now, window)) then
     return
   end
   local count = tonumber(state[2])

@@ -51,3 +51,37 @@ end
 local function ttl_ms(reset_us, pad_ms)
   return int(idiv(reset_us + 999, 1000) + pad_ms)
 end
+
+-- A limit's window argument: a length in microseconds, or a calendar
+-- window's boundaries 'b0,b1,b2,b3' (src/store/redis/wire.rs,
+-- push_limits), which only fixed_window receives.
+local function window_arg(arg)
+  local length = tonumber(arg)
+  if length then
+    return length
+  end
+  local bounds = {}
+  for b in string.gmatch(arg, '%d+') do
+    bounds[#bounds + 1] = tonumber(b)
+  end
+  return bounds
+end
+
+-- The period holding `now` (src/domain/window.rs, Window::period): an
+-- identifier and the microseconds until it ends. For a length the
+-- identifier is the period's number since the epoch; for a calendar
+-- window, its start, picked by this clock (Redis's, as for every
+-- decision) among the three periods the instance sent around its own.
+local function period(now, window)
+  if type(window) == 'number' then
+    local index = idiv(now, window)
+    return index, (index + 1) * window - now
+  end
+  for i = 1, #window - 1 do
+    if window[i] <= now and now < window[i + 1] then
+      return window[i], window[i + 1] - now
+    end
+  end
+  error('calendar window: the clock is ' .. int(now) ..
+    ', outside the periods the instance sent (its clock is a period or more off)')
+end

@@ -103,9 +103,10 @@ impl Check {
             }
             // Inline state is keyed by algorithm and window (see `policy`):
             // two such limits in one check would be one counter spent twice.
-            if let Some(j) = built.iter().position(|l| {
-                l.rule.algorithm == rule.algorithm && l.rule.window_us == rule.window_us
-            }) {
+            if let Some(j) = built
+                .iter()
+                .position(|l| l.rule.algorithm == rule.algorithm && l.rule.window == rule.window)
+            {
                 return Err(ValidationError::new(
                     path,
                     format!(
@@ -256,9 +257,10 @@ mod tests {
             key: "k".into(),
             rule: RuleInput {
                 limit: 10,
-                window: WindowInput::Text("1s".into()),
+                window: Some(WindowInput::Text("1s".into())),
                 algorithm: Some(algorithm),
                 burst: None,
+                ..Default::default()
             },
             cost: None,
         }
@@ -275,7 +277,7 @@ mod tests {
         let c = Check::new(i, &Bounds::default()).unwrap();
         assert_eq!(c.rule().algorithm, Algorithm::SlidingWindow);
         assert_eq!(
-            (c.cost, c.rule().burst, c.rule().window_us),
+            (c.cost, c.rule().burst, c.rule().window_us()),
             (1, 10, 1_000_000)
         );
     }
@@ -283,9 +285,12 @@ mod tests {
     #[test]
     fn integer_window_is_seconds() {
         let mut i = input(Algorithm::FixedWindow);
-        i.rule.window = WindowInput::Seconds(60);
+        i.rule.window = Some(WindowInput::Seconds(60));
         assert_eq!(
-            Check::new(i, &Bounds::default()).unwrap().rule().window_us,
+            Check::new(i, &Bounds::default())
+                .unwrap()
+                .rule()
+                .window_us(),
             60_000_000
         );
     }
@@ -305,11 +310,33 @@ mod tests {
         i.rule.limit = 100_001;
         assert_eq!(field_of(i), "limit");
         let mut i = input(Algorithm::FixedWindow);
-        i.rule.window = WindowInput::Seconds(0);
+        i.rule.window = Some(WindowInput::Seconds(0));
         assert_eq!(field_of(i), "window");
         let mut i = input(Algorithm::FixedWindow);
-        i.rule.window = WindowInput::Text("367d".into());
+        i.rule.window = Some(WindowInput::Text("367d".into()));
         assert_eq!(field_of(i), "window");
+        let mut i = input(Algorithm::FixedWindow);
+        i.rule.window = None;
+        assert_eq!(field_of(i), "window");
+        let mut i = input(Algorithm::FixedWindow);
+        i.rule.calendar = Some("day".into());
+        assert_eq!(field_of(i), "calendar");
+        let mut i = input(Algorithm::SlidingWindow);
+        i.rule.window = None;
+        i.rule.calendar = Some("day".into());
+        assert_eq!(field_of(i), "calendar");
+        let mut i = input(Algorithm::FixedWindow);
+        i.rule.window = None;
+        i.rule.calendar = Some("fortnight".into());
+        assert_eq!(field_of(i), "calendar");
+        let mut i = input(Algorithm::FixedWindow);
+        i.rule.timezone = Some("Europe/Berlin".into());
+        assert_eq!(field_of(i), "timezone");
+        let mut i = input(Algorithm::FixedWindow);
+        i.rule.window = None;
+        i.rule.calendar = Some("day".into());
+        i.rule.timezone = Some("Mars/Olympus_Mons".into());
+        assert_eq!(field_of(i), "timezone");
         let mut i = input(Algorithm::FixedWindow);
         i.cost = Some(11);
         assert_eq!(field_of(i), "cost");

@@ -82,7 +82,7 @@ impl Decision {
                 algorithm: l.rule.algorithm,
                 limit: l.rule.limit,
                 burst: l.rule.burst,
-                window_ms: us_to_ms_ceil(l.rule.window_us),
+                window_ms: us_to_ms_ceil(l.rule.window_us()),
                 allowed: o.allowed,
                 remaining: o.remaining,
                 retry_after_ms: us_to_ms_ceil(o.retry_after_us),

@@ -87,7 +87,7 @@ mod tests {
             Rule {
                 algorithm: Algorithm::Gcra,
                 limit: 10,
-                window_us: 1_500,
+                window: crate::domain::Window::Length(1_500),
                 burst: 12,
             },
             3,

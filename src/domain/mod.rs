@@ -24,6 +24,7 @@ pub mod policy;
 pub mod rls;
 mod rule;
 pub mod state_key;
+mod window;
 
 pub use check::{
     Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_wait_ms,
@@ -36,6 +37,7 @@ pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,
 };
+pub use window::{Calendar, CalendarUnit, Window, Zone};
 
 /// Microseconds per millisecond.
 pub const US_PER_MS: u64 = 1_000;

@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::duration::MAX_WINDOW_US;
+use super::window::{Calendar, CalendarUnit, Window, Zone};
 
 /// The largest `limit` (and `burst`) a rule may have.
 pub const MAX_LIMIT: u64 = 1_000_000_000_000;
@@ -73,16 +74,34 @@ impl fmt::Display for Algorithm {
 pub struct Rule {
     pub algorithm: Algorithm,
     pub limit: u64,
-    pub window_us: u64,
+    /// A length, or calendar periods (fixed_window only).
+    pub window: Window,
     /// Bucket capacity for token_bucket/gcra; equal to `limit` otherwise.
     pub burst: u64,
 }
 
 impl Rule {
+    /// A rule over a window of a fixed length.
+    pub fn with_length(algorithm: Algorithm, limit: u64, window_us: u64, burst: u64) -> Rule {
+        Rule {
+            algorithm,
+            limit,
+            window: Window::Length(window_us),
+            burst,
+        }
+    }
+
+    /// The window's length: a calendar window's usual one
+    /// ([`Window::nominal_us`]). Only a fixed_window may be a calendar
+    /// window, and it uses [`Window::period`] rather than this.
+    pub fn window_us(&self) -> u64 {
+        self.window.nominal_us()
+    }
+
     /// The time one unit takes to refill (token_bucket, gcra), rounded down to
     /// whole microseconds. Validation guarantees it is at least 1.
     pub fn emission_interval_us(&self) -> u64 {
-        self.window_us / self.limit
+        self.window_us() / self.limit
     }
 }
 
@@ -94,10 +113,15 @@ pub enum WindowInput {
 }
 
 /// An unvalidated rule as written in a request or a policies file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct RuleInput {
     pub limit: u64,
-    pub window: WindowInput,
+    /// A length; exactly one of `window` and `calendar` is required.
+    pub window: Option<WindowInput>,
+    /// A calendar unit's name (`day`, `week`, `month`, `year`).
+    pub calendar: Option<String>,
+    /// The calendar's IANA time zone. Default: UTC.
+    pub timezone: Option<String>,
     /// Default: sliding_window.
     pub algorithm: Option<Algorithm>,
     pub burst: Option<u64>,
@@ -185,7 +209,12 @@ impl Rule {
     /// Validates `input` into a rule. Errors name the rule's own fields
     /// (`limit`, `window`, `burst`); callers add the path.
     pub fn new(input: &RuleInput, bounds: &Bounds) -> Result<Rule, ValidationError> {
-        let algorithm = input.algorithm.unwrap_or(Algorithm::SlidingWindow);
+        // A calendar window is a fixed window's, so that is its default.
+        let algorithm = input.algorithm.unwrap_or(if input.calendar.is_some() {
+            Algorithm::FixedWindow
+        } else {
+            Algorithm::SlidingWindow
+        });
         let limit = input.limit;
         if !(1..=MAX_LIMIT).contains(&limit) {
             return Err(invalid(
@@ -204,18 +233,8 @@ impl Rule {
             ));
         }
 
-        let window_us = match &input.window {
-            WindowInput::Seconds(s) => s.checked_mul(1_000_000).unwrap_or(u64::MAX),
-            WindowInput::Text(t) => {
-                super::parse_duration_us(t).map_err(|m| invalid("window", m))?
-            }
-        };
-        if !(1_000..=MAX_WINDOW_US).contains(&window_us) || window_us % 1_000 != 0 {
-            return Err(invalid(
-                "window",
-                "must be a whole number of milliseconds from 1ms to 366d (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
-            ));
-        }
+        let window = window(input, algorithm)?;
+        let window_us = window.nominal_us();
 
         let burst = match (input.burst, algorithm.has_burst()) {
             (None, _) => limit,
@@ -254,7 +273,7 @@ impl Rule {
         Ok(Rule {
             algorithm,
             limit,
-            window_us,
+            window,
             burst,
         })
     }
@@ -266,6 +285,60 @@ impl Rule {
             self.burst
         } else {
             self.limit
+        }
+    }
+}
+
+/// The window of `input`: a length, or calendar periods in a zone.
+fn window(input: &RuleInput, algorithm: Algorithm) -> Result<Window, ValidationError> {
+    let length = match &input.window {
+        None => None,
+        Some(WindowInput::Seconds(s)) => Some(s.checked_mul(1_000_000).unwrap_or(u64::MAX)),
+        Some(WindowInput::Text(t)) => {
+            Some(super::parse_duration_us(t).map_err(|m| invalid("window", m))?)
+        }
+    };
+    match (length, &input.calendar) {
+        (Some(_), Some(_)) => Err(invalid(
+            "calendar",
+            "window and calendar are mutually exclusive: give one",
+        )),
+        (None, None) => Err(invalid(
+            "window",
+            "missing: give a window (e.g. \"1m\") or a calendar period (\"day\", \"week\", \"month\", \"year\")",
+        )),
+        (Some(length), None) => {
+            if input.timezone.is_some() {
+                return Err(invalid("timezone", "only applies with calendar"));
+            }
+            if !(1_000..=MAX_WINDOW_US).contains(&length) || length % 1_000 != 0 {
+                return Err(invalid(
+                    "window",
+                    "must be a whole number of milliseconds from 1ms to 366d (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
+                ));
+            }
+            Ok(Window::Length(length))
+        }
+        (None, Some(unit)) => {
+            let unit = CalendarUnit::parse(unit).ok_or_else(|| {
+                invalid(
+                    "calendar",
+                    format!("must be one of day, week, month, year, got {unit:?}"),
+                )
+            })?;
+            if algorithm != Algorithm::FixedWindow {
+                return Err(invalid(
+                    "calendar",
+                    format!(
+                        "calendar periods are fixed windows: the algorithm must be fixed_window, got {algorithm}"
+                    ),
+                ));
+            }
+            let zone = match &input.timezone {
+                None => Zone::utc(),
+                Some(name) => Zone::named(name).map_err(|m| invalid("timezone", m))?,
+            };
+            Ok(Window::Calendar(Calendar { unit, zone }))
         }
     }
 }

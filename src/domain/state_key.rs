@@ -1,10 +1,12 @@
 //! Where one limit's state lives: one layout for both stores. The embedded
 //! store hashes a [`StateKey`] as it is; the Redis store writes it out as a
 //! key name ([`StateKey::write`]):
-//! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window ms>`;
-//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window ms>`;
+//! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window>`, the
+//!   window in milliseconds or, for calendar periods, `cal.<unit>.<zone>`
+//!   (`cal.day.Europe/Berlin`; zone names hold no `:`);
+//! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window>`;
 //! - a limit with a scope of its own (Envoy RLS descriptors):
-//!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window ms>`
+//!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window>`
 //!   (`s` is no algorithm tag, so the forms stay apart).
 //!
 //! The client key sits inside a hash tag so every limit of a check lives in
@@ -26,7 +28,7 @@
 use std::borrow::Cow;
 use std::fmt::Write as _;
 
-use super::{Algorithm, Check, Limit};
+use super::{Algorithm, Check, Limit, Window};
 
 /// One limit's state's address: the client key, the policy and limit names
 /// (a policy's limits; `None` inline), the limit's own scope (Envoy RLS
@@ -37,7 +39,7 @@ pub struct StateKey<'a> {
     pub named: Option<(&'a str, &'a str)>,
     pub scope: Option<&'a str>,
     pub algorithm: Algorithm,
-    pub window_us: u64,
+    pub window: Window,
 }
 
 impl<'a> StateKey<'a> {
@@ -47,7 +49,7 @@ impl<'a> StateKey<'a> {
             named: check.policy.as_deref().map(|p| (p, &*limit.name)),
             scope: limit.scope.as_deref(),
             algorithm: limit.rule.algorithm,
-            window_us: limit.rule.window_us,
+            window: limit.rule.window,
         }
     }
 
@@ -74,7 +76,10 @@ impl<'a> StateKey<'a> {
         }
         key.push_str(self.algorithm.key_tag());
         // Writing to a String cannot fail.
-        let _ = write!(key, ":{}", self.window_us / 1_000);
+        let _ = match self.window {
+            Window::Length(us) => write!(key, ":{}", us / 1_000),
+            Window::Calendar(c) => write!(key, ":cal.{}.{}", c.unit, c.zone.name()),
+        };
         key
     }
 }
@@ -111,9 +116,28 @@ mod tests {
             named,
             scope,
             algorithm: Algorithm::Gcra,
-            window_us: 60_000_000,
+            window: Window::Length(60_000_000),
         };
         key.write("rk:")
+    }
+
+    #[test]
+    fn a_calendar_window_is_written_with_its_unit_and_zone() {
+        let calendar = crate::domain::Calendar {
+            unit: crate::domain::CalendarUnit::Month,
+            zone: crate::domain::Zone::named("america/new_york").unwrap(),
+        };
+        let key = StateKey {
+            client: "k",
+            named: Some(("api", "monthly")),
+            scope: None,
+            algorithm: Algorithm::FixedWindow,
+            window: Window::Calendar(calendar),
+        };
+        assert_eq!(
+            key.write("rk:"),
+            "rk:{k}:p:api:monthly:fw:cal.month.America/New_York"
+        );
     }
 
     #[test]

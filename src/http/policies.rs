@@ -14,7 +14,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::AppState;
-use crate::domain::{Limit, Policy, PolicySet, US_PER_MS};
+use crate::domain::{Limit, Policy, PolicySet, US_PER_MS, Window};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PoliciesResponse {
@@ -56,7 +56,16 @@ pub struct PolicyLimitView {
     /// `fixed_window`, `sliding_window`, `sliding_log`, `token_bucket` or `gcra`.
     pub algorithm: String,
     pub limit: u64,
+    /// The window; for calendar periods, the unit's usual length (1, 7, 30
+    /// or 365 days), while `calendar` and `timezone` say what it is.
     pub window_ms: u64,
+    /// `day`, `week`, `month` or `year`: the limit counts per calendar
+    /// period in `timezone`. Absent for a window of a fixed length.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calendar: Option<String>,
+    /// The calendar's IANA time zone. Absent without `calendar`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timezone: Option<String>,
     /// Bucket capacity (token_bucket, gcra); equal to `limit` otherwise.
     pub burst: u64,
 }
@@ -132,11 +141,17 @@ impl From<&Policy> for PolicyView {
 
 impl From<&Limit> for PolicyLimitView {
     fn from(limit: &Limit) -> Self {
+        let calendar = match limit.rule.window {
+            Window::Calendar(calendar) => Some(calendar),
+            Window::Length(_) => None,
+        };
         PolicyLimitView {
             name: limit.name.to_string(),
             algorithm: limit.rule.algorithm.as_str().to_string(),
             limit: limit.rule.limit,
-            window_ms: limit.rule.window_us / US_PER_MS,
+            window_ms: limit.rule.window_us() / US_PER_MS,
+            calendar: calendar.map(|c| c.unit.as_str().to_owned()),
+            timezone: calendar.map(|c| c.zone.name().to_owned()),
             burst: limit.rule.burst,
         }
     }

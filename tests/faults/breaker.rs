@@ -11,6 +11,7 @@
 //! repeats the round 100 times and records how many rounds were exact.
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -139,7 +140,7 @@ async fn round(instances: &[Instance], algorithm: Algorithm) -> Round {
             algorithm,
             limit: LIMIT,
             // Long enough not to roll over during the round.
-            window_us: 3_600_000_000,
+            window: Window::Length(3_600_000_000),
             burst: LIMIT,
         },
         1,

@@ -15,9 +15,10 @@ use crate::support::TestApp;
 pub fn limit(name: &str, algorithm: Algorithm, n: u64, window: &str, burst: Option<u64>) -> Limit {
     let input = RuleInput {
         limit: n,
-        window: WindowInput::Text(window.into()),
+        window: Some(WindowInput::Text(window.into())),
         algorithm: Some(algorithm),
         burst,
+        ..Default::default()
     };
     Limit {
         name: name.into(),

@@ -11,6 +11,7 @@
 //! the measured times, which `bench/failover.sh` collects.
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -137,7 +138,7 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
         rule: Rule {
             algorithm,
             limit,
-            window_us: 3_600_000_000,
+            window: Window::Length(3_600_000_000),
             burst: limit,
         },
         scope: None,

@@ -4,6 +4,7 @@
 //! starts its own cluster.)
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -20,7 +21,7 @@ fn check(key: &str) -> Check {
         Rule {
             algorithm: Algorithm::FixedWindow,
             limit: 10,
-            window_us: 60_000_000,
+            window: Window::Length(60_000_000),
             burst: 10,
         },
         1,

@@ -3,6 +3,7 @@
 //! the embedded store (every decision holds its shard's lock).
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,7 +133,7 @@ mod multi_limit {
             rule: Rule {
                 algorithm,
                 limit,
-                window_us: HOUR_US,
+                window: Window::Length(HOUR_US),
                 burst: limit,
             },
             scope: None,

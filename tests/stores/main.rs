@@ -6,6 +6,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod calendar;
 mod cluster;
 mod cluster_domains;
 mod concurrency;

@@ -7,6 +7,7 @@
 //! at every step.
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,9 +72,12 @@ fn rule(algorithm: Algorithm) -> impl Strategy<Value = Rule> {
                     key: "k".into(),
                     rule: ratekeeper::domain::RuleInput {
                         limit,
-                        window: ratekeeper::domain::WindowInput::Text(format!("{window_ms}ms")),
+                        window: Some(ratekeeper::domain::WindowInput::Text(format!(
+                            "{window_ms}ms"
+                        ))),
                         algorithm: Some(algorithm),
                         burst: algorithm.has_burst().then_some(burst),
+                        ..Default::default()
                     },
                     cost: Some(0),
                 },
@@ -87,7 +91,7 @@ fn rule(algorithm: Algorithm) -> impl Strategy<Value = Rule> {
 
 fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
     rule(algorithm).prop_flat_map(|rule| {
-        let w = rule.window_us;
+        let w = rule.window_us();
         let max_cost = if rule.algorithm.has_burst() {
             rule.burst
         } else {
@@ -270,10 +274,10 @@ fn long_log_case() -> impl Strategy<Value = Case> {
             let rule = Rule {
                 algorithm: Algorithm::SlidingLog,
                 limit,
-                window_us: window_ms * 1_000,
+                window: Window::Length(window_ms * 1_000),
                 burst: limit,
             };
-            let w = rule.window_us as i64;
+            let w = rule.window_us() as i64;
             let step = prop_oneof![
                 3 => Just(0i64),
                 4 => Just(1i64),
@@ -302,6 +306,75 @@ fn long_log_case() -> impl Strategy<Value = Case> {
 #[test]
 fn a_long_sliding_log_lua_matches_rust() {
     run_parity_of(adjusted(long_log_case()), 60);
+}
+
+/// Calendar windows: random units and zones (DST, :30 and :45 offsets,
+/// a 30-minute DST shift) from instants near DST changes, month ends and
+/// New Year, in steps from none to several weeks, sometimes back.
+fn calendar_case() -> impl Strategy<Value = Case> {
+    let units = prop_oneof![Just("day"), Just("week"), Just("month"), Just("year")];
+    let zones = prop_oneof![
+        Just("UTC"),
+        Just("Europe/Berlin"),
+        Just("America/New_York"),
+        Just("Asia/Kathmandu"),
+        Just("Australia/Lord_Howe"),
+        Just("America/Santiago"),
+    ];
+    let starts = prop_oneof![
+        Just("2026-03-28T20:00:00Z"), // Berlin's spring change the next night
+        Just("2026-10-24T20:00:00Z"), // and its autumn one
+        Just("2026-03-07T20:00:00Z"), // New York's
+        Just("2025-12-28T12:00:00Z"), // New Year, an ISO week across it
+        Just("2028-02-27T12:00:00Z"), // a leap February's end
+        Just("2026-09-05T12:00:00Z"), // Santiago skips its midnight on the 6th
+        Just("2026-04-04T12:00:00Z"), // Lord Howe falls back 30 minutes
+    ];
+    let hour = 3_600_000_000i64;
+    let step = prop_oneof![
+        6 => Just(0i64),
+        6 => 0..=hour,
+        6 => 0..=30 * hour,
+        2 => 0..=40 * 24 * hour,
+        1 => -30 * hour..0,
+    ];
+    let cost = prop_oneof![6 => Just(1u64), 2 => Just(0u64), 2 => 0..=3u64];
+    (
+        1..=5u64,
+        units,
+        zones,
+        starts,
+        0..=48 * hour,
+        prop::collection::vec((step, cost), 1..40),
+    )
+        .prop_map(|(limit, unit, zone, start, offset, steps)| {
+            let check = Check::new(
+                ratekeeper::domain::CheckInput {
+                    key: "k".into(),
+                    rule: ratekeeper::domain::RuleInput {
+                        limit,
+                        calendar: Some(unit.into()),
+                        timezone: Some(zone.into()),
+                        ..Default::default()
+                    },
+                    cost: Some(0),
+                },
+                &Default::default(),
+            )
+            .expect("a valid calendar rule");
+            let start: jiff::Timestamp = start.parse().unwrap();
+            Case {
+                rule: *check.rule(),
+                start_us: start.as_microsecond() as u64 + offset as u64,
+                steps,
+                ops: Vec::new(),
+            }
+        })
+}
+
+#[test]
+fn calendar_fixed_window_lua_matches_rust() {
+    run_parity_of(adjusted(calendar_case()), 200);
 }
 
 #[test]

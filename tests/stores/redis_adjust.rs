@@ -3,6 +3,7 @@
 //! script cache, and multi-limit keys on a cluster (one slot per check).
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,7 @@ fn limits() -> Vec<Limit> {
         rule: Rule {
             algorithm,
             limit: 3,
-            window_us,
+            window: Window::Length(window_us),
             burst: 3,
         },
         scope: None,
@@ -146,7 +147,7 @@ async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() 
         let rule = Rule {
             algorithm,
             limit: 10,
-            window_us: 10_000_000,
+            window: Window::Length(10_000_000),
             burst: 10,
         };
         let limit = Limit {
@@ -186,7 +187,7 @@ async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
         rule: Rule {
             algorithm: Algorithm::TokenBucket,
             limit,
-            window_us: 60_000_000,
+            window: Window::Length(60_000_000),
             burst: 10,
         },
         scope: None,

@@ -4,6 +4,7 @@
 //! multi-limit checks, and the same answers as the Rust twins.
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 
@@ -31,7 +32,7 @@ fn rule(algorithm: Algorithm) -> Rule {
     Rule {
         algorithm,
         limit: 5,
-        window_us: 10 * SEC,
+        window: Window::Length(10 * SEC),
         burst: 5,
     }
 }
@@ -155,7 +156,7 @@ fn policy_check(key: &str) -> Check {
                 "second",
                 Rule {
                     limit: 2,
-                    window_us: SEC,
+                    window: Window::Length(SEC),
                     burst: 2,
                     ..rule(Algorithm::FixedWindow)
                 },
@@ -163,7 +164,7 @@ fn policy_check(key: &str) -> Check {
             limit(
                 "log",
                 Rule {
-                    window_us: 60 * SEC,
+                    window: Window::Length(60 * SEC),
                     ..rule(Algorithm::SlidingLog)
                 },
             ),
@@ -293,7 +294,7 @@ async fn a_full_sliding_log_refunds_like_its_twin(store: Arc<dyn Store>, clock: 
     let log = Rule {
         algorithm: Algorithm::SlidingLog,
         limit: 100_000,
-        window_us: 63 * SEC, // slots of 1 s once past 63 entries
+        window: Window::Length(63 * SEC), // slots of 1 s once past 63 entries
         burst: 100_000,
     };
     let c = Check::single(unique_key("log"), log, 0);

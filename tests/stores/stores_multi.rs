@@ -4,6 +4,7 @@
 //! scenarios; `tests/stores/multi_parity.rs` the random ones.)
 
 use crate::support;
+use ratekeeper::domain::Window;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,7 +34,7 @@ fn limit(name: &str, algorithm: Algorithm, limit: u64, window_us: u64) -> Limit 
         rule: Rule {
             algorithm,
             limit,
-            window_us,
+            window: Window::Length(window_us),
             burst: limit,
         },
         scope: None,

@@ -378,9 +378,10 @@ pub fn check(
             key: key.into(),
             rule: RuleInput {
                 limit,
-                window: WindowInput::Text(window.into()),
+                window: Some(WindowInput::Text(window.into())),
                 algorithm: Some(algorithm),
                 burst: None,
+                ..Default::default()
             },
             cost: Some(cost),
         },

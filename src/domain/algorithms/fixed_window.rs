@@ -1,25 +1,28 @@
-//! Fixed window: one counter per epoch-aligned window. Cheapest and least
-//! accurate: a client can spend `limit` at the end of one window and `limit`
-//! again at the start of the next.
+//! Fixed window: one counter per period: epoch-aligned windows of a fixed
+//! length, or calendar periods in a time zone (`domain::window`). Cheapest
+//! and least accurate: a client can spend `limit` at the end of one period
+//! and `limit` again at the start of the next.
 
 use crate::domain::{Outcome, Rule};
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct FixedWindowState {
-    /// `floor(now / window)` of the window `count` belongs to.
+    /// The period `count` belongs to: `floor(now / window)` for a length,
+    /// the period's start for calendar periods ([`Window::period`]).
+    ///
+    /// [`Window::period`]: crate::domain::Window::period
     pub window_index: u64,
     pub count: u64,
 }
 
 pub fn check(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
-    let window = rule.window_us;
-    let index = now_us / window;
+    let (index, end) = rule.window.period(now_us);
     let mut count = if state.window_index == index {
         state.count
     } else {
         0
     };
-    let until_next = (index + 1) * window - now_us;
+    let until_next = end - now_us;
 
     let need = cost.max(1);
     let allowed = count + need <= rule.limit;
@@ -46,7 +49,7 @@ pub fn check(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64) 
 /// The window's end stays the state's expiry (`lua/fixed_window.lua`,
 /// `fixed_window_refund`).
 pub fn refund(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64) {
-    if state.window_index == now_us / rule.window_us {
+    if state.window_index == rule.window.period(now_us).0 {
         state.count -= cost.min(state.count);
     }
 }

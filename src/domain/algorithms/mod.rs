@@ -225,7 +225,7 @@ pub(crate) mod test_support {
         Rule {
             algorithm,
             limit,
-            window_us,
+            window: crate::domain::Window::Length(window_us),
             burst: limit,
         }
     }

@@ -64,7 +64,7 @@ impl SlidingLogState {
 }
 
 pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
-    let window = rule.window_us;
+    let window = rule.window_us();
     // Entries at or before `now - window` have left the window.
     if let Some(cutoff) = now_us.checked_sub(window) {
         while state.entries.front().is_some_and(|(ts, _)| *ts <= cutoff) {
@@ -115,7 +115,7 @@ pub fn check(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) -
 /// the Lua, which keeps the running total too). Expired entries are left
 /// for the next check to trim, as a look would leave them.
 pub fn refund(state: &mut SlidingLogState, rule: &Rule, now_us: u64, cost: u64) {
-    let cutoff = now_us.checked_sub(rule.window_us);
+    let cutoff = now_us.checked_sub(rule.window_us());
     let mut left = cost;
     while left > 0 {
         let Some((ts, units)) = state.entries.back_mut() else {

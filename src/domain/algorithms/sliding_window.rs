@@ -23,7 +23,7 @@ fn weighted(prev: u64, curr: u64, window: u64, elapsed_us: u64) -> f64 {
 }
 
 pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
-    let window = rule.window_us;
+    let window = rule.window_us();
     let index = now_us / window;
     let mut state = rolled(stored, index);
     let elapsed = now_us - index * window;
@@ -73,7 +73,7 @@ pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u6
 /// spend set stays right (rolled, it would claim this window with an
 /// expiry a window short, and die before a later spend's usage did).
 pub fn refund(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u64) {
-    let index = now_us / rule.window_us;
+    let index = now_us / rule.window_us();
     let state = rolled(stored, index);
     let from_curr = cost.min(state.curr);
     let from_prev = (cost - from_curr).min(state.prev);
@@ -113,7 +113,7 @@ fn rolled(state: &SlidingWindowState, index: u64) -> SlidingWindowState {
 /// passes, so the predicate is monotone and a binary search finds the exact
 /// microsecond; two windows on, the count is zero and `need <= limit` passes.
 fn first_allowed_at(state: &SlidingWindowState, rule: &Rule, now_us: u64, need: u64) -> u64 {
-    let window = rule.window_us;
+    let window = rule.window_us();
     let passes = |t: u64| {
         let index = t / window;
         let elapsed = t - index * window;

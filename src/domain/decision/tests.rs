@@ -1,11 +1,12 @@
 use super::*;
+use crate::domain::Window;
 use crate::domain::{Check, Limit, Rule};
 
 fn rule(algorithm: Algorithm, limit: u64, window_us: u64) -> Rule {
     Rule {
         algorithm,
         limit,
-        window_us,
+        window: Window::Length(window_us),
         burst: limit,
     }
 }

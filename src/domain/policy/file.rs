@@ -207,7 +207,9 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
     let whole = |v: i64| u64::try_from(v).unwrap_or(0);
     let input = RuleInput {
         limit: whole(*raw.limit.get_ref()),
-        window: raw.window.get_ref().0.clone(),
+        window: raw.window.as_ref().map(|w| w.get_ref().0.clone()),
+        calendar: raw.calendar.as_ref().map(|c| c.get_ref().clone()),
+        timezone: raw.timezone.as_ref().map(|t| t.get_ref().clone()),
         algorithm,
         burst: raw.burst.as_ref().map(|b| whole(*b.get_ref())),
     };
@@ -220,7 +222,9 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
         Ok(_) => None,
         Err(ValidationError { field, message }) => {
             let span = match field.as_str() {
-                "window" => raw.window.span(),
+                "window" => raw.window.as_ref().map_or(raw.name.span(), |w| w.span()),
+                "calendar" => raw.calendar.as_ref().map_or(raw.name.span(), |c| c.span()),
+                "timezone" => raw.timezone.as_ref().map_or(raw.name.span(), |t| t.span()),
                 "burst" => raw.burst.as_ref().map_or(raw.limit.span(), |b| b.span()),
                 _ => raw.limit.span(),
             };

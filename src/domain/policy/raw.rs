@@ -45,7 +45,11 @@ pub(super) struct RawLimit {
     pub(super) name: Spanned<String>,
     pub(super) algorithm: Option<Spanned<String>>,
     pub(super) limit: Spanned<i64>,
-    pub(super) window: Spanned<RawWindow>,
+    /// Exactly one of `window` and `calendar` (Rule::new says which is
+    /// missing or that both are there).
+    pub(super) window: Option<Spanned<RawWindow>>,
+    pub(super) calendar: Option<Spanned<String>>,
+    pub(super) timezone: Option<Spanned<String>>,
     pub(super) burst: Option<Spanned<i64>>,
 }
 

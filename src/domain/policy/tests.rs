@@ -42,7 +42,7 @@ fn parses_the_issue_example() {
     assert_eq!(names, ["burst", "daily"]);
     assert_eq!(api.limits[0].rule.algorithm, Algorithm::TokenBucket);
     assert_eq!(api.limits[0].rule.burst, 20);
-    assert_eq!(api.limits[1].rule.window_us, 86_400_000_000);
+    assert_eq!(api.limits[1].rule.window_us(), 86_400_000_000);
     assert_eq!(set.sha256, sha256_hex(API.as_bytes()));
     assert_eq!(set.sha256.len(), 64);
 }
@@ -64,7 +64,7 @@ fn defaults_sliding_window_no_shadow_service_failure_mode() {
     let set = parse("[policies.p]\nlimits = [{ name = \"a\", limit = 5, window = 60 }]\n").unwrap();
     let p = set.get("p").unwrap();
     assert_eq!(p.limits[0].rule.algorithm, Algorithm::SlidingWindow);
-    assert_eq!(p.limits[0].rule.window_us, 60_000_000);
+    assert_eq!(p.limits[0].rule.window_us(), 60_000_000);
     assert_eq!(p.failure_mode, None);
     assert!(!p.shadow);
     assert!(p.description.is_none());

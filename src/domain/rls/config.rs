@@ -152,9 +152,10 @@ fn build_limit(rl: &RawRateLimit, path: &str, bounds: &Bounds) -> Result<ConfigL
         let rule = Rule::new(
             &RuleInput {
                 limit: rl.requests_per_unit,
-                window: WindowInput::Seconds(unit.seconds()),
+                window: Some(WindowInput::Seconds(unit.seconds())),
                 algorithm: Some(algorithm),
                 burst: rl.burst,
+                ..RuleInput::default()
             },
             bounds,
         )

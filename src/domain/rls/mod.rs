@@ -322,9 +322,10 @@ fn overridden(rpu: u64, unit: Option<Unit>, scope: String, cost: u64, bounds: &B
     };
     let input = RuleInput {
         limit: rpu,
-        window: WindowInput::Seconds(unit.seconds()),
+        window: Some(WindowInput::Seconds(unit.seconds())),
         algorithm: Some(Algorithm::FixedWindow),
         burst: None,
+        ..RuleInput::default()
     };
     match Rule::new(&input, bounds) {
         Ok(rule) => Planned::Limited {

@@ -79,6 +79,30 @@ impl From<AlgorithmName> for Algorithm {
     }
 }
 
+/// Calendar periods instead of a window: a fixed window per local day
+/// (midnight to midnight, 23 or 25 hours across DST changes), ISO week
+/// (from Monday), month or year (from 1 January), in `timezone`.
+/// fixed_window only. Exclusive with `window`.
+#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum CalendarName {
+    Day,
+    Week,
+    Month,
+    Year,
+}
+
+impl CalendarName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CalendarName::Day => "day",
+            CalendarName::Week => "week",
+            CalendarName::Month => "month",
+            CalendarName::Year => "year",
+        }
+    }
+}
+
 /// A window: `"250ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`, or an integer
 /// number of seconds. From 1 ms to 366 days.
 #[derive(Debug, Clone)]

@@ -211,9 +211,10 @@ mod tests {
         let rule = Rule::new(
             &crate::domain::RuleInput {
                 limit: 1,
-                window: crate::domain::WindowInput::Seconds(1),
+                window: Some(crate::domain::WindowInput::Seconds(1)),
                 algorithm: None,
                 burst: None,
+                ..Default::default()
             },
             &crate::domain::Bounds::default(),
         )

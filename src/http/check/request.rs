@@ -17,7 +17,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType};
 use utoipa::{PartialSchema, ToSchema};
 
 pub use super::fields::{AlgorithmName, WindowSpec};
-use super::fields::{optional_whole_number, whole_number};
+use super::fields::{CalendarName, optional_whole_number, whole_number};
 use crate::domain::{Algorithm, CheckInput, LimitInput, RuleInput};
 use crate::http::openapi::NOT_MARKER;
 
@@ -38,8 +38,18 @@ pub struct CheckRequest {
     #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
     #[serde(deserialize_with = "whole_number")]
     pub limit: u64,
-    pub window: WindowSpec,
-    /// Default: sliding_window.
+    /// Required unless `calendar` is given (one of the two).
+    #[serde(default)]
+    pub window: Option<WindowSpec>,
+    #[serde(default)]
+    pub calendar: Option<CalendarName>,
+    /// The IANA time zone of `calendar`'s periods (`Europe/Berlin`,
+    /// matched without regard to case), from the database built into the
+    /// server. Default: UTC. Only with `calendar`; an unknown zone is 422.
+    #[serde(default)]
+    #[schema(max_length = 64, example = "Europe/Berlin")]
+    pub timezone: Option<String>,
+    /// Default: sliding_window (fixed_window with `calendar`).
     #[serde(default)]
     pub algorithm: Option<AlgorithmName>,
     /// Units this request spends, default 1; 0 reports without spending.
@@ -71,7 +81,9 @@ impl From<CheckRequest> for CheckInput {
             key: r.key,
             rule: RuleInput {
                 limit: r.limit,
-                window: r.window.0,
+                window: r.window.map(|w| w.0),
+                calendar: r.calendar.map(|c| c.as_str().to_owned()),
+                timezone: r.timezone,
                 algorithm: r.algorithm.map(Algorithm::from),
                 burst: r.burst,
             },
@@ -164,8 +176,18 @@ pub struct LimitSpec {
     #[schema(minimum = 1, maximum = 1_000_000_000_000_u64)]
     #[serde(deserialize_with = "whole_number")]
     pub limit: u64,
-    pub window: WindowSpec,
-    /// Default: sliding_window.
+    /// Required unless `calendar` is given (one of the two).
+    #[serde(default)]
+    pub window: Option<WindowSpec>,
+    #[serde(default)]
+    pub calendar: Option<CalendarName>,
+    /// The IANA time zone of `calendar`'s periods (`Europe/Berlin`,
+    /// matched without regard to case), from the database built into the
+    /// server. Default: UTC. Only with `calendar`; an unknown zone is 422.
+    #[serde(default)]
+    #[schema(max_length = 64, example = "Europe/Berlin")]
+    pub timezone: Option<String>,
+    /// Default: sliding_window (fixed_window with `calendar`).
     #[serde(default)]
     pub algorithm: Option<AlgorithmName>,
     /// token_bucket and gcra only (422 with another algorithm): bucket
@@ -182,7 +204,9 @@ impl From<LimitSpec> for LimitInput {
             name: l.name,
             rule: RuleInput {
                 limit: l.limit,
-                window: l.window.0,
+                window: l.window.map(|w| w.0),
+                calendar: l.calendar.map(|c| c.as_str().to_owned()),
+                timezone: l.timezone,
                 algorithm: l.algorithm.map(Algorithm::from),
                 burst: l.burst,
             },
@@ -200,7 +224,14 @@ pub enum Form {
 }
 
 /// The fields only the single-rule form (and an inline form's limits) have.
-const RULE_FIELDS: [&str; 4] = ["limit", "window", "algorithm", "burst"];
+const RULE_FIELDS: [&str; 6] = [
+    "limit",
+    "window",
+    "calendar",
+    "timezone",
+    "algorithm",
+    "burst",
+];
 
 impl Form {
     /// The form of a body whose top-level field names are `fields` (`None`:
@@ -232,7 +263,7 @@ impl Form {
         Err(format!(
             "`{lead}` cannot be combined with {}: a check is one of three forms, \
              {{\"policy\", \"key\", \"cost\"}}, {{\"key\", \"limits\", \"cost\"}} or \
-             {{\"key\", \"limit\", \"window\", \"algorithm\", \"burst\", \"cost\"}}",
+             {{\"key\", \"limit\", \"window\" or \"calendar\", \"algorithm\", \"burst\", \"cost\"}}",
             conflicts.join(", ")
         ))
     }
@@ -280,13 +311,29 @@ fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     let with = |fields: &[&'static str]| [fields, forbidden].concat();
     let policy = forbid(
         PolicyCheckRequest::schema(),
-        &with(&["limits", "limit", "window", "algorithm", "burst"]),
+        &with(&[
+            "limits",
+            "limit",
+            "window",
+            "calendar",
+            "timezone",
+            "algorithm",
+            "burst",
+        ]),
         &format!("Policy{operation}"),
         "The policy form. Takes no limits of its own.",
     );
     let inline = forbid(
         InlineCheckRequest::schema(),
-        &with(&["policy", "limit", "window", "algorithm", "burst"]),
+        &with(&[
+            "policy",
+            "limit",
+            "window",
+            "calendar",
+            "timezone",
+            "algorithm",
+            "burst",
+        ]),
         &format!("Inline{operation}"),
         "The inline multi-limit form. The rule fields go inside `limits`.",
     );

@@ -1,13 +1,14 @@
 //! Invalidation of the deny cache, on a manual clock.
 
 use super::*;
+use crate::domain::Window;
 use crate::domain::{Algorithm, ManualClock, MonotonicClock, Rule};
 
 fn rule(algorithm: Algorithm) -> Rule {
     Rule {
         algorithm,
         limit: 5,
-        window_us: 1_000_000,
+        window: Window::Length(1_000_000),
         burst: 5,
     }
 }

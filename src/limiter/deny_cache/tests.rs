@@ -1,13 +1,14 @@
 //! The deny cache on a manual clock.
 
 use super::*;
+use crate::domain::Window;
 use crate::domain::{Algorithm, ManualClock, Rule};
 
 fn rule(algorithm: Algorithm, limit: u64) -> Rule {
     Rule {
         algorithm,
         limit,
-        window_us: 1_000_000,
+        window: Window::Length(1_000_000),
         burst: limit,
     }
 }
@@ -28,7 +29,7 @@ fn two(first: Algorithm, cost: u64) -> Check {
             Limit {
                 name: "b".into(),
                 rule: Rule {
-                    window_us: 60_000_000,
+                    window: Window::Length(60_000_000),
                     ..rule(Algorithm::FixedWindow, 100)
                 },
                 scope: None,

@@ -1,3 +1,4 @@
+use crate::domain::Window;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -11,7 +12,7 @@ fn check(policy: Option<&str>, key: &str, cost: u64) -> Check {
     let rule = Rule {
         algorithm: Algorithm::FixedWindow,
         limit: 10,
-        window_us: 60 * SECOND,
+        window: Window::Length(60 * SECOND),
         burst: 10,
     };
     let mut check = Check::single(key, rule, cost);

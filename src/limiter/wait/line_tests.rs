@@ -1,6 +1,7 @@
 //! The line's bounds and wake-ups on a manual clock: the per-key cap,
 //! store load with many waiters, resets, smaller costs, shutdown.
 
+use crate::domain::Window;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Waker};
@@ -77,7 +78,7 @@ fn slow(key: &str) -> Check {
     let rule = Rule {
         algorithm: Algorithm::TokenBucket,
         limit: 1,
-        window_us: 10_000_000,
+        window: Window::Length(10_000_000),
         burst: 1,
     };
     Check::single(key, rule, 1)
@@ -109,7 +110,7 @@ async fn a_check_smaller_than_the_heads_asks_the_store_first() {
     let rule = Rule {
         algorithm: Algorithm::TokenBucket,
         limit: 10,
-        window_us: 1_000_000,
+        window: Window::Length(1_000_000),
         burst: 3,
     };
     let big = Check::single("k", rule, 3);

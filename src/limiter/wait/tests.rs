@@ -1,6 +1,7 @@
 //! Waiting checks on a manual clock: the embedded store and the waiters'
 //! sleeps follow one [`ManualClock`], moved by the test.
 
+use crate::domain::Window;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -67,7 +68,7 @@ pub(super) fn bucket(key: &str) -> Check {
     let rule = Rule {
         algorithm: Algorithm::TokenBucket,
         limit: 10,
-        window_us: 1_000_000,
+        window: Window::Length(1_000_000),
         burst: 1,
     };
     Check::single(key, rule, 1)

@@ -28,7 +28,7 @@ use hashbrown::{Equivalent, HashMap};
 use super::{Applied, Op, OpKind, Store, StoreError};
 use crate::domain::algorithms::{State, apply_all};
 use crate::domain::state_key::StateKey;
-use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule};
+use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule, Window};
 
 const SHARDS: usize = 64;
 
@@ -41,7 +41,7 @@ struct OwnedStateKey {
     named: Option<(Arc<str>, Arc<str>)>,
     scope: Option<Arc<str>>,
     algorithm: Algorithm,
-    window_us: u64,
+    window: Window,
 }
 
 impl OwnedStateKey {
@@ -56,7 +56,7 @@ impl OwnedStateKey {
                 .map(|p| (p.clone(), limit.name.clone())),
             scope: limit.scope.clone(),
             algorithm: limit.rule.algorithm,
-            window_us: limit.rule.window_us,
+            window: limit.rule.window,
         }
     }
 }
@@ -64,7 +64,7 @@ impl OwnedStateKey {
 impl Equivalent<OwnedStateKey> for StateKey<'_> {
     fn equivalent(&self, k: &OwnedStateKey) -> bool {
         self.algorithm == k.algorithm
-            && self.window_us == k.window_us
+            && self.window == k.window
             && self.client == &*k.client
             && self.scope == k.scope.as_deref()
             && match (&self.named, &k.named) {

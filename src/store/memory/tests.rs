@@ -9,7 +9,7 @@ fn check(key: &str, algorithm: Algorithm) -> Check {
         Rule {
             algorithm,
             limit: 2,
-            window_us: 1_000_000,
+            window: Window::Length(1_000_000),
             burst: 2,
         },
         1,
@@ -20,7 +20,7 @@ fn with_window(c: &Check, window_us: u64) -> Check {
     Check::single(
         c.key.clone(),
         Rule {
-            window_us,
+            window: Window::Length(window_us),
             ..*c.rule()
         },
         c.cost,
@@ -122,7 +122,7 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
         for (i, expires_at_us) in expiries.enumerate() {
             let key = OwnedStateKey {
                 algorithm: Algorithm::FixedWindow,
-                window_us: 1,
+                window: Window::Length(1),
                 client: format!("k{i}").into(),
                 named: None,
                 scope: None,

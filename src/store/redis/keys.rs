@@ -58,7 +58,7 @@ mod tests {
             rule: Rule {
                 algorithm,
                 limit: 1,
-                window_us,
+                window: crate::domain::Window::Length(window_us),
                 burst: 1,
             },
             scope: None,

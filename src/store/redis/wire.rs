@@ -9,7 +9,8 @@
 //! milliseconds, the invalidation channel; then per operation
 //! `OP_ARGS` values (its code, its limits' count, its cost, the client
 //! key to publish or `''`), then `LIMIT_ARGS` per limit (the algorithm
-//! tag, limit, window in microseconds, burst).
+//! tag, limit, window, burst: a window is a length in microseconds, or a
+//! calendar window's period boundaries `b0,b1,b2,b3`, see `push_limits`).
 //!
 //! The reply, per operation: `1`, whether it published (`-1`: nothing to
 //! publish, `0`: the PUBLISH failed, `1`: published), then four numbers per
@@ -21,7 +22,7 @@ use fred::prelude::Value;
 
 use super::Inner;
 use super::errors::classify_message;
-use crate::domain::{Algorithm, Check, Outcome};
+use crate::domain::{Algorithm, Check, Clock, Outcome, SystemClock, Window};
 use crate::store::{Applied, Op, OpKind, StoreError};
 
 /// Values of `ARGV` before the first operation.
@@ -81,7 +82,11 @@ impl Inner {
         let limits: usize = ops.iter().map(|op| op.check.limits.len()).sum();
         let mut keys = Vec::with_capacity(limits);
         let mut args = Vec::with_capacity(HEADER_ARGS + OP_ARGS * ops.len() + LIMIT_ARGS * limits);
-        args.push(self.now_arg());
+        let now_arg = self.now_arg();
+        // Calendar windows need our clock to compute period boundaries
+        // (the script still decides by Redis's: see `push_limits`).
+        let now_us = now_arg.parse().ok();
+        args.push(now_arg);
         args.push(self.options.ttl_pad_ms.to_string());
         args.push(self.channel.clone());
         for op in ops {
@@ -95,19 +100,31 @@ impl Inner {
             } else {
                 String::new()
             });
-            push_limits(&mut args, check);
+            push_limits(&mut args, check, now_us);
         }
         (keys, args)
     }
 }
 
-/// Each limit's algorithm tag, limit, window and burst.
-fn push_limits(args: &mut Vec<String>, check: &Check) {
+/// Each limit's algorithm tag, limit, window and burst. A window is its
+/// length in microseconds or, for calendar periods, the boundaries of three
+/// periods around our clock (`now_us`, or the wall clock when the script
+/// reads Redis's), `b0,b1,b2,b3`: Redis's clock picks the period it is in
+/// (`period` in `lua/lib.lua`), so a boundary never depends on ours, as
+/// long as the two clocks are less than a period apart.
+fn push_limits(args: &mut Vec<String>, check: &Check, now_us: Option<u64>) {
     for limit in check.limits.iter() {
         let rule = &limit.rule;
         args.push(rule.algorithm.key_tag().to_string());
         args.push(rule.limit.to_string());
-        args.push(rule.window_us.to_string());
+        args.push(match rule.window {
+            Window::Length(us) => us.to_string(),
+            Window::Calendar(calendar) => {
+                let now = now_us.unwrap_or_else(|| SystemClock.now_us());
+                let [b0, b1, b2, b3] = calendar.boundaries(now);
+                format!("{b0},{b1},{b2},{b3}")
+            }
+        });
         args.push(rule.burst.to_string());
     }
 }

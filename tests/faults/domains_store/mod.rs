@@ -2,6 +2,7 @@
 //! a limiter over it on a manual clock: shared by the breaker tests.
 #![allow(dead_code)]
 
+use ratekeeper::domain::Window;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::Mutex;
@@ -103,7 +104,7 @@ pub fn check_on(key: &str) -> Check {
         Rule {
             algorithm: Algorithm::FixedWindow,
             limit: 1_000,
-            window_us: 60_000_000,
+            window: Window::Length(60_000_000),
             burst: 1_000,
         },
         1,

@@ -63,9 +63,10 @@ pub fn rule() -> impl Strategy<Value = Rule> {
                     key: "k".into(),
                     rule: RuleInput {
                         limit,
-                        window: WindowInput::Text(format!("{window_ms}ms")),
+                        window: Some(WindowInput::Text(format!("{window_ms}ms"))),
                         algorithm: Some(algorithm),
                         burst: algorithm.has_burst().then_some(burst),
+                        ..Default::default()
                     },
                     cost: Some(0),
                 },
@@ -93,7 +94,7 @@ pub fn case() -> impl Strategy<Value = Case> {
                 let distinct = rules.iter().enumerate().all(|(i, a)| {
                     rules[..i]
                         .iter()
-                        .all(|b| (a.algorithm, a.window_us) != (b.algorithm, b.window_us))
+                        .all(|b| (a.algorithm, a.window) != (b.algorithm, b.window))
                 });
                 (policy || distinct).then(|| {
                     let limits = rules
@@ -112,8 +113,8 @@ pub fn case() -> impl Strategy<Value = Case> {
         .prop_flat_map(|(limits, policy): (Vec<Limit>, _)| {
             // Steps scaled to the longest and shortest windows, so both
             // the tight limit's refills and the loose one's resets happen.
-            let short = limits.iter().map(|l| l.rule.window_us).min().unwrap() as i64;
-            let long = limits.iter().map(|l| l.rule.window_us).max().unwrap() as i64;
+            let short = limits.iter().map(|l| l.rule.window_us()).min().unwrap() as i64;
+            let long = limits.iter().map(|l| l.rule.window_us()).max().unwrap() as i64;
             let tightest = limits.iter().map(|l| capacity(&l.rule)).min().unwrap();
             let step = prop_oneof![
                 6 => Just(0i64),

@@ -36,9 +36,10 @@ fn validated(algorithm: Algorithm, window_ms: u64, limit: u64, burst_factor: u64
             key: "k".into(),
             rule: RuleInput {
                 limit,
-                window: WindowInput::Text(format!("{window_ms}ms")),
+                window: Some(WindowInput::Text(format!("{window_ms}ms"))),
                 algorithm: Some(algorithm),
                 burst: algorithm.has_burst().then_some(burst),
+                ..Default::default()
             },
             cost: Some(0),
         },
@@ -59,7 +60,7 @@ fn reload_case(algorithms: Vec<Algorithm>) -> impl Strategy<Value = ReloadCase> 
                 .collect::<Option<Vec<Rule>>>()
         })
         .prop_flat_map(|versions| {
-            let w = versions[0].window_us as i64;
+            let w = versions[0].window_us() as i64;
             let most = versions.iter().map(Rule::capacity).max().unwrap();
             let version = 0..versions.len();
             let step = prop_oneof![

@@ -125,8 +125,11 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
     let mut runner = runner(400);
     runner
         .run(&strategy, |(case, other, picks)| {
-            let window_us = case.rule.window_us;
-            let other = Rule { window_us, ..other };
+            let window_us = case.rule.window_us();
+            let other = Rule {
+                window: case.rule.window,
+                ..other
+            };
             // The other rule must itself be valid for this window.
             if other.algorithm.has_burst()
                 && (other.limit > window_us
