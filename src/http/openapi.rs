@@ -62,6 +62,14 @@ pub fn document() -> utoipa::openapi::OpenApi {
     doc.merge(TopDoc::openapi());
     // After the merges, so the operations merged in are covered too.
     BearerAuth.modify(&mut doc);
+    // An inline limit takes a window or a calendar, as the single rule does.
+    if let Some(components) = doc.components.as_mut()
+        && let Some(spec) = components.schemas.remove("LimitSpec")
+    {
+        components
+            .schemas
+            .insert("LimitSpec".into(), super::check::window_or_calendar(spec));
+    }
     // The crate version would make the file change on every release bump
     // without any API change; pin the document's own version instead.
     doc.info.version = "1".into();
@@ -206,18 +214,19 @@ fn rename_not(value: &mut serde_json::Value) {
 pub fn yaml() -> String {
     let yaml = document().to_yaml().expect("the document serializes");
     // Line by line, so that only the marker key is renamed, never text.
-    let marker = format!("{NOT_MARKER}: ");
+    // The key alone on its line (`x-not:`, a map below) or with its value.
+    let marker = format!("{NOT_MARKER}:");
     let mut out = String::with_capacity(yaml.len());
     for line in yaml.lines() {
         let indent = line.len() - line.trim_start().len();
         match line.trim_start().strip_prefix(&marker) {
-            Some(rest) => {
+            Some(rest) if rest.is_empty() || rest.starts_with(' ') => {
                 out.push_str(&line[..indent]);
                 out.push_str(NOT);
-                out.push_str(": ");
+                out.push(':');
                 out.push_str(rest);
             }
-            None => out.push_str(line),
+            _ => out.push_str(line),
         }
         out.push('\n');
     }

@@ -11,6 +11,7 @@ mod policy_checks;
 mod forward_auth_support;
 
 mod auth_tokens;
+mod calendar;
 mod forward_auth;
 mod forward_auth_keys;
 mod http_adjust;

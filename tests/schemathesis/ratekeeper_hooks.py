@@ -113,7 +113,11 @@ def _inline_limits(body):
         if not isinstance(item, dict):
             return
         capacity = _rule(item)
-        pair = (item.get("algorithm") or "sliding_window", _window_us(item.get("window")))
+        if item.get("calendar") is not None:
+            window = ("calendar", item.get("calendar"), str(item.get("timezone") or "UTC").lower())
+        else:
+            window = _window_us(item.get("window"))
+        pair = (item.get("algorithm") or "sliding_window", window)
         if pair in pairs:
             continue
         pairs.add(pair)
@@ -144,10 +148,32 @@ def _cost_within(body, capacity):
         body["cost"] = capacity
 
 
+# Zones the hooks put in place of generated strings, which name no zone.
+ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kathmandu")
+CALENDARS = ("day", "week", "month", "year")
+
+
 def _rule(body):
     """Adjusts one rule (the single-rule body, or one inline limit) to its
     cross-field rules; returns its capacity, or None if it is not valid on
     its own fields anyway."""
+
+    # Exactly one of window and calendar; timezone only with calendar; a
+    # calendar is a fixed window's, without burst.
+    if body.get("calendar") in CALENDARS:
+        body.pop("window", None)
+        body["algorithm"] = "fixed_window"
+        body.pop("burst", None)
+        zone = body.get("timezone")
+        if zone is not None and isinstance(zone, str) and zone not in ZONES:
+            body["timezone"] = ZONES[len(zone) % len(ZONES)]
+        limit = body.get("limit")
+        return limit if _int(limit, 1, MAX_LIMIT) else None
+    if body.get("calendar") is None and "policy" not in body:
+        body.pop("calendar", None)
+        body.pop("timezone", None)
+        if body.get("window") is None:
+            body["window"] = "1m"
 
     # A window that matches the pattern but lies outside 1ms..366d.
     window = body.get("window")

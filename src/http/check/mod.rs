@@ -21,6 +21,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
+pub(crate) use request::window_or_calendar;
 pub use request::{
     AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
     PolicyCheckRequest, ResetForms, WindowSpec,

@@ -337,12 +337,12 @@ fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
         &format!("Inline{operation}"),
         "The inline multi-limit form. The rule fields go inside `limits`.",
     );
-    let single = forbid(
+    let single = window_or_calendar(forbid(
         CheckRequest::schema(),
         &with(&["policy", "limits"]),
         &format!("SingleRule{operation}"),
         "The single-rule form: one limit, named `default` in the headers.",
-    );
+    ));
     OneOfBuilder::new()
         .item(policy)
         .item(inline)
@@ -378,6 +378,34 @@ fn forbid(schema: RefOr<Schema>, fields: &[&str], title: &str, what: &str) -> Re
     object.title = Some(title.to_owned());
     if object.description.is_none() {
         object.description = Some(what.to_owned());
+    }
+    object.into()
+}
+
+/// `schema` (an object) declaring that `window` and `calendar` are never
+/// both given (`not` both present and not null); that one of them is
+/// required, and the rules of `calendar` (fixed_window, no burst, timezone
+/// only with it) are stated in the fields' descriptions and answered 422.
+pub(crate) fn window_or_calendar(schema: RefOr<Schema>) -> RefOr<Schema> {
+    let RefOr::T(Schema::Object(mut object)) = schema else {
+        unreachable!("a derived struct schema is an inline object")
+    };
+    let not = ExtensionsBuilder::new()
+        .add(
+            NOT_MARKER.trim_start_matches("x-"),
+            // Both present and neither null (a null field is an absent one).
+            serde_json::json!({
+                "required": ["window", "calendar"],
+                "properties": {
+                    "window": {"not": {"type": "null"}},
+                    "calendar": {"not": {"type": "null"}},
+                },
+            }),
+        )
+        .build();
+    match &mut object.extensions {
+        Some(extensions) => extensions.merge(not),
+        None => object.extensions = Some(not),
     }
     object.into()
 }
