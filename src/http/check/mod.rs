@@ -28,7 +28,7 @@ pub use request::{
 pub use response::{CheckResponse, LimitResponse};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody, JsonBody};
+use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
@@ -110,24 +110,31 @@ pub(super) struct Parsed {
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
     let JsonBody(body) = JsonBody::from_request(request, state).await?;
+    parse_check(state, body.as_bytes())
+}
+
+/// One check's JSON (a whole body, or one item of a batch) in any of the
+/// three forms, validated into the domain's check: the one conversion
+/// every HTTP front end shares.
+pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiError> {
     // Not an object: the single-rule parser rejects it as it always did.
-    let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
+    let fields = parse_json::<HashMap<String, IgnoredAny>>(json).ok();
     let has_cost = fields.as_ref().is_some_and(|f| f.contains_key("cost"));
     let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
     let (check, wait_ms) = match form {
         Form::SingleRule => {
-            let request: CheckRequest = body.parse()?;
+            let request: CheckRequest = parse_json(json)?;
             let wait_ms = request.wait_ms;
             (Check::new(request.into(), &state.bounds)?, wait_ms)
         }
         Form::Inline => {
-            let request: InlineCheckRequest = body.parse()?;
+            let request: InlineCheckRequest = parse_json(json)?;
             let limits = request.limits.into_iter().map(Into::into).collect();
             let check = Check::inline(request.key, limits, request.cost, &state.bounds)?;
             (check, request.wait_ms)
         }
         Form::Policy => {
-            let request: PolicyCheckRequest = body.parse()?;
+            let request: PolicyCheckRequest = parse_json(json)?;
             let wait_ms = request.wait_ms;
             (policy_check(state, request)?, wait_ms)
         }
