@@ -4,10 +4,12 @@
 //! Layout: `request` (the forms, telling them apart, their schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
-//! the same forms), and here the handler and the errors
+//! the same forms), `batch` (`POST /v1/checks`: many checks, each parsed
+//! as a body here is), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
 pub(super) mod adjust;
+pub(super) mod batch;
 mod fields;
 mod request;
 mod response;
@@ -21,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
+pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
 pub use request::{
     AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
     PolicyCheckRequest, ResetForms, WindowSpec,
@@ -152,7 +155,8 @@ pub(super) fn respond(form: Form, decision: &Decision) -> Response {
     body_for(form, decision).into_response_for(decision)
 }
 
-fn body_for(form: Form, decision: &Decision) -> CheckResponse {
+/// The body of `decision` in the shape of `form`, without headers.
+pub(super) fn body_for(form: Form, decision: &Decision) -> CheckResponse {
     match form {
         Form::SingleRule => CheckResponse::single_rule(decision),
         Form::Policy | Form::Inline => CheckResponse::with_limits(decision),
