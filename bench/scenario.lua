@@ -1,15 +1,20 @@
--- wrk script for bench/run.sh: POST /v1/check over keep-alive.
+-- wrk script for bench/run.sh and bench/batch.sh: POST /v1/check (or
+-- POST /v1/checks) over keep-alive.
 -- Environment:
---   SCENARIO   spread | flood | zipf
+--   SCENARIO   spread | flood | zipf | batch
 --   ALGORITHM  sliding_window | sliding_log | gcra | ...
 --   SHAPE      spread only: one | two | policy (see body below); unset: the ALGORITHM rule
 --   RATE_HINT  zipf only: the checks/s this target reaches on spread; the
 --              per-key limit is chosen so that about 20% of checks are denied
 --              at that rate.
+--   BATCH      batch only: checks per request (default 100).
 -- Scenarios:
 --   spread  100k distinct keys, limits high enough that everything is allowed
 --   flood   95% of checks on one key far over its limit, 5% spread
 --   zipf    10k keys drawn from a Zipf(s = 1.0) distribution, ~20% denied
+--   batch   spread's checks, BATCH of them per POST /v1/checks (consecutive
+--           keys, so one batch never names a key twice); RESULT's
+--           per_request says how many checks a request carried
 local scenario = os.getenv("SCENARIO") or "spread"
 local algorithm = os.getenv("ALGORITHM") or "sliding_window"
 local SPREAD_KEYS = 100000
@@ -76,15 +81,34 @@ local function zipf_rank()
   return lo
 end
 
+-- Batch bodies, built once: SPREAD_KEYS / BATCH of them cover every key
+-- once, so wrk spends no time per request building 100 checks.
+local BATCH = tonumber(os.getenv("BATCH") or "100")
+local batches = nil
+local function batch_setup()
+  batches = {}
+  for b = 0, math.floor(SPREAD_KEYS / BATCH) - 1 do
+    local items = {}
+    for i = 1, BATCH do
+      items[i] = body("s" .. (b * BATCH + i), 100000, "1m")
+    end
+    batches[b + 1] = '{"checks":[' .. table.concat(items, ",") .. ']}'
+  end
+end
+
 init = function(args)
   math.randomseed(os.time() + (tonumber(tostring({}):match("0x(%x+)"), 16) or 0) % 1000)
   if scenario == "zipf" then zipf_setup() end
+  if scenario == "batch" then batch_setup() end
 end
 
 local n = 0
 request = function()
   n = n + 1
   local b
+  if scenario == "batch" then
+    return wrk.format(nil, "/v1/checks", nil, batches[n % #batches + 1])
+  end
   if scenario == "flood" and math.random() < 0.95 then
     b = body("flood", 10, "1m")
   elseif scenario == "zipf" then
@@ -98,7 +122,8 @@ end
 done = function(summary, latency, requests)
   local errors = summary.errors.status + summary.errors.connect + summary.errors.read
     + summary.errors.write + summary.errors.timeout
-  io.write(string.format("RESULT requests=%d rps=%.0f p50_us=%d p99_us=%d p999_us=%d errors=%d\n",
+  local per_request = scenario == "batch" and BATCH or 1
+  io.write(string.format("RESULT requests=%d rps=%.0f p50_us=%d p99_us=%d p999_us=%d errors=%d per_request=%d\n",
     summary.requests, summary.requests / (summary.duration / 1e6),
-    latency:percentile(50), latency:percentile(99), latency:percentile(99.9), errors))
+    latency:percentile(50), latency:percentile(99), latency:percentile(99.9), errors, per_request))
 end

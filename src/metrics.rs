@@ -55,6 +55,9 @@ pub struct Metrics {
     /// `ratekeeper_adjustments_total{op, result}`: resets and refunds.
     adjustments: IntCounterVec,
     pub check_duration: Histogram,
+    /// `POST /v1/checks`, once per batch: its checks are counted one by
+    /// one in `checks`, but a batch's time is not a check's.
+    pub batch_duration: Histogram,
     pub store_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
@@ -160,6 +163,14 @@ impl Metrics {
             HistogramOpts::new(
                 "ratekeeper_check_duration_seconds",
                 "Time to answer POST /v1/check, whole request, without the time a wait_ms check waited (see ratekeeper_wait_duration_seconds).",
+            )
+            .buckets(LATENCY_BUCKETS.to_vec()),
+        )
+        .expect("valid metric");
+        let batch_duration = Histogram::with_opts(
+            HistogramOpts::new(
+                "ratekeeper_batch_duration_seconds",
+                "Time to answer POST /v1/checks, whole request (every check of the batch), once per batch; its checks count in ratekeeper_checks_total one by one, not in ratekeeper_check_duration_seconds.",
             )
             .buckets(LATENCY_BUCKETS.to_vec()),
         )
@@ -295,6 +306,7 @@ impl Metrics {
             Box::new(store_errors.clone()),
             Box::new(adjustments.clone()),
             Box::new(check_duration.clone()),
+            Box::new(batch_duration.clone()),
             Box::new(store_duration.clone()),
             Box::new(deny_cache_hits.clone()),
             Box::new(invalidations_sent),
@@ -343,6 +355,7 @@ impl Metrics {
             store_errors,
             adjustments,
             check_duration,
+            batch_duration,
             store_duration,
             deny_cache_hits,
             invalidations_sent_ok,

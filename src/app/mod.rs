@@ -282,6 +282,7 @@ fn build_router(
         limiter,
         metrics,
         bounds: settings.limits,
+        max_batch: settings.max_batch,
         policies,
         policies_json: Default::default(),
         trusted_proxies: settings.server.trusted_proxies.clone().into(),

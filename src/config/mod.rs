@@ -33,6 +33,10 @@ pub const DEFAULT_TOML: &str = include_str!("../../config/default.toml");
 pub struct Settings {
     pub server: ServerSettings,
     pub limits: Bounds,
+    /// `limits.max_batch`: most checks in one `POST /v1/checks`. Beside
+    /// `limits` rather than in it: the domain validates a check against
+    /// [`Bounds`], and a batch is only the HTTP transport's envelope.
+    pub max_batch: usize,
     /// The policies file; `None`: checks carry their own limits.
     pub policies_file: Option<PathBuf>,
     /// How often the policies file is re-hashed in case a change event was
@@ -179,6 +183,7 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_wait",
     "limits.max_waiters",
     "limits.max_waiters_per_key",
+    "limits.max_batch",
     "policies.file",
     "policies.poll_interval",
     "grpc.listen",
@@ -281,6 +286,9 @@ impl Settings {
             r.parse("limits.max_waiters", |s| int_in(s, 0, 10_000_000)),
             r.parse("limits.max_waiters_per_key", |s| int_in(s, 0, 10_000_000)),
         );
+        // The batch body's cap grows with it (4 KiB a check, see
+        // `http::batch_body_limit`): 1000 is a 4 MiB body.
+        let max_batch = r.parse("limits.max_batch", |s| int_in(s, 1, 1_000));
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
         });
@@ -351,6 +359,7 @@ impl Settings {
                     max_waiters: limits.4? as usize,
                     max_waiters_per_key: limits.5? as usize,
                 },
+                max_batch: max_batch? as usize,
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,
                 grpc_listen: grpc_listen?,

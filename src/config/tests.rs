@@ -326,3 +326,24 @@ fn the_grpc_listener_bounds_default_and_are_checked() {
     let err = Settings::load_from(&Overrides::default(), env(&bad)).unwrap_err();
     assert_eq!(err.problems.len(), 3, "{err}");
 }
+
+#[test]
+fn max_batch_defaults_to_a_hundred_and_is_bounded() {
+    let s = Settings::load_from(&Overrides::default(), env(&[])).unwrap();
+    assert_eq!(s.max_batch, 100);
+    let s = Settings::load_from(
+        &Overrides::default(),
+        env(&[("RATEKEEPER_LIMITS__MAX_BATCH", "1")]),
+    )
+    .unwrap();
+    assert_eq!(s.max_batch, 1);
+    for bad in ["0", "1001", "ten"] {
+        let error = Settings::load_from(
+            &Overrides::default(),
+            env(&[("RATEKEEPER_LIMITS__MAX_BATCH", bad)]),
+        )
+        .unwrap_err();
+        let problems = error.problems.join("\n");
+        assert!(problems.contains("limits.max_batch"), "{bad}: {problems}");
+    }
+}

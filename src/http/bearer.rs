@@ -31,6 +31,7 @@ enum Pattern {
 /// route is one line here.
 const ROUTES: &[(Pattern, Scope)] = &[
     (Pattern::Exact("/v1/check"), Scope::Check),
+    (Pattern::Exact("/v1/checks"), Scope::Check),
     (Pattern::Prefix("/v1/auth/"), Scope::Check),
     (Pattern::Exact("/v1/reset"), Scope::Admin),
     (Pattern::Exact("/v1/refund"), Scope::Admin),
@@ -100,6 +101,7 @@ mod tests {
     fn scopes_by_path() {
         let open = |p| required_scope(p, false);
         assert_eq!(open("/v1/check"), Some(Scope::Check));
+        assert_eq!(open("/v1/checks"), Some(Scope::Check));
         assert_eq!(open("/v1/auth/api"), Some(Scope::Check));
         assert_eq!(open("/v1/auth/api/orders/1"), Some(Scope::Check));
         assert_eq!(open("/v1/reset"), Some(Scope::Admin));

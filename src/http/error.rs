@@ -8,7 +8,6 @@ use axum::extract::{FromRequest, Request};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
 
 use super::MAX_BODY_BYTES;
@@ -32,8 +31,10 @@ pub enum ApiError {
     /// Fields of two request forms in one body; the message names them.
     #[error("{0}")]
     MixedForms(String),
-    #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
-    PayloadTooLarge,
+    /// A body over the route's cap, which the message names: 64 KiB
+    /// ([`MAX_BODY_BYTES`]), or a batch's (see `http::batch_body_limit`).
+    #[error("request body is larger than {0} bytes")]
+    PayloadTooLarge(usize),
     #[error("the request body did not arrive within {0:?}")]
     RequestTimeout(std::time::Duration),
     #[error("method not allowed on this path")]
@@ -104,7 +105,7 @@ impl ApiError {
             ApiError::InvalidRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             ApiError::UnknownPolicy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_policy"),
             ApiError::MixedForms(_) => (StatusCode::UNPROCESSABLE_ENTITY, "mixed_forms"),
-            ApiError::PayloadTooLarge => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not_found"),
@@ -121,10 +122,12 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
+impl ApiError {
+    /// The status and body this error is answered with, alone or as one
+    /// item of a batch. An internal error's detail is logged here.
+    pub fn status_and_body(&self) -> (StatusCode, ErrorBody) {
         let (status, code) = self.status_and_code();
-        if let ApiError::Internal(source) = &self {
+        if let ApiError::Internal(source) = self {
             tracing::error!(error = %source, "check failed");
         }
         let body = ErrorBody {
@@ -133,6 +136,13 @@ impl IntoResponse for ApiError {
                 message: self.to_string(),
             },
         };
+        (status, body)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = self.status_and_body();
         let mut response = (status, Json(body)).into_response();
         if let Some(challenge) = self.challenge() {
             response
@@ -213,7 +223,7 @@ impl ApiError {
 }
 
 /// Like `axum::Json`, but strict about the content type, with our error
-/// bodies, and untyped until [`JsonBytes::parse`], so a handler can look at
+/// bodies, and untyped until [`parse_json`], so a handler can look at
 /// the body before choosing what to parse it as: 415 without
 /// `application/json`, 413 past the body limit, 400 for malformed JSON;
 /// `parse` answers 422 naming the field for a wrong type or missing field.
@@ -242,7 +252,9 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
         };
         let bytes = read.map_err(|rejection| {
             if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge
+                // The route's own cap, when it has one, is named by its
+                // handler (a batch's); this is everyone else's.
+                ApiError::PayloadTooLarge(MAX_BODY_BYTES)
             } else {
                 ApiError::InvalidJson(rejection.body_text())
             }
@@ -257,31 +269,37 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
 }
 
 impl JsonBytes {
-    /// The value as a `T`; a wrong type or a missing field is a 422 naming
-    /// the field's path. Errors come from the bytes, not from an
-    /// intermediate `Value`, so they keep their line and column.
-    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ApiError> {
-        let mut deserializer = serde_json::Deserializer::from_slice(&self.0);
-        let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
-            let path = error.path().to_string();
-            let inner = error.into_inner();
-            match inner.classify() {
-                // Well-formed JSON with a wrong type or a missing field.
-                serde_json::error::Category::Data if path == "." => {
-                    ApiError::InvalidRequest(inner.to_string())
-                }
-                serde_json::error::Category::Data => {
-                    ApiError::InvalidRequest(format!("{path}: {inner}"))
-                }
-                _ => ApiError::InvalidJson(inner.to_string()),
-            }
-        })?;
-        // Trailing bytes after the object are malformed JSON too.
-        deserializer
-            .end()
-            .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
-        Ok(value)
+    /// The bytes, for [`parse_json`].
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.0
     }
+}
+
+/// `json` (a whole body, or a part of one) as a `T`; a wrong type or a
+/// missing field is a 422 naming the field's path. Errors come from the
+/// bytes, not from an intermediate `Value`, so they keep their line and
+/// column (counted from the start of `json`); trailing bytes are a 400.
+pub fn parse_json<'de, T: serde::Deserialize<'de>>(json: &'de [u8]) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(json);
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
+        let path = error.path().to_string();
+        let inner = error.into_inner();
+        match inner.classify() {
+            // Well-formed JSON with a wrong type or a missing field.
+            serde_json::error::Category::Data if path == "." => {
+                ApiError::InvalidRequest(inner.to_string())
+            }
+            serde_json::error::Category::Data => {
+                ApiError::InvalidRequest(format!("{path}: {inner}"))
+            }
+            _ => ApiError::InvalidJson(inner.to_string()),
+        }
+    })?;
+    // Trailing bytes after the object are malformed JSON too.
+    deserializer
+        .end()
+        .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    Ok(value)
 }
 
 /// `application/json` or `application/<anything>+json`, any parameters.

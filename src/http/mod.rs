@@ -33,11 +33,27 @@ use crate::metrics::Metrics;
 /// Request bodies larger than this are refused with 413.
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// Room per check in a batch's body: a check at its largest in practice
+/// (a 512-byte key, eight inline limits) is about 1 KiB.
+pub const BATCH_BYTES_PER_CHECK: usize = 4 * 1024;
+
+/// The body cap of `POST /v1/checks` for batches of up to `max_batch`
+/// checks: [`BATCH_BYTES_PER_CHECK`] each, and never less than one check's
+/// cap (400 KiB at the default 100). Bounded like the rest: a buffered body
+/// is memory held per connection.
+pub fn batch_body_limit(max_batch: usize) -> usize {
+    max_batch
+        .saturating_mul(BATCH_BYTES_PER_CHECK)
+        .max(MAX_BODY_BYTES)
+}
+
 #[derive(Clone)]
 pub struct AppState {
     pub limiter: Arc<Limiter>,
     pub metrics: Arc<Metrics>,
     pub bounds: Bounds,
+    /// Most checks in one batch (`limits.max_batch`).
+    pub max_batch: usize,
     /// The policies in force; a reload swaps the whole set. A request loads
     /// it once, so it finishes under the set it started with.
     pub policies: Arc<ArcSwap<PolicySet>>,
@@ -57,8 +73,11 @@ pub fn router(state: AppState) -> Router {
         .external_url_unchecked("/openapi.json", openapi::json())
         .into();
     let docs = docs.layer(map_response(json_error_bodies));
+    // Its own cap, inside the router-wide one, so it wins for this route.
+    let batch_limit = DefaultBodyLimit::max(batch_body_limit(state.max_batch));
     Router::new()
         .route("/v1/check", post(check::check))
+        .route("/v1/checks", post(check::checks).layer(batch_limit))
         .route("/v1/reset", post(check::reset))
         .route("/v1/refund", post(check::refund))
         .route("/v1/auth/{policy}", any(auth::auth))

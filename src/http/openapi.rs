@@ -11,7 +11,8 @@ use utoipa::{Modify, OpenApi};
 use crate::domain::auth::Scope;
 
 use super::check::{
-    AlgorithmName, CheckForms, CheckResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
+    AlgorithmName, BatchForms, BatchItem, BatchResponse, CheckForms, CheckResponse, LimitResponse,
+    LimitSpec, ResetForms, WindowSpec,
 };
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
@@ -55,8 +56,17 @@ struct TopDoc;
 )]
 struct AdjustDoc;
 
+/// `POST /v1/checks`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::check::batch::checks),
+    components(schemas(BatchForms, BatchResponse, BatchItem))
+)]
+struct BatchDoc;
+
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
+    doc.merge(BatchDoc::openapi());
     doc.merge(PoliciesDoc::openapi());
     doc.merge(AdjustDoc::openapi());
     doc.merge(TopDoc::openapi());
@@ -90,7 +100,7 @@ impl Modify for BearerAuth {
             .scheme(HttpAuthScheme::Bearer)
             .description(Some(
                 "A token of auth.tokens_file, when set (without it, no authentication). \
-                 Scope `check`: POST /v1/check and forward-auth; scope `admin`: also \
+                 Scope `check`: POST /v1/check, POST /v1/checks and forward-auth; scope `admin`: also \
                  reset, refund, GET /v1/policies and GET /v1/top.",
             ))
             .build();

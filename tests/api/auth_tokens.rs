@@ -67,7 +67,12 @@ async fn call(
         .request(method.parse().unwrap(), app.url(path))
         .header("content-type", "application/json");
     if method == "POST" {
-        request = request.body(json!({"key": "k", "limit": 10, "window": "1m"}).to_string());
+        let check = json!({"key": "k", "limit": 10, "window": "1m"});
+        let body = match path {
+            "/v1/checks" => json!({ "checks": [check] }),
+            _ => check,
+        };
+        request = request.body(body.to_string());
     }
     if let Some(token) = token {
         request = request.bearer_auth(token);
@@ -92,6 +97,7 @@ fn code(body: &str) -> String {
 /// (method, path, what a check token gets, what an admin token gets).
 const ROUTES: &[(&str, &str, u16, u16)] = &[
     ("POST", "/v1/check", 200, 200),
+    ("POST", "/v1/checks", 200, 200),
     ("GET", "/v1/auth/api", 200, 200),
     ("POST", "/v1/auth/api/orders/1", 200, 200),
     ("GET", "/v1/policies", 403, 200),
@@ -172,8 +178,8 @@ async fn each_route_by_scope() {
     assert_eq!(basic.status(), 401);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
-        r#"ratekeeper_auth_failures_total{reason="missing"} 9"#,
-        r#"ratekeeper_auth_failures_total{reason="invalid"} 8"#,
+        r#"ratekeeper_auth_failures_total{reason="missing"} 10"#,
+        r#"ratekeeper_auth_failures_total{reason="invalid"} 9"#,
         r#"ratekeeper_auth_failures_total{reason="scope"} 10"#,
         r#"ratekeeper_auth_failures_total{reason="malformed"} 0"#,
         r#"ratekeeper_auth_tokens{scope="check"} 2"#,

@@ -1,4 +1,4 @@
-//! The HTTP API, black box: the check forms, reset and refund, forward-auth, bearer tokens, waiting, /v1/top, the OpenAPI document, metrics at startup, slow clients, and the policies file reloading.
+//! The HTTP API, black box: the check forms, batches of checks, reset and refund, forward-auth, bearer tokens, waiting, /v1/top, the OpenAPI document, metrics at startup, slow clients, and the policies file reloading.
 //!
 //! One test binary (see docs/development.md): each module below was a test file of its own.
 
@@ -9,8 +9,11 @@ mod support;
 mod policy_checks;
 #[macro_use]
 mod forward_auth_support;
+mod batch_support;
 
 mod auth_tokens;
+mod batch;
+mod batch_parity;
 mod calendar;
 mod forward_auth;
 mod forward_auth_keys;

@@ -4,10 +4,12 @@
 //! Layout: `request` (the forms, telling them apart, their schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
-//! the same forms), and here the handler and the errors
+//! the same forms), `batch` (`POST /v1/checks`: many checks, each parsed
+//! as a body here is), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
 pub(super) mod adjust;
+pub(super) mod batch;
 mod fields;
 mod request;
 mod response;
@@ -21,6 +23,7 @@ use axum::response::{IntoResponse, Response};
 use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
+pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
 pub(crate) use request::window_or_calendar;
 pub use request::{
     AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
@@ -29,7 +32,7 @@ pub use request::{
 pub use response::{CheckResponse, LimitResponse};
 
 use super::AppState;
-use super::error::{ApiError, ErrorBody, JsonBody};
+use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
@@ -111,24 +114,31 @@ pub(super) struct Parsed {
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
     let JsonBody(body) = JsonBody::from_request(request, state).await?;
+    parse_check(state, body.as_bytes())
+}
+
+/// One check's JSON (a whole body, or one item of a batch) in any of the
+/// three forms, validated into the domain's check: the one conversion
+/// every HTTP front end shares.
+pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiError> {
     // Not an object: the single-rule parser rejects it as it always did.
-    let fields = body.parse::<HashMap<String, IgnoredAny>>().ok();
+    let fields = parse_json::<HashMap<String, IgnoredAny>>(json).ok();
     let has_cost = fields.as_ref().is_some_and(|f| f.contains_key("cost"));
     let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
     let (check, wait_ms) = match form {
         Form::SingleRule => {
-            let request: CheckRequest = body.parse()?;
+            let request: CheckRequest = parse_json(json)?;
             let wait_ms = request.wait_ms;
             (Check::new(request.into(), &state.bounds)?, wait_ms)
         }
         Form::Inline => {
-            let request: InlineCheckRequest = body.parse()?;
+            let request: InlineCheckRequest = parse_json(json)?;
             let limits = request.limits.into_iter().map(Into::into).collect();
             let check = Check::inline(request.key, limits, request.cost, &state.bounds)?;
             (check, request.wait_ms)
         }
         Form::Policy => {
-            let request: PolicyCheckRequest = body.parse()?;
+            let request: PolicyCheckRequest = parse_json(json)?;
             let wait_ms = request.wait_ms;
             (policy_check(state, request)?, wait_ms)
         }
@@ -146,7 +156,8 @@ pub(super) fn respond(form: Form, decision: &Decision) -> Response {
     body_for(form, decision).into_response_for(decision)
 }
 
-fn body_for(form: Form, decision: &Decision) -> CheckResponse {
+/// The body of `decision` in the shape of `form`, without headers.
+pub(super) fn body_for(form: Form, decision: &Decision) -> CheckResponse {
     match form {
         Form::SingleRule => CheckResponse::single_rule(decision),
         Form::Policy | Form::Inline => CheckResponse::with_limits(decision),

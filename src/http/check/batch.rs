@@ -1,0 +1,270 @@
+//! `POST /v1/checks`: up to `limits.max_batch` independent checks in one
+//! request, each answered in its place, in order, as `POST /v1/check`
+//! would have answered it alone.
+//!
+//! A transport, not a second path: each item is parsed by the same
+//! [`parse_check`] into the same domain [`Check`], and the valid ones go to
+//! [`Limiter::check_many`](crate::limiter::Limiter::check_many), which
+//! takes each through the same stages as a lone check (deny cache,
+//! breaker, fallback, observation) and asks the store for all of them in
+//! one call (on Redis one script call per cluster slot, the calls at once;
+//! the operations of one slot, hence of one key, applied in their order).
+//!
+//! - The envelope is judged whole: not JSON (400), not an object with a
+//!   `checks` array (422), more than `limits.max_batch` items (422), a body
+//!   past [`batch_body_limit`] (413). Only then is anything decided.
+//! - An item is judged alone: an invalid one is answered in its place with
+//!   the status and error body `POST /v1/check` gives it (422, with the
+//!   same code and message; a line and column in a message count from the
+//!   item's first byte), and the others are still decided.
+//! - An item cannot wait: a batch answers when its last check is decided,
+//!   so one waiting item would hold every other answer. `wait_ms` above 0
+//!   is that item's 422; `0` is accepted, as alone.
+//! - Each answer is the single check's body with its status beside it, so
+//!   a client parses an item as it parses a `POST /v1/check` answer. The
+//!   batch itself is a 200 without rate-limit headers: they describe one
+//!   decision, and a batch holds many.
+
+use std::fmt;
+use std::time::Instant;
+
+use axum::Json;
+use axum::extract::{FromRequest, Request, State};
+use axum::response::{IntoResponse, Response};
+use serde::de::{IgnoredAny, SeqAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::value::RawValue;
+
+use super::response::CheckResponse;
+use super::{Form, body_for, parse_check};
+use crate::domain::Check;
+use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use crate::http::{AppState, batch_body_limit};
+
+pub use schema::{BatchForms, BatchResponse};
+
+mod schema;
+
+/// The most items any configuration allows (`limits.max_batch` ≤ 1000).
+/// The envelope keeps no more than one past it: a body of tiny items is
+/// counted, not held item by item.
+const MAX_ITEMS: usize = 1_000;
+
+/// Decide a batch of checks, each answered in its place.
+#[utoipa::path(
+    post,
+    path = "/v1/checks",
+    tag = "limits",
+    request_body(content = BatchForms, content_type = "application/json"),
+    responses(
+        (status = 200, description = "The envelope was valid: one result per check, in order, each with its own status \
+            (200 with the decision, allowed or not, as POST /v1/check's body; 422 or 500 with the error POST /v1/check \
+            would have answered). No rate-limit headers: they describe one decision.", body = BatchResponse),
+        (status = 400, description = "Malformed JSON", body = ErrorBody),
+        (status = 413, description = "Body over 4 KiB per check of limits.max_batch (400 KiB by default), at least 64 KiB", body = ErrorBody),
+        (status = 408, description = "The body did not arrive within server.body_read_timeout", body = ErrorBody),
+        (status = 415, description = "Content-Type is not application/json", body = ErrorBody),
+        (status = 422, description = "Not an object with a `checks` array, or more than limits.max_batch checks \
+            (code invalid_request, the message names the limit)", body = ErrorBody),
+    )
+)]
+pub async fn checks(State(state): State<AppState>, request: Request) -> Response {
+    let started = Instant::now();
+    let response = match decide(&state, request).await {
+        Ok(results) => Json(BatchResponse { results }).into_response(),
+        Err(error) => error.into_response(),
+    };
+    state
+        .metrics
+        .batch_duration
+        .observe(started.elapsed().as_secs_f64());
+    response
+}
+
+async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, ApiError> {
+    let JsonBody(body) =
+        JsonBody::from_request(request, state)
+            .await
+            .map_err(|error| match error {
+                // This route's cap, not the one every other route has.
+                ApiError::PayloadTooLarge(_) => {
+                    ApiError::PayloadTooLarge(batch_body_limit(state.max_batch))
+                }
+                other => other,
+            })?;
+    let BatchRequest { checks } = parse_json(body.as_bytes())?;
+    if checks.total > state.max_batch {
+        return Err(ApiError::InvalidRequest(format!(
+            "checks: at most {} checks in a batch (limits.max_batch), got {}",
+            state.max_batch, checks.total
+        )));
+    }
+    let mut forms = Vec::with_capacity(checks.kept.len());
+    let mut valid = Vec::with_capacity(checks.kept.len());
+    for raw in checks.kept {
+        forms.push(item(state, raw).map(|(form, check)| {
+            valid.push(check);
+            form
+        }));
+    }
+    let mut decided = if valid.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        state.limiter.check_many(&valid).await.into_iter()
+    };
+    let results = forms
+        .into_iter()
+        .map(|form| {
+            let answer = form.and_then(|form| {
+                let decision = decided.next().expect("one answer per valid check")?;
+                Ok(body_for(form, &decision))
+            });
+            match answer {
+                Ok(body) => BatchItem::decided(body),
+                Err(error) => BatchItem::failed(&error),
+            }
+        })
+        .collect();
+    Ok(results)
+}
+
+/// One item: the check it asks, in the form it was asked in (the shape of
+/// its answer).
+fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check), ApiError> {
+    let parsed = parse_check(state, raw.get().as_bytes())?;
+    if parsed.wait_ms.is_some_and(|ms| ms > 0) {
+        return Err(ApiError::InvalidRequest(
+            "wait_ms: a check in a batch cannot wait (one waiting check would hold every answer \
+             of the batch); leave it out or 0, or send this check alone to POST /v1/check"
+                .into(),
+        ));
+    }
+    Ok((parsed.form, parsed.check))
+}
+
+/// The request body, as parsed. Named as the schema names it, since
+/// serde's messages name the type ("expected struct BatchRequest").
+#[derive(Deserialize)]
+struct BatchRequest<'a> {
+    #[serde(borrow)]
+    checks: Items<'a>,
+}
+
+/// The `checks` array: its first [`MAX_ITEMS`] + 1 items, each as the bytes
+/// it came as, and how many there were in all.
+struct Items<'a> {
+    kept: Vec<&'a RawValue>,
+    total: usize,
+}
+
+impl<'de: 'a, 'a> Deserialize<'de> for Items<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_seq(ItemsVisitor(std::marker::PhantomData))
+    }
+}
+
+struct ItemsVisitor<'a>(std::marker::PhantomData<&'a ()>);
+
+impl<'de: 'a, 'a> Visitor<'de> for ItemsVisitor<'a> {
+    type Value = Items<'a>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an array of checks")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Items<'a>, A::Error> {
+        let mut items = Items {
+            kept: Vec::new(),
+            total: 0,
+        };
+        while items.total <= MAX_ITEMS {
+            match seq.next_element::<&'de RawValue>()? {
+                Some(raw) => items.kept.push(raw),
+                None => return Ok(items),
+            }
+            items.total += 1;
+        }
+        while seq.next_element::<IgnoredAny>()?.is_some() {
+            items.total += 1;
+        }
+        Ok(items)
+    }
+}
+
+/// One check's answer in a batch: the body `POST /v1/check` answers it
+/// with, and that answer's status beside its fields.
+#[derive(Debug, Serialize)]
+pub struct BatchItem {
+    status: u16,
+    #[serde(flatten)]
+    body: ItemBody,
+}
+
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+enum ItemBody {
+    Decided(CheckResponse),
+    Failed(ErrorBody),
+}
+
+impl BatchItem {
+    fn decided(body: CheckResponse) -> BatchItem {
+        BatchItem {
+            status: 200,
+            body: ItemBody::Decided(body),
+        }
+    }
+
+    fn failed(error: &ApiError) -> BatchItem {
+        let (status, body) = error.status_and_body();
+        BatchItem {
+            status: status.as_u16(),
+            body: ItemBody::Failed(body),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(json: &str) -> Result<(usize, usize), ApiError> {
+        let BatchRequest { checks } = parse_json(json.as_bytes())?;
+        Ok((checks.kept.len(), checks.total))
+    }
+
+    #[test]
+    fn the_envelope_keeps_items_as_sent_and_counts_past_the_ceiling() {
+        let BatchRequest { checks } =
+            parse_json(br#"{"checks": [ {"key": "a"} , 5, null, "x"], "other": 1}"#).unwrap();
+        let raw: Vec<&str> = checks.kept.iter().map(|r| r.get()).collect();
+        assert_eq!(raw, [r#"{"key": "a"}"#, "5", "null", r#""x""#]);
+        assert_eq!(envelope(r#"{"checks": []}"#).unwrap(), (0, 0));
+        let many = format!("{{\"checks\": [{}0]}}", "0,".repeat(5_000));
+        assert_eq!(envelope(&many).unwrap(), (MAX_ITEMS + 1, 5_001));
+    }
+
+    #[test]
+    fn a_bad_envelope_is_a_422_naming_the_field() {
+        let message = |json: &str| match envelope(json) {
+            Err(ApiError::InvalidRequest(m)) => m,
+            other => panic!("{json}: {other:?}"),
+        };
+        assert!(message("{}").starts_with("missing field `checks`"));
+        assert!(
+            message(r#"{"checks": {}}"#)
+                .starts_with("checks: invalid type: map, expected an array of checks")
+        );
+        assert!(message(r#"{"checks": null}"#).contains("expected an array of checks"));
+        assert!(
+            message("[]").contains("struct BatchRequest"),
+            "{}",
+            message("[]")
+        );
+        assert!(
+            message("5").contains("expected struct BatchRequest"),
+            "{}",
+            message("5")
+        );
+    }
+}
