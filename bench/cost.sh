@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# What a check costs, counted where a noisy 2-core machine does not disturb
+# the count: ratekeeper's instructions under valgrind's callgrind, and the
+# script's own time inside Redis (commandstats). Each row is a binary and a
+# rule; the first row of each store is the baseline of the `×` columns.
+#
+#   bash bench/cost.sh                         # a calendar day against a fixed 1d window
+#   RULES="sliding gcra" bash bench/cost.sh OLD_BINARY NEW_BINARY   # two builds
+#
+# Rules (distinct keys, nothing denied):
+#   fixed     {"limit": 1000000, "window": "1d", "algorithm": "fixed_window"}
+#   calendar  {"limit": 1000000, "calendar": "day", "timezone": "Europe/Berlin"}
+#   sliding   {"limit": 1000000, "window": "1s"}
+#   gcra      {"limit": 1000000, "window": "1s", "algorithm": "gcra"}
+# For each store (embedded; Redis), binary and rule, one client sends N
+# checks over one keep-alive connection to the binary running under
+# callgrind; the row reports its instructions per check (startup included,
+# the same in every row) and, on Redis, EVALSHA's usec_per_call (Redis's
+# clock, not valgrind's). Writes bench/results/cost-<UTC time>.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BINARIES=("${@:-target/release/ratekeeper}")
+RULES=${RULES:-"fixed calendar"}
+N=${N:-5000}
+for tool in valgrind callgrind_annotate python3 redis-server redis-cli; do
+  command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install valgrind python3 redis-server)" >&2; exit 1; }
+done
+TMP=$(mktemp -d)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null &
+REDIS_PID=$!
+trap 'kill $REDIS_PID 2>/dev/null || true; pkill -INT -f "ratekeeper-calendar-cost" 2>/dev/null || true; rm -rf "$TMP"' EXIT
+PORT=$(free_port)
+
+cat > "$TMP/drive.py" <<'PY'
+import http.client, json, sys
+port, n, rule = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+rules = {
+    "fixed": {"limit": 1000000, "window": "1d", "algorithm": "fixed_window"},
+    "calendar": {"limit": 1000000, "calendar": "day", "timezone": "Europe/Berlin"},
+    "sliding": {"limit": 1000000, "window": "1s"},
+    "gcra": {"limit": 1000000, "window": "1s", "algorithm": "gcra"},
+}
+c = http.client.HTTPConnection("127.0.0.1", port)
+for i in range(n):
+    body = json.dumps({"key": f"{rule}:{i}", **rules[rule]})
+    c.request("POST", "/v1/check", body, {"content-type": "application/json"})
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, r.status
+PY
+
+# run STORE BINARY RULE -> "instructions redis_usec_per_call"
+run() {
+  local out="$TMP/cg" args=(serve --listen "127.0.0.1:$PORT")
+  [ "$1" = redis ] && args+=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
+  redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
+  RATEKEEPER_LOG__LEVEL=warn valgrind --tool=callgrind --callgrind-out-file="$out" \
+    "$2" "${args[@]}" >"$TMP/log" 2>&1 &
+  local pid=$!
+  for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  python3 "$TMP/drive.py" "$PORT" "$N" "$3"
+  kill -INT "$pid"; wait "$pid" || true
+  local total usec
+  total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
+  usec=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' \
+    | awk -F'usec_per_call=' '/^cmdstat_evalsha:/ { split($2, a, ","); print a[1] }')
+  echo "$total ${usec:-0}"
+}
+
+OUT=bench/results/cost-$(date -u +%Y%m%dT%H%M%SZ).md
+{
+  echo "# Cost per check in instructions and Redis time, $(date -u +%F)"
+  echo
+  echo "$N checks of distinct keys over one connection, ratekeeper under callgrind (\`bash bench/cost.sh\`)."
+  echo "Instructions are the whole program's divided by $N (startup included, the same in every row);"
+  echo "Redis µs/call is EVALSHA's usec_per_call from Redis's commandstats. \`×\`: against the store's first row."
+  echo
+  echo "| store | binary | rule | instructions / check | × | Redis µs / call | × |"
+  echo "|---|---|---|---|---|---|---|"
+} > "$OUT"
+for store in memory redis; do
+  base_i="" base_u=""
+  for bin in "${BINARIES[@]}"; do
+    for rule in $RULES; do
+      read -r i u < <(run "$store" "$bin" "$rule")
+      [ -z "$base_i" ] && base_i=$i base_u=$u
+      awk -v s="$store" -v b="$bin" -v r="$rule" -v i="$i" -v u="$u" -v bi="$base_i" -v bu="$base_u" -v n="$N" 'BEGIN {
+        ru = (s == "redis") ? sprintf("%.2f | %.2f", u, bu ? u / bu : 0) : "- | -"
+        printf "| %s | `%s` | %s | %.0f | %.2f | %s |\n", s, b, r, i / n, i / bi, ru }' | tee -a "$OUT"
+    done
+  done
+done
+echo "wrote $OUT" >&2
