@@ -82,6 +82,7 @@ local function period(now, window)
       return window[i], window[i + 1] - now
     end
   end
-  error('calendar window: the clock is ' .. int(now) ..
-    ', outside the periods the instance sent (its clock is a period or more off)')
+  -- Level 0: the message alone, its code first (src/store/redis/errors.rs).
+  error('CLOCKSKEW calendar window: Redis\'s clock (' .. int(now) ..
+    ') is outside the periods the instance sent: their clocks are a period or more apart', 0)
 end

@@ -74,6 +74,7 @@ impl Application {
         match &settings.redis {
             Some(redis) => {
                 let store = RedisStore::connect(redis_options(redis))?;
+                store.set_max_in_flight(redis.max_in_flight);
                 let probe_interval = redis.probe_interval;
                 Self::build_with(settings, Backend::Redis(store), probe_interval).await
             }

@@ -200,6 +200,7 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.unresponsive_timeout",
     "redis.probe_interval",
     "redis.batch_window",
+    "redis.max_in_flight",
     "failure.mode",
     "failure.closed_retry_after",
     "breaker.consecutive_failures",

@@ -19,6 +19,9 @@ pub struct RedisSettings {
     pub probe_interval: Duration,
     /// Micro-batching window; zero turns batching off.
     pub batch_window: Duration,
+    /// Most operations sent to Redis and not yet answered; more are
+    /// answered by the failure policy without being sent.
+    pub max_in_flight: usize,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -32,6 +35,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("unresponsive_timeout", &self.unresponsive_timeout)
             .field("probe_interval", &self.probe_interval)
             .field("batch_window", &self.batch_window)
+            .field("max_in_flight", &self.max_in_flight)
             .finish()
     }
 }
@@ -94,6 +98,7 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
             .then(|| Duration::from_micros(us))
             .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
     });
+    let max_in_flight = r.parse("redis.max_in_flight", |s| int_in(s, 1, 1_000_000));
     let url = with_password_file(r, url?, password_file?)?;
     let settings = RedisSettings {
         url,
@@ -104,6 +109,7 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         unresponsive_timeout: unresponsive_timeout?,
         probe_interval: probe_interval?,
         batch_window: batch_window?,
+        max_in_flight: max_in_flight? as usize,
     };
     Some((!settings.url.is_empty()).then_some(settings))
 }

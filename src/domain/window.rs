@@ -11,7 +11,9 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::{LazyLock, Mutex, PoisonError};
+use std::sync::{LazyLock, PoisonError, RwLock};
+
+use arc_swap::ArcSwapOption;
 
 use jiff::civil::Date;
 use jiff::tz::TimeZone;
@@ -110,12 +112,16 @@ struct ZoneEntry {
     tz: TimeZone,
     /// Per unit, the boundaries last computed (see [`Calendar::boundaries`]):
     /// most checks fall in the period the previous one did, and the
-    /// conversion to civil time costs more than the rest of a check.
-    recent: [Mutex<Option<[u64; 4]>>; 4],
+    /// conversion to civil time costs more than the rest of a check. Read
+    /// without a lock; a check in another period replaces them.
+    recent: [ArcSwapOption<[u64; 4]>; 4],
 }
 
-/// Every zone looked up so far, by the name it was asked under.
-static ZONES: LazyLock<Mutex<HashMap<String, Zone>>> = LazyLock::new(Default::default);
+/// Every zone looked up so far, by its name in ASCII lower case (names
+/// are matched without regard to case, so every spelling of a zone is one
+/// entry: the table holds at most one per zone of the database). Read far
+/// more than written, so a read-write lock.
+static ZONES: LazyLock<RwLock<HashMap<String, Zone>>> = LazyLock::new(Default::default);
 
 impl Zone {
     pub fn utc() -> Zone {
@@ -125,33 +131,41 @@ impl Zone {
     /// The zone named `name` (IANA names, e.g. `Europe/Berlin`, matched
     /// without regard to case), or why not.
     pub fn named(name: &str) -> Result<Zone, String> {
-        let mut zones = ZONES.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(zone) = zones.get(name) {
-            return Ok(*zone);
-        }
         let unknown = || {
             format!(
                 "unknown time zone {name:?}: use an IANA name such as \"Europe/Berlin\", \"America/New_York\" or \"UTC\""
             )
         };
         // Only names: the database would also read a POSIX TZ string, and a
-        // caller's input decides how much is stored here.
+        // caller's input decides what is looked up.
         if name.len() > 64 || name.is_empty() {
             return Err(unknown());
         }
+        let folded = name.to_ascii_lowercase();
+        let known = ZONES.read().unwrap_or_else(PoisonError::into_inner);
+        if let Some(zone) = known.get(&folded) {
+            return Ok(*zone);
+        }
+        drop(known);
         let tz = jiff::tz::db().get(name).map_err(|_| unknown())?;
         let canonical = tz.iana_name().unwrap_or(name).to_string();
-        // Another spelling of a zone already known shares its entry (and so
-        // its state: the key holds the canonical name).
-        let zone = match zones.values().find(|z| z.0.name == canonical) {
-            Some(zone) => *zone,
-            None => Zone(Box::leak(Box::new(ZoneEntry {
-                name: Box::leak(canonical.into_boxed_str()),
+        let mut zones = ZONES.write().unwrap_or_else(PoisonError::into_inner);
+        // Another spelling (a link such as "US/Eastern") of a zone already
+        // known shares its entry, and so its state: keys hold the canonical
+        // name.
+        let existing = zones
+            .get(&canonical.to_ascii_lowercase())
+            .or_else(|| zones.get(&folded))
+            .copied();
+        let zone = existing.unwrap_or_else(|| {
+            Zone(Box::leak(Box::new(ZoneEntry {
+                name: Box::leak(canonical.clone().into_boxed_str()),
                 tz,
                 recent: Default::default(),
-            }))),
-        };
-        zones.insert(name.to_string(), zone);
+            })))
+        });
+        zones.insert(folded, zone);
+        zones.insert(canonical.to_ascii_lowercase(), zone);
         Ok(zone)
     }
 
@@ -193,15 +207,14 @@ impl Calendar {
     /// what a Redis script needs to place Redis's own clock, which may
     /// differ from ours by anything less than a period.
     pub fn boundaries(&self, now_us: u64) -> [u64; 4] {
-        let cache = &self.zone.0.recent[self.unit as usize];
-        let mut recent = cache.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(b) = *recent
+        let recent = &self.zone.0.recent[self.unit as usize];
+        if let Some(b) = &*recent.load()
             && (b[1]..b[2]).contains(&now_us)
         {
-            return b;
+            return **b;
         }
         let b = self.compute(now_us);
-        *recent = Some(b);
+        recent.store(Some(std::sync::Arc::new(b)));
         b
     }
 

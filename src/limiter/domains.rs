@@ -102,6 +102,13 @@ pub struct Permit {
     ticket: Ticket,
 }
 
+impl Permit {
+    /// The failure domain it admits to.
+    pub fn domain(&self) -> u64 {
+        self.domain
+    }
+}
+
 pub struct Breakers {
     config: BreakerConfig,
     clock: Arc<dyn Clock>,

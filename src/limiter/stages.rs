@@ -31,7 +31,7 @@ impl Limiter {
         };
         let asked = self.asking();
         let result = self.store.check(check).await;
-        self.answered(check, permit, &asked, result)
+        self.answered(check, Some(permit), &asked, result)
     }
 
     /// Several independent checks, each answered as it would be alone, the
@@ -52,14 +52,37 @@ impl Limiter {
         }
         if !to_store.is_empty() {
             let asked = self.asking();
+            let to_store_indices: Vec<usize> = to_store.iter().map(|&(i, _)| i).collect();
             let ops: Vec<Op> = to_store
                 .iter()
                 .map(|&(i, _)| Op::check(&checks[i]))
                 .collect();
-            let results = self.store.apply(&ops).await;
-            for ((i, permit), result) in to_store.into_iter().zip(results) {
-                let result = result.map(|applied| applied.outcomes);
-                answers[i] = Some(self.answered(&checks[i], permit, &asked, result));
+            let results: Vec<_> = self
+                .store
+                .apply(&ops)
+                .await
+                .into_iter()
+                .map(|result| result.map(|applied| applied.outcomes))
+                .collect();
+            // The breaker hears each failure domain once per list, not once
+            // per check: 100 checks failing in one call are one failed call,
+            // and must not open the breaker for everyone as 100 would. It
+            // hears a failure if any of the domain's checks met one.
+            let mut heard: Vec<(u64, Option<&StoreError>)> = Vec::new();
+            for ((_, permit), result) in to_store.iter().zip(&results) {
+                let error = result.as_ref().err().filter(|e| e.store_is_down());
+                match heard.iter_mut().find(|(d, _)| *d == permit.domain()) {
+                    Some((_, seen)) => *seen = seen.or(error),
+                    None => heard.push((permit.domain(), error)),
+                }
+            }
+            for (domain, error) in &heard {
+                let first = to_store.iter().position(|(_, p)| p.domain() == *domain);
+                let permit = to_store.swap_remove(first.expect("heard from a permit")).1;
+                self.breakers.record(permit, *error);
+            }
+            for (i, result) in to_store_indices.into_iter().zip(results) {
+                answers[i] = Some(self.answered(&checks[i], None, &asked, result));
             }
         }
         answers
@@ -92,20 +115,23 @@ impl Limiter {
         }
     }
 
-    /// After stage 3, for one check: the breaker and latency are told, a
-    /// denial is cached, and an error is answered by the fallback (stage
-    /// 5) unless it is a bug, which surfaces.
+    /// After stage 3, for one check: the breaker (given its `permit`; a
+    /// list tells it once per call itself) and latency are told, a denial
+    /// is cached, and an error is answered by the fallback (stage 5)
+    /// unless it is a bug, which surfaces.
     fn answered(
         &self,
         check: &Check,
-        permit: Permit,
+        permit: Option<Permit>,
         asked: &Asked,
         result: Result<Vec<Outcome>, StoreError>,
     ) -> Result<Decision, LimiterError> {
         self.metrics
             .store_duration
             .observe(asked.started.elapsed().as_secs_f64());
-        self.breakers.record(permit, result.as_ref().err());
+        if let Some(permit) = permit {
+            self.breakers.record(permit, result.as_ref().err());
+        }
         match result {
             Ok(outcomes) => {
                 if self.probed.load(Ordering::Relaxed) != health::UP {

@@ -9,7 +9,7 @@ use super::Metrics;
 use crate::domain::PolicySet;
 
 /// The kinds `ratekeeper_store_errors_total` counts (`StoreError::kind`).
-const STORE_ERROR_KINDS: [&str; 4] = ["timeout", "unavailable", "auth", "backend"];
+const STORE_ERROR_KINDS: [&str; 5] = ["timeout", "unavailable", "auth", "backend", "overloaded"];
 
 /// `ratekeeper_build_info{version, revision}`, always 1: joined on
 /// `instance` to see which build each instance runs. The revision is the
@@ -81,6 +81,7 @@ mod tests {
             StoreError::Unavailable("u".into()),
             StoreError::Auth("a".into()),
             StoreError::Backend("b".into()),
+            StoreError::Overloaded("o".into()),
         ];
         let kinds: Vec<&str> = errors.iter().map(StoreError::kind).collect();
         assert_eq!(kinds, STORE_ERROR_KINDS);

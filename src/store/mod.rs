@@ -122,6 +122,11 @@ pub enum StoreError {
     /// the wrong type, an unexpected reply. Retrying will not help.
     #[error("store error: {0}")]
     Backend(String),
+    /// Not sent: this instance already has as many operations waiting on
+    /// the store as it can answer in time (`redis.max_in_flight`).
+    /// Answered by the failure policy, and not a sign the store is down.
+    #[error("store overloaded: {0}")]
+    Overloaded(String),
 }
 
 impl StoreError {
@@ -147,6 +152,7 @@ impl StoreError {
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Auth(_) => "auth",
             StoreError::Backend(_) => "backend",
+            StoreError::Overloaded(_) => "overloaded",
         }
     }
 }

@@ -132,8 +132,22 @@ async fn the_envelope_is_judged_whole(app: &TestApp) {
         answer.1["error"]["message"],
         "request body is larger than 409600 bytes"
     );
-    let alone = app.check(check).await;
+    let alone = app.check(check.clone()).await;
     assert_eq!(alone.1["remaining"], 998, "{}", alone.1);
+
+    // One check may not be larger than POST /v1/check takes: that item
+    // alone is refused, the others decided.
+    let fat = json!({"key": "fat", "limit": 5, "window": "1m", "padding": "z".repeat(70 * 1024)});
+    let answers = results(send(app, json!({"checks": [fat, check]}).to_string()).await);
+    assert_eq!(answers[0]["status"], 413, "{}", answers[0]);
+    assert_eq!(answers[0]["error"]["code"], "payload_too_large");
+    assert_eq!(
+        (
+            answers[1]["status"].as_u64(),
+            answers[1]["remaining"].as_u64()
+        ),
+        (Some(200), Some(997))
+    );
 }
 
 /// Checks on one key apply in their order: five on a limit of 3, the

@@ -14,4 +14,5 @@ mod breaker_states;
 mod dead_connection;
 mod failure;
 mod local_fallback;
+mod overload;
 mod restart;

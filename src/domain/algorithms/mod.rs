@@ -56,7 +56,7 @@ impl State {
     ///
     /// // 10 per second, bucket of 3: spending 3 leaves nothing, and one more
     /// // token arrives 100 ms later.
-    /// let rule = Rule { algorithm: Algorithm::Gcra, limit: 10, window_us: 1_000_000, burst: 3 };
+    /// let rule = Rule::with_length(Algorithm::Gcra, 10, 1_000_000, 3);
     /// let mut state = State::fresh(Algorithm::Gcra);
     /// let first = state.apply(&rule, 0, 3);
     /// assert!(first.allowed && first.remaining == 0);
@@ -125,8 +125,8 @@ impl State {
 /// use ratekeeper::domain::algorithms::{State, apply_all};
 /// use ratekeeper::domain::{Algorithm, Rule};
 ///
-/// let burst = Rule { algorithm: Algorithm::FixedWindow, limit: 1, window_us: 1_000_000, burst: 1 };
-/// let daily = Rule { algorithm: Algorithm::FixedWindow, limit: 5, window_us: 86_400_000_000, burst: 5 };
+/// let burst = Rule::with_length(Algorithm::FixedWindow, 1, 1_000_000, 1);
+/// let daily = Rule::with_length(Algorithm::FixedWindow, 5, 86_400_000_000, 5);
 /// let mut states = [State::fresh(Algorithm::FixedWindow), State::fresh(Algorithm::FixedWindow)];
 /// assert!(apply_all(&mut states, &[&burst, &daily], 0, 1).iter().all(|o| o.allowed));
 /// let second = apply_all(&mut states, &[&burst, &daily], 0, 1);

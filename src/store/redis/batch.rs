@@ -22,7 +22,7 @@ use crate::domain::Check;
 use crate::store::{Applied, Op, OpKind, StoreError};
 
 /// The most operations one batch carries.
-const MAX_BATCH: usize = 128;
+const MAX_BATCH: usize = super::MAX_OPS_PER_CALL;
 
 pub(super) struct Job {
     kind: OpKind,

@@ -107,6 +107,16 @@ impl Inner {
         &self,
         ops: &[Op<'_>],
     ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
+        let admitted = self
+            .ops_in_flight
+            .admit(ops.len(), self.options.timeout)
+            .await;
+        let Some(_admitted) = admitted else {
+            return Err(StoreError::Overloaded(format!(
+                "{} operations not sent: redis.max_in_flight operations were waiting on Redis for redis.timeout",
+                ops.len()
+            )));
+        };
         if ops.iter().any(|op| op.kind == OpKind::Check) {
             self.check_calls.fetch_add(1, Ordering::Relaxed);
         }

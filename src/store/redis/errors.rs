@@ -8,8 +8,11 @@ use crate::store::StoreError;
 /// Server error codes that mean "not now" rather than "never". OOM: Redis is
 /// at maxmemory with noeviction and refuses writes, an outage of capacity.
 /// MOVED and ASK: a node pool asked a node that no longer owns the slot;
-/// the routing is refreshed (see `domains.rs`).
-const TRANSIENT_SERVER_CODES: [&str; 9] = [
+/// the routing is refreshed (see `domains.rs`). CLOCKSKEW is our script's
+/// own (`period` in `lua/lib.lua`): Redis's clock is a whole calendar
+/// period or more from the instance's, so no period it was sent holds
+/// Redis's now; a misconfigured clock, answered by the failure policy.
+const TRANSIENT_SERVER_CODES: [&str; 10] = [
     "MOVED",
     "ASK",
     "LOADING",
@@ -19,6 +22,7 @@ const TRANSIENT_SERVER_CODES: [&str; 9] = [
     "TRYAGAIN",
     "READONLY",
     "OOM",
+    "CLOCKSKEW",
 ];
 
 /// Maps a fred error to whether the failure policy should answer.

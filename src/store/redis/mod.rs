@@ -94,6 +94,8 @@ pub(super) struct Inner {
     calls_in_flight: AtomicUsize,
     /// Script calls made for checks, alone or batched.
     check_calls: AtomicU64,
+    /// Operations sent and not yet answered, against their cap.
+    ops_in_flight: InFlight,
     clustered: bool,
     /// Credentials refused while connecting, to explain timeouts.
     auth: Arc<auth::AuthWatch>,
@@ -103,6 +105,64 @@ pub(super) struct Inner {
     liveness: Arc<liveness::Liveness>,
     options: RedisOptions,
 }
+
+/// `redis.max_in_flight`'s default.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
+
+/// Operations sent to Redis and not yet answered, and how many may be.
+/// Redis applies them one after another; past what it can answer within
+/// `redis.timeout`, more only queue to time out, and still run (and
+/// spend) after their callers were answered by the failure policy, taking
+/// Redis's time from the ones that could still be answered. A batch of
+/// 100 checks on each of 64 connections is 6 400 operations at once.
+///
+/// A call past the cap waits for room (in order of arrival) rather than
+/// being refused at once: callers that send again as soon as they are
+/// answered would otherwise spin, and on a shared host take the CPU Redis
+/// needs. It waits at most `redis.timeout`, then is refused.
+pub(super) struct InFlight {
+    permits: tokio::sync::Semaphore,
+    cap: AtomicUsize,
+}
+
+impl InFlight {
+    fn new(cap: usize) -> InFlight {
+        InFlight {
+            permits: tokio::sync::Semaphore::new(cap),
+            cap: AtomicUsize::new(cap),
+        }
+    }
+
+    fn set_cap(&self, cap: usize) {
+        let before = self.cap.swap(cap, Ordering::AcqRel);
+        if cap > before {
+            self.permits.add_permits(cap - before);
+        } else {
+            self.permits.forget_permits(before - cap);
+        }
+    }
+
+    /// Room for `n` operations (a call larger than the cap takes all of
+    /// it), waiting up to `wait`; `None` if there was none by then.
+    pub(super) async fn admit(
+        &self,
+        n: usize,
+        wait: std::time::Duration,
+    ) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        let n = n.clamp(1, self.cap.load(Ordering::Relaxed)) as u32;
+        if let Ok(permit) = self.permits.try_acquire_many(n) {
+            return Some(permit);
+        }
+        tokio::time::timeout(wait, self.permits.acquire_many(n))
+            .await
+            .ok()?
+            .ok()
+    }
+}
+
+#[cfg(test)]
+#[path = "in_flight_tests.rs"]
+mod in_flight_tests;
 
 /// A pool of `options.pool_size` clients for `config`, with the timeouts,
 /// attempts and reconnect policy described in the module doc. Connecting
@@ -185,6 +245,7 @@ impl RedisStore {
             scripts_loaded: AtomicBool::new(false),
             calls_in_flight: AtomicUsize::new(0),
             check_calls: AtomicU64::new(0),
+            ops_in_flight: InFlight::new(DEFAULT_MAX_IN_FLIGHT),
             clustered,
             auth,
             domains,
@@ -193,6 +254,14 @@ impl RedisStore {
         });
         let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
         Ok(RedisStore { inner, batcher })
+    }
+
+    /// At most `cap` operations (checks, resets, refunds) sent and not yet
+    /// answered (`redis.max_in_flight`); past it a call waits for room up
+    /// to `redis.timeout`, then is answered with [`StoreError::Overloaded`],
+    /// by the failure policy. Set once, before use.
+    pub fn set_max_in_flight(&self, cap: usize) {
+        self.inner.ops_in_flight.set_cap(cap.max(1));
     }
 
     /// Waits up to `limit` for the first connection, so a service started next
@@ -266,22 +335,16 @@ impl Inner {
     /// `ops` in one call per cluster slot, the calls at once, each
     /// operation's answer in its place.
     async fn apply_by_slot(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
-        // One call for everything (a lone operation, or no cluster): no
-        // grouping, reordering or joining, which cost a single check about
-        // 3 000 instructions (bench/cost.sh).
-        if ops.len() == 1 || !self.clustered {
-            return match self.run_ops(ops).await {
-                Ok(answers) => answers,
-                Err(error) => vec![Err(error); ops.len()],
-            };
+        // One call for everything (a lone operation, or a short list without
+        // a cluster): no grouping, reordering or joining, which cost a single
+        // check about 3 000 instructions (bench/cost.sh).
+        if ops.len() == 1 || (!self.clustered && ops.len() <= MAX_OPS_PER_CALL) {
+            return self.run_chunks(ops).await;
         }
         let groups = self.group_by_slot(ops.iter().copied().enumerate(), |(_, op)| op.check);
         let calls = groups.into_iter().map(|group| async move {
             let (places, ops): (Vec<usize>, Vec<Op>) = group.into_iter().unzip();
-            let answers = match self.run_ops(&ops).await {
-                Ok(answers) => answers,
-                Err(error) => vec![Err(error); ops.len()],
-            };
+            let answers = self.run_chunks(&ops).await;
             places.into_iter().zip(answers).collect::<Vec<_>>()
         });
         let mut answers: Vec<Option<Result<Applied, StoreError>>> = vec![None; ops.len()];
@@ -297,7 +360,26 @@ impl Inner {
             .map(|a| a.unwrap_or_else(|| Err(StoreError::Backend("no answer".into()))))
             .collect()
     }
+
+    /// `ops` of one cluster slot, in calls of at most [`MAX_OPS_PER_CALL`]
+    /// one after another: a call holds Redis for all of its operations, and
+    /// the order of the calls keeps operations on one key in their order.
+    async fn run_chunks(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for chunk in ops.chunks(MAX_OPS_PER_CALL) {
+            match self.run_ops(chunk).await {
+                Ok(mine) => answers.extend(mine),
+                Err(error) => answers.extend(std::iter::repeat_n(Err(error), chunk.len())),
+            }
+        }
+        answers
+    }
 }
+
+/// The most operations one script call carries (a batch of checks, or
+/// checks gathered by micro-batching): a call holds Redis for all of them,
+/// about 1 ms for 128 checks, so a longer list goes as several calls.
+pub(super) const MAX_OPS_PER_CALL: usize = 128;
 
 /// Reconnect soon after a drop, then back off: a restart is over in tens of
 /// milliseconds, and every check sent meanwhile waits for its connection

@@ -35,14 +35,11 @@ impl PartialSchema for BatchForms {
                  above 0. Any value is accepted here; one that is not a valid check is answered \
                  in its place with the 422 POST /v1/check would give it.",
             ));
-        let checks = ArrayBuilder::new()
-            .items(item)
-            .max_items(Some(100))
-            .description(Some(
-                "Up to limits.max_batch (default 100) independent checks, each decided as if sent \
+        let checks = ArrayBuilder::new().items(item).description(Some(
+            "Up to limits.max_batch (default 100) independent checks, each decided as if sent \
                  alone, in order: checks on one key see the ones before them. An empty list is \
                  answered with no results.",
-            ));
+        ));
         ObjectBuilder::new()
             .property("checks", checks)
             .required("checks")
