@@ -25,7 +25,6 @@ use axum::response::{IntoResponse, Response};
 use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
-pub use settle::settle;
 pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
 pub(crate) use request::window_or_calendar;
 pub use request::{
@@ -33,6 +32,7 @@ pub use request::{
     PolicyCheckRequest, ResetForms, WindowSpec,
 };
 pub use response::{CheckResponse, LimitResponse};
+pub use settle::settle;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};

@@ -78,10 +78,8 @@ impl MemoryStore {
             for limit in check.limits.iter() {
                 let lookup = StateKey::of(check, limit);
                 let live = shard.map.get(&lookup).filter(|e| e.expires_at_us > now);
-                let mut state = live.map_or_else(
-                    || State::fresh(limit.rule.algorithm),
-                    |e| e.state.clone(),
-                );
+                let mut state =
+                    live.map_or_else(|| State::fresh(limit.rule.algorithm), |e| e.state.clone());
                 let spent = state.spend(&limit.rule, now, actual - check.cost);
                 if let Some(entry) = shard.map.get_mut(&lookup) {
                     if let Some(spend) = spent.spend {
