@@ -42,12 +42,15 @@ local function spend_all(k, a, n, now, cost, pad_ms)
     local s = a + LIMIT_ARGS * (i - 1)
     local tag = ARGV[s + 1]
     local limit, window, burst = tonumber(ARGV[s + 2]), window_arg(ARGV[s + 3]), tonumber(ARGV[s + 4])
+    local f = by_tag[tag]
+    if f == token_bucket then
+      token_bucket_upgrade(KEYS[k + i], burst)
+    end
     if has_burst[tag] then
       burst = burst * OVERDRAFT_CAPACITIES
     else
       limit = limit * OVERDRAFT_CAPACITIES
     end
-    local f = by_tag[tag]
     local room = f(KEYS[k + i], now, limit, window, 0, burst, pad_ms, false)[2]
     local take = math.min(cost, room)
     if take > 0 then

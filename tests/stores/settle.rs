@@ -227,3 +227,42 @@ async fn a_settled_key_outlives_its_debt_on_redis() {
     }
     store.quit().await;
 }
+
+/// A token bucket written by the previous version (tokens *left* in `t`)
+/// is settled from the usage it holds, as the Rust twin settles it: the
+/// raised burst of the spend must not read `t` as far more used.
+#[tokio::test]
+async fn a_token_bucket_of_the_previous_version_settles_from_its_usage() {
+    use ratekeeper::domain::algorithms::token_bucket::{Bucket, TokenBucketState};
+
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 0)).unwrap();
+    store.ping().await.unwrap();
+    let r = Rule {
+        algorithm: Algorithm::TokenBucket,
+        limit: 10,
+        window: Window::Length(SEC),
+        burst: 10,
+    };
+    let key = unique_key("settle-tb-upgrade");
+    let redis_key = format!("rk:{{{key}}}:tb:1000");
+    // 3 of 10 left, credited up to 150 ms ago: one more token earned.
+    let credited = (T0 - 150 * MS).to_string();
+    server.cli(&["HSET", &redis_key, "t", "3", "a", &credited]);
+    let mut twin = [State::TokenBucket(TokenBucketState {
+        bucket: Some(Bucket {
+            used: 7,
+            credited_at_us: T0 - 150 * MS,
+        }),
+    })];
+    let c = Check::single(&key, r, 0);
+    let settled = settle(&store, &c, 1, 6).await;
+    assert_eq!(settled, settle_all(&mut twin, &[&r], T0, 1, 6));
+    assert_eq!(
+        settled[0].retry_after_us,
+        2 * 100 * MS - 50 * MS,
+        "6 used, 5 more: 1 owed, and the next token 50 ms into its interval"
+    );
+    store.quit().await;
+}
