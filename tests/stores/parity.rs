@@ -418,6 +418,16 @@ proptest! {
 }
 
 proptest! {
+    /// The equivalence holds through resets, refunds and settles too: a
+    /// debt is the same number of units owed in both.
+    #[test]
+    fn gcra_settles_exactly_like_token_bucket(case in adjusted(case(Algorithm::Gcra))) {
+        let case = case.forward();
+        let gcra = rust_outcomes(&case);
+        let bucket = rust_outcomes(&Case { rule: Rule { algorithm: Algorithm::TokenBucket, ..case.rule }, ..case.clone() });
+        prop_assert_eq!(gcra, bucket);
+    }
+
     /// retry_after stays exact among resets, refunds and settles, so also
     /// for a key a settle took past its limit (in debt): after every step,
     /// a check of the step's cost denied is denied 1 ms before its
