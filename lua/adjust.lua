@@ -1,8 +1,9 @@
--- adjust: reset and refund of one operation's limits
--- (src/domain/algorithms/mod.rs, reset_all and refund_all), on the limits
+-- adjust: reset, refund and settle of one operation's limits
+-- (src/domain/algorithms/mod.rs, reset_all and refund_all;
+-- src/domain/algorithms/settle.rs, settle_all), on the limits
 -- at KEYS[k + 1 .. k + n] and ARGV[a + 1 ..] as check_all takes them. The
 -- algorithm functions, their refunds (`refund_by_tag`, generated) and
--- check_all are defined before this file. Both answer like a check of cost
+-- check_all are defined before this file. Each answers like a check of cost
 -- 0 afterwards, appended to `reply`.
 --
 -- The keys of one operation share the client key's hash tag, so each is
@@ -25,6 +26,48 @@ local function refund_all(k, a, n, now, cost, pad_ms, reply)
       refund_by_tag[ARGV[s + 1]](KEYS[k + i], now, tonumber(ARGV[s + 2]),
         window_arg(ARGV[s + 3]), cost, tonumber(ARGV[s + 4]), pad_ms)
     end
+  end
+  return check_all(k, a, n, now, 0, pad_ms, reply)
+end
+
+-- Spends `cost` more on every limit without a check (settle.rs,
+-- State::spend): the algorithm's own check against its capacity raised
+-- OVERDRAFT_CAPACITIES times (`burst` for the algorithms in `has_burst`,
+-- `limit` for the others), first a look of cost 0 for the room, then a
+-- check of what fits, which the raised capacity always allows. So the
+-- state, its expiry and the bound on the usage a settle leaves are the
+-- check's own.
+local function spend_all(k, a, n, now, cost, pad_ms)
+  for i = 1, n do
+    local s = a + LIMIT_ARGS * (i - 1)
+    local tag = ARGV[s + 1]
+    local limit, window, burst = tonumber(ARGV[s + 2]), window_arg(ARGV[s + 3]), tonumber(ARGV[s + 4])
+    local f = by_tag[tag]
+    if f == token_bucket then
+      token_bucket_upgrade(KEYS[k + i], burst)
+    end
+    if has_burst[tag] then
+      burst = burst * OVERDRAFT_CAPACITIES
+    else
+      limit = limit * OVERDRAFT_CAPACITIES
+    end
+    local room = f(KEYS[k + i], now, limit, window, 0, burst, pad_ms, false)[2]
+    local take = math.min(cost, room)
+    if take > 0 then
+      f(KEYS[k + i], now, limit, window, take, burst, pad_ms, false)
+    end
+  end
+end
+
+-- Settles a reservation, `delta` = actual - reserved (wire.rs): below it a
+-- refund of the difference, above it the difference spent without a
+-- check, every limit on its own.
+local function settle_all(k, a, n, now, delta, pad_ms, reply)
+  if delta < 0 then
+    return refund_all(k, a, n, now, -delta, pad_ms, reply)
+  end
+  if delta > 0 then
+    spend_all(k, a, n, now, delta, pad_ms)
   end
   return check_all(k, a, n, now, 0, pad_ms, reply)
 end

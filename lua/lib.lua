@@ -2,7 +2,7 @@
 -- src/store/scripts.rs builds it from a generated prelude (the calling
 -- convention's numbers, src/store/redis/wire.rs), this file, the algorithm
 -- functions, a generated table from algorithm tag to function, check.lua
--- (one check's limits, all or nothing), adjust.lua (reset, refund) and
+-- (one check's limits, all or nothing), adjust.lua (reset, refund, settle) and
 -- ops.lua, the entry point that applies a list of operations, so every
 -- call stays one self-contained EVALSHA. wire.rs documents KEYS, ARGV and
 -- the reply.

@@ -1,5 +1,5 @@
 -- ops: the one entry point. A call carries a list of operations (checks,
--- resets, refunds), applied in order, each exactly as it would run alone;
+-- resets, refunds, settles), applied in order, each exactly as it would run alone;
 -- src/store/redis/wire.rs encodes them and documents KEYS, ARGV and the
 -- reply. check.lua, adjust.lua and the algorithm functions are defined
 -- before this file.
@@ -12,7 +12,7 @@
 -- sliding log's expired entries while it reads, as the Rust function does;
 -- a check of several writes nothing at all unless every limit allows.)
 --
--- A reset or refund tells every instance's deny cache that the client
+-- A reset, refund or settle tells every instance's deny cache that the client
 -- key's state changed (src/store/redis/invalidation.rs): from here rather
 -- than in a call of its own, one round trip, and an operation whose reply
 -- was lost has published all the same. PUBLISH takes no key, so a cluster
@@ -31,6 +31,9 @@ local function apply(op, k, a, n, cost)
     return reset_all(k, a, n, now, pad_ms, {})
   elseif op == OP_REFUND then
     return refund_all(k, a, n, now, cost, pad_ms, {})
+  elseif op == OP_SETTLE then
+    -- A settle's amount is actual - reserved, signed (wire.rs).
+    return settle_all(k, a, n, now, cost, pad_ms, {})
   end
   error('unknown operation ' .. tostring(op))
 end

@@ -110,3 +110,16 @@ local function token_bucket_refund(key, now, limit, window, cost, burst, pad_ms)
   -- than the slower rule still needs; a refund must not end that usage.
   redis.call('PEXPIRE', key, ttl_ms(credited + (burst - tokens) * interval - now, pad_ms), 'GT')
 end
+
+-- A key of the previous version (t = tokens left, see the header) rewritten
+-- as this version's (u = tokens used), exactly as a read with this `burst`
+-- judges it. A settle's spend reads the key with a raised burst
+-- (spend_all in adjust.lua), which would take t as far more tokens used,
+-- so it calls this first with the rule's own burst.
+local function token_bucket_upgrade(key, burst)
+  local left = tonumber(redis.call('HGET', key, 't'))
+  if left ~= nil then
+    redis.call('HSET', key, 'u', int(math.max(0, burst - left)))
+    redis.call('HDEL', key, 't')
+  end
+end

@@ -33,7 +33,7 @@
 //! - [`listener`]: what the HTTP and gRPC listeners share: the accept
 //!   back-off, connection caps, read and write deadlines, and fitting the
 //!   caps under the open-files limit.
-//! - [`limiter`]: runs a check on the store, and resets and refunds (never
+//! - [`limiter`]: runs a check on the store, and resets, refunds and settles (never
 //!   answered by the failure policy); the circuit breakers, the local
 //!   fallback, and [`limiter::deny_cache`], which answers repeated denials
 //!   locally, exactly, without a store call; [`limiter::wait`], checks that

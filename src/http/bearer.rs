@@ -33,6 +33,9 @@ const ROUTES: &[(Pattern, Scope)] = &[
     (Pattern::Exact("/v1/check"), Scope::Check),
     (Pattern::Exact("/v1/checks"), Scope::Check),
     (Pattern::Prefix("/v1/auth/"), Scope::Check),
+    // The second half of a caller's own check, bounded by the reservation
+    // it names: see `http::check::settle` for why not admin, as a refund.
+    (Pattern::Exact("/v1/settle"), Scope::Check),
     (Pattern::Exact("/v1/reset"), Scope::Admin),
     (Pattern::Exact("/v1/refund"), Scope::Admin),
     (Pattern::Exact("/v1/policies"), Scope::Admin),
@@ -106,6 +109,7 @@ mod tests {
         assert_eq!(open("/v1/auth/api/orders/1"), Some(Scope::Check));
         assert_eq!(open("/v1/reset"), Some(Scope::Admin));
         assert_eq!(open("/v1/refund"), Some(Scope::Admin));
+        assert_eq!(open("/v1/settle"), Some(Scope::Check));
         assert_eq!(open("/v1/policies"), Some(Scope::Admin));
         // Unknown /v1 paths, near misses included, need a token too.
         for path in [

@@ -80,6 +80,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/checks", post(check::checks).layer(batch_limit))
         .route("/v1/reset", post(check::reset))
         .route("/v1/refund", post(check::refund))
+        .route("/v1/settle", post(check::settle))
         .route("/v1/auth/{policy}", any(auth::auth))
         .route("/v1/auth/{policy}/", any(auth::auth))
         .route("/v1/auth/{policy}/{*rest}", any(auth::auth))

@@ -56,6 +56,14 @@ struct TopDoc;
 )]
 struct AdjustDoc;
 
+/// `POST /v1/settle`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::check::settle::settle),
+    components(schemas(super::check::settle::SettleForms))
+)]
+struct SettleDoc;
+
 /// `POST /v1/checks`, merged into [`ApiDoc`].
 #[derive(OpenApi)]
 #[openapi(
@@ -69,6 +77,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
     doc.merge(BatchDoc::openapi());
     doc.merge(PoliciesDoc::openapi());
     doc.merge(AdjustDoc::openapi());
+    doc.merge(SettleDoc::openapi());
     doc.merge(TopDoc::openapi());
     // After the merges, so the operations merged in are covered too.
     BearerAuth.modify(&mut doc);
@@ -100,7 +109,7 @@ impl Modify for BearerAuth {
             .scheme(HttpAuthScheme::Bearer)
             .description(Some(
                 "A token of auth.tokens_file, when set (without it, no authentication). \
-                 Scope `check`: POST /v1/check, POST /v1/checks and forward-auth; scope `admin`: also \
+                 Scope `check`: POST /v1/check, POST /v1/checks, POST /v1/settle and forward-auth; scope `admin`: also \
                  reset, refund, GET /v1/policies and GET /v1/top.",
             ))
             .build();

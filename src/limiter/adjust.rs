@@ -1,5 +1,5 @@
-//! Reset and refund: the store's answer or an error, never the failure
-//! policy's. A fake answer would tell the caller that capacity came back
+//! Reset, refund and settle: the store's answer or an error, never the
+//! failure policy's. A fake answer would tell the caller that capacity came back
 //! when nothing changed (or hide that it did), so an outage is reported
 //! as such and the caller retries.
 
@@ -9,13 +9,16 @@ use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision};
 use crate::store::{Applied, StoreError};
 
-/// What a reset or refund does to a check's state.
+/// What a reset, refund or settle does to a check's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Adjustment {
     /// Deletes the state of every limit.
     Reset,
     /// Gives back up to `cost` units on every limit.
     Refund,
+    /// Settles the reservation `cost` as `actual` on every limit
+    /// ([`OpKind::Settle`](crate::store::OpKind::Settle)).
+    Settle { actual: u64 },
 }
 
 impl Adjustment {
@@ -24,6 +27,7 @@ impl Adjustment {
         match self {
             Adjustment::Reset => "reset",
             Adjustment::Refund => "refund",
+            Adjustment::Settle { .. } => "settle",
         }
     }
 }
@@ -39,6 +43,14 @@ impl Limiter {
     /// answers like a check of cost 0 afterwards.
     pub async fn refund(&self, check: &Check) -> Result<Decision, LimiterError> {
         self.adjust(Adjustment::Refund, check).await
+    }
+
+    /// Settles the reservation `check.cost` as `actual` on every limit of
+    /// `check` and answers like a check of cost 0 afterwards. Like a
+    /// refund it ends cached denials of the key here and on every
+    /// instance: below the reservation it makes room.
+    pub async fn settle(&self, check: &Check, actual: u64) -> Result<Decision, LimiterError> {
+        self.adjust(Adjustment::Settle { actual }, check).await
     }
 
     /// Asks the store, bypassing the deny cache for the answer (a denial
@@ -78,6 +90,7 @@ impl Limiter {
         let result = match op {
             Adjustment::Reset => self.store.reset(check).await,
             Adjustment::Refund => self.store.refund(check).await,
+            Adjustment::Settle { actual } => self.store.settle(check, actual).await,
         };
         self.metrics
             .store_duration

@@ -67,7 +67,7 @@
 //!   cached denial and push the key's `reset_after` later than the cached
 //!   one; the decision and `retry_after` stay safe.
 //!
-//! - "Unless something resets it": a reset or refund of the key ends a
+//! - "Unless something resets it": a reset, refund or settle of the key ends a
 //!   denial early. [`invalidate`](DenyCache::invalidate) makes every entry
 //!   of that key (all policies and limits) stale, and refuses any later
 //!   recording of a store answer asked before it: the store may have

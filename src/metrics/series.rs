@@ -30,12 +30,12 @@ pub(super) fn build_info() -> IntGaugeVec {
 }
 
 impl Metrics {
-    /// Every store error kind and every reset/refund outcome, at 0.
+    /// Every store error kind and every reset/refund/settle outcome, at 0.
     pub(super) fn zero_fixed_series(&self) {
         for kind in STORE_ERROR_KINDS {
             self.store_errors.with_label_values(&[kind]);
         }
-        for op in ["reset", "refund"] {
+        for op in ["reset", "refund", "settle"] {
             for result in ["ok", "error"] {
                 self.adjustments.with_label_values(&[op, result]);
             }

@@ -40,6 +40,12 @@ pub trait Store: Send + Sync + 'static {
         one(self.apply(&[Op::refund(check)]).await)
     }
 
+    /// A settle alone (see [`OpKind::Settle`]): the reservation
+    /// `check.cost` settled as `actual`.
+    async fn settle(&self, check: &Check, actual: u64) -> Result<Applied, StoreError> {
+        one(self.apply(&[Op::settle(check, actual)]).await)
+    }
+
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.
     async fn ping(&self) -> Result<(), StoreError>;

@@ -1,6 +1,6 @@
 //! What one store call does: a list of operations, each on the limits of
 //! one check, each answered on its own. Every kind of store work (a check,
-//! a reset, a refund, and what later features add) is one [`OpKind`], so a
+//! a reset, a refund, a settle, and what later features add) is one [`OpKind`], so a
 //! store has one way in ([`Store::apply`](super::Store::apply)) and one
 //! round trip can carry any mix of them.
 
@@ -19,6 +19,11 @@ pub enum OpKind {
     /// limit, each on its own and never beyond full capacity, then answers
     /// like a check of cost 0.
     Refund,
+    /// Settles a reservation of `cost` units as `actual` on every limit,
+    /// each on its own (`domain::algorithms::settle`): below `cost` a refund
+    /// of the difference; above it the difference spent without a check,
+    /// which may go past the limit. Then answers like a check of cost 0.
+    Settle { actual: u64 },
 }
 
 impl OpKind {
@@ -57,10 +62,18 @@ impl<'a> Op<'a> {
             check,
         }
     }
+
+    /// Settles the reservation `check.cost` as `actual`.
+    pub fn settle(check: &'a Check, actual: u64) -> Op<'a> {
+        Op {
+            kind: OpKind::Settle { actual },
+            check,
+        }
+    }
 }
 
 /// What one operation did: one outcome per limit, in order (a check's
-/// decisions; after a reset or refund, those of a check of cost 0), also
+/// decisions; after a reset, refund or settle, those of a check of cost 0), also
 /// reachable through `Deref`; and, for an operation that invalidates,
 /// whether the other instances sharing the store were told.
 #[derive(Debug, Clone, PartialEq, Eq)]

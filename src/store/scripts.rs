@@ -1,8 +1,8 @@
 //! The Lua script, compiled into the binary: one script for every call.
 //! `lua/lib.lua` holds the shared helpers; each `lua/<algorithm>.lua`
 //! defines one algorithm's function (and its refund); `lua/check.lua`
-//! applies the limits of one check all or nothing, `lua/adjust.lua` resets
-//! or refunds them, and `lua/ops.lua` applies a list of such operations.
+//! applies the limits of one check all or nothing, `lua/adjust.lua` resets,
+//! refunds or settles them, and `lua/ops.lua` applies a list of such operations.
 //! The numbers both sides must agree on are generated into it from
 //! `store::redis::wire`, so every call, of one operation or of a batch, is
 //! one self-contained EVALSHA.

@@ -70,6 +70,9 @@ async fn call(
         let check = json!({"key": "k", "limit": 10, "window": "1m"});
         let body = match path {
             "/v1/checks" => json!({ "checks": [check] }),
+            "/v1/settle" => {
+                json!({"key": "k", "limit": 10, "window": "1m", "reserved": 1, "actual": 1})
+            }
             _ => check,
         };
         request = request.body(body.to_string());
@@ -98,6 +101,7 @@ fn code(body: &str) -> String {
 const ROUTES: &[(&str, &str, u16, u16)] = &[
     ("POST", "/v1/check", 200, 200),
     ("POST", "/v1/checks", 200, 200),
+    ("POST", "/v1/settle", 200, 200),
     ("GET", "/v1/auth/api", 200, 200),
     ("POST", "/v1/auth/api/orders/1", 200, 200),
     ("GET", "/v1/policies", 403, 200),
@@ -178,8 +182,8 @@ async fn each_route_by_scope() {
     assert_eq!(basic.status(), 401);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
-        r#"ratekeeper_auth_failures_total{reason="missing"} 10"#,
-        r#"ratekeeper_auth_failures_total{reason="invalid"} 9"#,
+        r#"ratekeeper_auth_failures_total{reason="missing"} 11"#,
+        r#"ratekeeper_auth_failures_total{reason="invalid"} 10"#,
         r#"ratekeeper_auth_failures_total{reason="scope"} 10"#,
         r#"ratekeeper_auth_failures_total{reason="malformed"} 0"#,
         r#"ratekeeper_auth_tokens{scope="check"} 2"#,

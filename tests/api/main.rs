@@ -26,6 +26,7 @@ mod policies_api_errors;
 mod policies_reload;
 mod policies_reload_load;
 mod policies_watch;
+mod settle;
 mod slow_clients;
 mod top;
 mod wait;

@@ -47,7 +47,7 @@ fn series_exist_at_zero_before_their_first_event() {
         let series = format!("ratekeeper_store_errors_total{{kind=\"{kind}\"}}");
         assert_eq!(value(&text, &series), Some(0.0), "{series}");
     }
-    for op in ["reset", "refund"] {
+    for op in ["reset", "refund", "settle"] {
         for result in ["ok", "error"] {
             let series = format!("ratekeeper_adjustments_total{{op=\"{op}\",result=\"{result}\"}}");
             assert_eq!(value(&text, &series), Some(0.0), "{series}");

@@ -54,8 +54,9 @@ def _positive(case):
 
 
 def _positive_check(case):
-    # Reset and refund take the same forms, with the same rules.
-    paths = ("/v1/check", "/v1/reset", "/v1/refund")
+    # Reset, refund and settle take the same forms, with the same rules
+    # (a settle's `reserved` as a cost, its `actual` up to 100 capacities).
+    paths = ("/v1/check", "/v1/reset", "/v1/refund", "/v1/settle")
     return _positive(case) and case.operation.path in paths and isinstance(case.body, dict)
 
 
@@ -86,9 +87,7 @@ def _within_cross_field_rules(body):
         body["wait_ms"] = int(wait_ms) % (MAX_FUZZ_WAIT_MS + 1)
     if "policy" in body:
         body["policy"] = POLICY
-        cost = body.get("cost")
-        if _int(cost, 0, 2**64) and cost > POLICY_CAPACITY:
-            body["cost"] = POLICY_CAPACITY
+        _cost_within(body, POLICY_CAPACITY)
 
     # A key's limit is in bytes; the schema's maxLength counts characters.
     key = body.get("key")
@@ -142,10 +141,17 @@ def _inline_limits(body):
         _cost_within(body, min(capacities))
 
 
+# The most a settle's `actual` may be, in capacities (MAX_SETTLE_CAPACITIES).
+MAX_SETTLE_CAPACITIES = 100
+
+
 def _cost_within(body, capacity):
-    cost = body.get("cost")
-    if capacity is not None and cost is not None and _int(cost, 0, 2**63) and cost > capacity:
-        body["cost"] = capacity
+    if capacity is None:
+        return
+    for field, most in (("cost", capacity), ("reserved", capacity), ("actual", MAX_SETTLE_CAPACITIES * capacity)):
+        value = body.get(field)
+        if value is not None and _int(value, 0, 2**64) and value > most:
+            body[field] = most
 
 
 # Zones the hooks put in place of generated strings, which name no zone.

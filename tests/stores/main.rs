@@ -20,6 +20,7 @@ mod redis_adjust;
 mod redis_batch_errors;
 mod redis_store;
 mod sentinel;
+mod settle;
 mod stores;
 mod stores_adjust;
 mod stores_multi;

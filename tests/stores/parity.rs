@@ -1,7 +1,7 @@
 //! The Lua scripts and the Rust functions must give identical answers.
 //!
 //! Property tests drive random rules and random sequences of (time step,
-//! cost), with resets and refunds among the checks, through the scripts on
+//! cost), with resets, refunds and settles among the checks, through the scripts on
 //! a real Redis (time passed as an argument) and through the pure Rust
 //! functions, and require the same allowed/remaining/retry_after/reset_after
 //! at every step.
@@ -123,7 +123,7 @@ fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
     })
 }
 
-/// `cases` with resets and refunds among their checks.
+/// `cases` with resets, refunds and settles among their checks.
 fn adjusted(cases: impl Strategy<Value = Case>) -> impl Strategy<Value = Case> {
     (cases, ops(300)).prop_map(|(case, mut ops)| {
         ops.truncate(case.steps.len());
@@ -206,7 +206,7 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
-/// Checks, resets and refunds, Lua against Rust.
+/// Checks, resets, refunds and settles, Lua against Rust.
 fn run_parity(algorithm: Algorithm, cases: u32) {
     run_parity_of(adjusted(case(algorithm)), cases);
 }
@@ -412,6 +412,38 @@ proptest! {
                 let ms = outcome.retry_after_us.div_ceil(1_000);
                 prop_assert!(!before.clone().apply(&case.rule, now + (ms - 1) * 1_000, cost).allowed);
                 prop_assert!(before.clone().apply(&case.rule, now + ms * 1_000, cost).allowed);
+            }
+        }
+    }
+}
+
+proptest! {
+    /// The equivalence holds through resets, refunds and settles too: a
+    /// debt is the same number of units owed in both.
+    #[test]
+    fn gcra_settles_exactly_like_token_bucket(case in adjusted(case(Algorithm::Gcra))) {
+        let case = case.forward();
+        let gcra = rust_outcomes(&case);
+        let bucket = rust_outcomes(&Case { rule: Rule { algorithm: Algorithm::TokenBucket, ..case.rule }, ..case.clone() });
+        prop_assert_eq!(gcra, bucket);
+    }
+
+    /// retry_after stays exact among resets, refunds and settles, so also
+    /// for a key a settle took past its limit (in debt): after every step,
+    /// a check of the step's cost denied is denied 1 ms before its
+    /// retry_after and allowed at it.
+    #[test]
+    fn retry_after_is_exact_in_debt(case in prop::sample::select(Algorithm::ALL.to_vec()).prop_flat_map(|a| adjusted(case(a)))) {
+        let case = case.forward();
+        let rule = case.rule;
+        let mut state = [State::fresh(rule.algorithm)];
+        for (i, (now, cost)) in case.timeline().enumerate() {
+            case.op(i).rust(&mut state, &[&rule], now, cost);
+            let outcome = state[0].clone().apply(&rule, now, cost);
+            if !outcome.allowed {
+                let ms = outcome.retry_after_us.div_ceil(1_000);
+                prop_assert!(!state[0].clone().apply(&rule, now + (ms - 1) * 1_000, cost).allowed, "step {}", i);
+                prop_assert!(state[0].clone().apply(&rule, now + ms * 1_000, cost).allowed, "step {}", i);
             }
         }
     }

@@ -50,7 +50,7 @@ fn the_script_subcommand_prints_the_one_script() {
     let printed = String::from_utf8(out.stdout).unwrap();
     assert_eq!(printed.trim_end(), scripts::OPS.trim_end());
     // Reset and refund are operations of it, their numbers generated.
-    assert!(printed.contains("local OP_CHECK, OP_RESET, OP_REFUND = 1, 2, 3\n"));
+    assert!(printed.contains("local OP_CHECK, OP_RESET, OP_REFUND, OP_SETTLE = 1, 2, 3, 4\n"));
     assert!(printed.contains("local function reset_all(") && printed.contains("refund_by_tag"));
 }
 

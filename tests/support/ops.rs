@@ -1,8 +1,8 @@
-//! Reset and refund steps for the differential property tests: a random
-//! sequence of operations, run on a store and on the pure Rust twins.
+//! Reset, refund and settle steps for the differential property tests: a
+//! random sequence of operations, run on a store and on the pure Rust twins.
 
 use proptest::prelude::*;
-use ratekeeper::domain::algorithms::{State, apply_all, refund_all, reset_all};
+use ratekeeper::domain::algorithms::{State, apply_all, refund_all, reset_all, settle_all};
 use ratekeeper::domain::{Check, Outcome, Rule};
 use ratekeeper::store::{Store, StoreError};
 
@@ -13,11 +13,22 @@ pub enum Op {
     Reset,
     /// Gives back the step's cost.
     Refund,
+    /// Settles the step's cost, as the reservation, as this actual: below
+    /// it a refund, above it a spend past the limit.
+    Settle(u64),
 }
 
-/// Mostly checks, so limits fill up and refunds have something to give.
+/// Mostly checks, so limits fill up and refunds have something to give;
+/// settles mostly near a small reservation, some far past any limit (the
+/// overdraft's bound).
 pub fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![10 => Just(Op::Check), 1 => Just(Op::Reset), 4 => Just(Op::Refund)]
+    prop_oneof![
+        10 => Just(Op::Check),
+        1 => Just(Op::Reset),
+        3 => Just(Op::Refund),
+        3 => (0u64..20).prop_map(Op::Settle),
+        1 => (0u64..1_000_000).prop_map(Op::Settle),
+    ]
 }
 
 /// Up to `len` random operations (a sequence's step beyond them checks).
@@ -32,6 +43,7 @@ impl Op {
             Op::Check => apply_all(states, rules, now, cost),
             Op::Reset => reset_all(states, rules, now),
             Op::Refund => refund_all(states, rules, now, cost),
+            Op::Settle(actual) => settle_all(states, rules, now, cost, actual),
         }
     }
 
@@ -41,6 +53,7 @@ impl Op {
             Op::Check => store.check(check).await,
             Op::Reset => store.reset(check).await.map(|a| a.outcomes),
             Op::Refund => store.refund(check).await.map(|a| a.outcomes),
+            Op::Settle(actual) => store.settle(check, actual).await.map(|a| a.outcomes),
         }
     }
 }

@@ -18,9 +18,12 @@
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
+
+pub use settle::{MAX_SETTLE_CAPACITIES, settle_all};
 
 use super::{Algorithm, Outcome, Rule};
 
@@ -185,6 +188,9 @@ pub fn refund_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64)
 
 #[cfg(test)]
 mod refund_tests;
+
+#[cfg(test)]
+mod settle_tests;
 
 #[cfg(test)]
 mod apply_all_tests {

@@ -99,6 +99,7 @@ async fn adjust(state: &AppState, op: Adjustment, request: Request) -> Result<Re
             state.limiter.reset(&check).await
         }
         Adjustment::Refund => state.limiter.refund(&check).await,
+        Adjustment::Settle { .. } => unreachable!("POST /v1/settle has its own handler"),
     };
     let decision = result.map_err(|e| ApiError::adjusting(op.as_str(), e))?;
     Ok(respond(form, &decision))

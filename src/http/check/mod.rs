@@ -4,7 +4,8 @@
 //! Layout: `request` (the forms, telling them apart, their schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
-//! the same forms), `batch` (`POST /v1/checks`: many checks, each parsed
+//! the same forms), `settle` (`POST /v1/settle`: the same forms with
+//! `reserved` and `actual`), `batch` (`POST /v1/checks`: many checks, each parsed
 //! as a body here is), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
@@ -13,6 +14,7 @@ pub(super) mod batch;
 mod fields;
 mod request;
 mod response;
+pub(super) mod settle;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -30,6 +32,7 @@ pub use request::{
     PolicyCheckRequest, ResetForms, WindowSpec,
 };
 pub use response::{CheckResponse, LimitResponse};
+pub use settle::settle;
 
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
@@ -102,7 +105,7 @@ async fn decide(state: &AppState, request: Request) -> Result<(Response, Duratio
 }
 
 /// A body of one of the three forms, validated into a check (the same
-/// parsing for check, reset and refund).
+/// parsing for check, reset, refund and settle).
 pub(super) struct Parsed {
     pub form: Form,
     pub check: Check,

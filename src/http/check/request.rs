@@ -307,7 +307,7 @@ impl PartialSchema for ResetForms {
 /// forbidding `forbidden`. Each form's title is its own name
 /// (`PolicyCheck`, `InlineReset`, ...): generators name their classes after
 /// titles, so a reset's forms must not share a check's.
-fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
+pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     let with = |fields: &[&'static str]| [fields, forbidden].concat();
     let policy = forbid(
         PolicyCheckRequest::schema(),

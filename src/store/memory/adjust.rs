@@ -1,9 +1,11 @@
-//! Reset and refund on the embedded store: the domain's twins of
+//! Reset, refund and settle on the embedded store: the domain's twins of
 //! `lua/adjust.lua`, under the same shard lock as a check, so each is
 //! atomic with respect to checks on the same client key.
 
 use super::MemoryStore;
+use super::{Entry, OwnedStateKey};
 use crate::domain::Check;
+use crate::domain::algorithms::State;
 use crate::domain::state_key::StateKey;
 use crate::store::{Applied, StoreError};
 
@@ -24,11 +26,11 @@ impl MemoryStore {
         )))
     }
 
-    /// Gives back up to `check.cost` on every limit of `check`, then
+    /// Gives back up to `cost` on every limit of `check`, then
     /// answers like a check of cost 0 (see
     /// [`Store::refund`](crate::store::Store::refund)). Expired state is
     /// "never seen", as after a Redis TTL: nothing to give back.
-    pub fn refund_now(&self, check: &Check) -> Result<Applied, StoreError> {
+    pub fn refund_now(&self, check: &Check, cost: u64) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
@@ -41,8 +43,64 @@ impl MemoryStore {
             // The buckets' refunds set the expiry as their Lua does, only
             // ever lengthening it (PEXPIRE GT); the others keep the one
             // their last spend set.
-            if let Some(lives) = entry.state.refund(&limit.rule, now, check.cost) {
+            if let Some(lives) = entry.state.refund(&limit.rule, now, cost) {
                 entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
+            }
+        }
+        Ok(Applied::unshared(self.inner.check_in(
+            &mut shard.map,
+            check,
+            0,
+            now,
+        )))
+    }
+
+    /// Settles the reservation `check.cost` as `actual` on every limit of
+    /// `check`, each on its own, then answers like a check of cost 0 (see
+    /// [`OpKind::Settle`](crate::store::OpKind::Settle)): below it a
+    /// refund, above it a forced spend ([`State::spend`]), whose state and
+    /// expiry are written as a check spending writes them.
+    pub fn settle_now(&self, check: &Check, actual: u64) -> Result<Applied, StoreError> {
+        if actual < check.cost {
+            return self.refund_now(check, check.cost - actual);
+        }
+        let now = self.inner.clock.now_us();
+        let mut shard = self.inner.shard_of(check);
+        if actual > check.cost {
+            let new = check
+                .limits
+                .iter()
+                .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
+                .count();
+            if new > 0 && shard.map.len() + new > self.inner.shard_capacity {
+                self.inner.make_room(&mut shard.map, now);
+            }
+            for limit in check.limits.iter() {
+                let lookup = StateKey::of(check, limit);
+                let live = shard.map.get(&lookup).filter(|e| e.expires_at_us > now);
+                let mut state =
+                    live.map_or_else(|| State::fresh(limit.rule.algorithm), |e| e.state.clone());
+                let spent = state.spend(&limit.rule, now, actual - check.cost);
+                if let Some(entry) = shard.map.get_mut(&lookup) {
+                    if let Some(spend) = spent.spend {
+                        entry.expires_at_us = now.saturating_add(spend.reset_after_us);
+                        entry.state = state;
+                    } else if entry.expires_at_us > now {
+                        // The look's trim (a sliding log) and, as a look
+                        // does, an expiry only ever lengthened.
+                        entry.state = state;
+                        let until = now.saturating_add(spent.look.reset_after_us);
+                        entry.expires_at_us = entry.expires_at_us.max(until);
+                    }
+                } else if let Some(spend) = spent.spend {
+                    shard.map.insert(
+                        OwnedStateKey::of(check, limit),
+                        Entry {
+                            state,
+                            expires_at_us: now.saturating_add(spend.reset_after_us),
+                        },
+                    );
+                }
             }
         }
         Ok(Applied::unshared(self.inner.check_in(

@@ -174,7 +174,8 @@ impl MemoryStore {
         match op.kind {
             OpKind::Check => self.check_now(op.check).map(Applied::unshared),
             OpKind::Reset => self.reset_now(op.check),
-            OpKind::Refund => self.refund_now(op.check),
+            OpKind::Refund => self.refund_now(op.check, op.check.cost),
+            OpKind::Settle { actual } => self.settle_now(op.check, actual),
         }
     }
 

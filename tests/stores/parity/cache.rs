@@ -56,6 +56,7 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
                             Op::Check => limiter.check(&check).await,
                             Op::Reset => limiter.reset(&check).await,
                             Op::Refund => limiter.refund(&check).await,
+                            Op::Settle(actual) => limiter.settle(&check, actual).await,
                         }
                     })
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
