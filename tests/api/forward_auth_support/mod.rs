@@ -9,7 +9,7 @@ use reqwest::header::HeaderMap;
 use serde_json::Value;
 
 use crate::policy_checks::{limit, policy};
-use crate::support::{TestApp, settings, unique_key};
+use crate::support::{TestApp, settings};
 
 /// Runs a scenario on a fresh embedded store and on a fresh Redis, with
 /// 127.0.0.1 a trusted proxy or not.
@@ -109,14 +109,14 @@ pub async fn get(app: &TestApp, path: &str, headers: &[(&str, &str)]) -> Answer 
 
 /// A documentation address (198.18.0.0/15) no other test uses.
 pub fn unique_ip() -> String {
-    let key = unique_key("");
-    let n: u32 = key
-        .bytes()
-        .fold(7u32, |h, b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
-    format!(
-        "198.{}.{}.{}",
-        18 + (n % 2),
-        (n >> 8) % 256,
-        (n >> 16) % 254 + 1
-    )
+    // Consecutive addresses of 198.18.0.0/15 from a start that differs per
+    // process: distinct within a test (a hash of unique keys once gave the
+    // same address twice), and unlikely to meet another process's.
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(2_654_435_761);
+    let n = start.wrapping_add(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)) % (1 << 17);
+    // Skip .0 and .255 in the last octet.
+    let n = n % (2 * 256 * 254);
+    let (high, rest) = (n / (256 * 254), n % (256 * 254));
+    format!("198.{}.{}.{}", 18 + high, rest / 254, rest % 254 + 1)
 }
