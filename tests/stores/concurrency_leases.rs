@@ -15,6 +15,7 @@ use std::time::Duration;
 use ratekeeper::domain::algorithms::{State, apply_all_leased, lease_all};
 use ratekeeper::domain::{Algorithm, Check, LeaseId, Limit, ManualClock, Rule, Window};
 use ratekeeper::store::Store;
+use ratekeeper::store::redis::{RedisOptions, RedisStore};
 
 use support::unique_key;
 
@@ -252,17 +253,42 @@ async fn every_answer_matches_the_rust_twin(store: Arc<dyn Store>, clock: Manual
 const CALLERS: usize = 400;
 const LIMIT: u64 = 10;
 
+#[tokio::test]
+async fn four_hundred_callers_on_two_instances_never_hold_more_than_the_limit() {
+    four_hundred_callers(Duration::ZERO).await;
+}
+
+/// The same through the batcher: operations in flight together share one
+/// script call, each with its own lease.
+#[tokio::test]
+async fn four_hundred_batched_callers_never_hold_more_than_the_limit() {
+    four_hundred_callers(Duration::from_micros(100)).await;
+}
+
+async fn redis_store(
+    server: &support::RedisServer,
+    clock: &ManualClock,
+    batch_window: Duration,
+) -> Arc<dyn Store> {
+    let options = RedisOptions {
+        batch_window,
+        ..support::stores::redis_options(server, clock, 60_000)
+    };
+    let store = RedisStore::connect(options).unwrap();
+    store.ping().await.unwrap();
+    Arc::new(store)
+}
+
 /// 400 callers at once on two Redis stores sharing one Redis, limit 10:
 /// exactly 10 are granted at first; then each holder releases, and a
 /// sampler of the holders in flight (counted between a grant and its
 /// release) never sees more than 10, while each release lets one more in.
-#[tokio::test]
-async fn four_hundred_callers_on_two_instances_never_hold_more_than_the_limit() {
+async fn four_hundred_callers(batch_window: Duration) {
     let server = support::RedisServer::start();
     let clock = ManualClock::new(T0);
     let stores: Vec<Arc<dyn Store>> = vec![
-        support::stores::redis(&server, &clock).await,
-        support::stores::redis(&server, &clock).await,
+        redis_store(&server, &clock, batch_window).await,
+        redis_store(&server, &clock, batch_window).await,
     ];
     let c = Arc::new(check(&unique_key("cc400"), LIMIT, 1));
 
