@@ -107,6 +107,12 @@ async fn release_and_renew_answer_whether_the_lease_was_live(
     let released = store.release(&c, &lease).await.unwrap();
     assert_eq!(released.lease, Some(true));
     assert_eq!((released[0].allowed, released[0].remaining), (true, 1));
+    // A release tells the other instances (Redis publishes it, so their
+    // deny caches and waiters hear of the free slot); a renewal frees
+    // nothing and tells nobody.
+    let shared = store.name() == "redis";
+    assert_eq!(released.published, shared.then_some(true));
+    assert_eq!(renewed.published, None);
     assert_eq!(store.release(&c, &lease).await.unwrap().lease, Some(false));
     let next = LeaseId::generate();
     assert!(store.acquire(&c, &next).await.unwrap()[0].allowed);
