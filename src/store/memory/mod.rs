@@ -185,7 +185,7 @@ impl MemoryStore {
 
     /// Runs a check synchronously (the async trait method wraps this):
     /// all its limits under one lock, all or nothing (see
-    /// [`apply_all`]). One outcome per limit, in order.
+    /// [`apply_all`](crate::domain::algorithms::apply_all)). One outcome per limit, in order.
     pub fn check_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         self.acquire_now(check, "")
     }
