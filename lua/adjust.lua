@@ -43,7 +43,10 @@ local function spend_all(k, a, n, now, cost, pad_ms)
     local tag = ARGV[s + 1]
     local limit, window, burst = tonumber(ARGV[s + 2]), window_arg(ARGV[s + 3]), tonumber(ARGV[s + 4])
     local f = by_tag[tag]
-    if f == token_bucket then
+    if tag == CONCURRENCY_TAG then
+      -- A settle moves no lease: only a release frees one.
+      f = nil
+    elseif f == token_bucket then
       token_bucket_upgrade(KEYS[k + i], burst)
     end
     if has_burst[tag] then
@@ -51,10 +54,12 @@ local function spend_all(k, a, n, now, cost, pad_ms)
     else
       limit = limit * OVERDRAFT_CAPACITIES
     end
-    local room = f(KEYS[k + i], now, limit, window, 0, burst, pad_ms, false)[2]
-    local take = math.min(cost, room)
-    if take > 0 then
-      f(KEYS[k + i], now, limit, window, take, burst, pad_ms, false)
+    if f ~= nil then
+      local room = f(KEYS[k + i], now, limit, window, 0, burst, pad_ms, false)[2]
+      local take = math.min(cost, room)
+      if take > 0 then
+        f(KEYS[k + i], now, limit, window, take, burst, pad_ms, false)
+      end
     end
   end
 end
@@ -70,4 +75,29 @@ local function settle_all(k, a, n, now, delta, pad_ms, reply)
     spend_all(k, a, n, now, delta, pad_ms)
   end
   return check_all(k, a, n, now, 0, pad_ms, reply)
+end
+
+-- Releases (`renew` false) or renews `lease` on the concurrency limits
+-- (src/domain/algorithms/mod.rs, lease_all), then answers like a check of
+-- cost 0. Also returns whether the lease was live: -1 when no limit is a
+-- concurrency limit, else 1 or 0.
+local function lease_all(k, a, n, now, lease, renew, pad_ms, reply)
+  local live = -1
+  for i = 1, n do
+    local s = a + LIMIT_ARGS * (i - 1)
+    if ARGV[s + 1] == CONCURRENCY_TAG then
+      local was
+      if renew then
+        was = concurrency_renew(KEYS[k + i], now, tonumber(ARGV[s + 3]), lease, pad_ms)
+      else
+        was = concurrency_release(KEYS[k + i], now, lease)
+      end
+      if was then
+        live = 1
+      elseif live == -1 then
+        live = 0
+      end
+    end
+  end
+  return check_all(k, a, n, now, 0, pad_ms, reply), live
 end

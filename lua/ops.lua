@@ -1,5 +1,5 @@
 -- ops: the one entry point. A call carries a list of operations (checks,
--- resets, refunds, settles), applied in order, each exactly as it would run alone;
+-- resets, refunds, settles, releases, renewals), applied in order, each exactly as it would run alone;
 -- src/store/redis/wire.rs encodes them and documents KEYS, ARGV and the
 -- reply. check.lua, adjust.lua and the algorithm functions are defined
 -- before this file.
@@ -24,16 +24,22 @@ local now = clock(ARGV[1])
 local pad_ms = tonumber(ARGV[2])
 local channel = ARGV[3]
 
-local function apply(op, k, a, n, cost)
+-- Returns the operation's answer and whether its lease was live (-1: not
+-- a release or renewal, or no concurrency limit).
+local function apply(op, k, a, n, cost, lease)
   if op == OP_CHECK then
-    return check_all(k, a, n, now, cost, pad_ms, {})
+    return check_all(k, a, n, now, cost, pad_ms, {}, lease), -1
+  elseif op == OP_RELEASE then
+    return lease_all(k, a, n, now, lease, false, pad_ms, {})
+  elseif op == OP_RENEW then
+    return lease_all(k, a, n, now, lease, true, pad_ms, {})
   elseif op == OP_RESET then
-    return reset_all(k, a, n, now, pad_ms, {})
+    return reset_all(k, a, n, now, pad_ms, {}), -1
   elseif op == OP_REFUND then
-    return refund_all(k, a, n, now, cost, pad_ms, {})
+    return refund_all(k, a, n, now, cost, pad_ms, {}), -1
   elseif op == OP_SETTLE then
     -- A settle's amount is actual - reserved, signed (wire.rs).
-    return settle_all(k, a, n, now, cost, pad_ms, {})
+    return settle_all(k, a, n, now, cost, pad_ms, {}), -1
   end
   error('unknown operation ' .. tostring(op))
 end
@@ -42,8 +48,8 @@ local reply = {}
 local k, a = 0, HEADER_ARGS
 while a < #ARGV do
   local op, n, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local publish = ARGV[a + 4]
-  local ok, result = pcall(apply, op, k, a + OP_ARGS, n, cost)
+  local publish, lease = ARGV[a + 4], ARGV[a + 5]
+  local ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease)
   if ok then
     local published = -1
     if publish ~= '' then
@@ -51,6 +57,7 @@ while a < #ARGV do
     end
     reply[#reply + 1] = 1
     reply[#reply + 1] = published
+    reply[#reply + 1] = live
     for j = 1, #result do
       reply[#reply + 1] = result[j]
     end

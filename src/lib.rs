@@ -40,8 +40,9 @@
 //!   wait for their `retry_after` (`wait_ms`), in a line per key.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
 //!   the embedded in-memory store.
-//! - [`domain`]: rules, decisions, the failure policy and the five
-//!   algorithms as pure functions; no HTTP, Redis or async here.
+//! - [`domain`]: rules, decisions, the failure policy and the six
+//!   algorithms (five rate limits and concurrency leases) as pure
+//!   functions; no HTTP, Redis or async here.
 #![forbid(unsafe_code)]
 
 pub mod app;

@@ -20,6 +20,7 @@ mod decision;
 mod duration;
 pub mod failure;
 pub mod forward;
+mod lease;
 pub mod policy;
 pub mod rls;
 mod rule;
@@ -33,6 +34,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, parse_duration_us};
 pub use failure::{FailureMode, FailurePolicy};
+pub use lease::LeaseId;
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,

@@ -9,7 +9,7 @@ use super::window::{Calendar, CalendarUnit, Window, Zone};
 /// The largest `limit` (and `burst`) a rule may have.
 pub const MAX_LIMIT: u64 = 1_000_000_000_000;
 
-/// The five algorithms. Each has a Lua twin in `lua/`.
+/// The six algorithms. Each has a Lua twin in `lua/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Algorithm {
     FixedWindow,
@@ -17,10 +17,25 @@ pub enum Algorithm {
     SlidingLog,
     TokenBucket,
     Gcra,
+    /// At most `limit` in flight: leases that live `window` unless
+    /// released (`algorithms::concurrency`).
+    Concurrency,
 }
 
 impl Algorithm {
-    pub const ALL: [Algorithm; 5] = [
+    pub const ALL: [Algorithm; 6] = [
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+        Algorithm::TokenBucket,
+        Algorithm::Gcra,
+        Algorithm::Concurrency,
+    ];
+
+    /// The five rate algorithms: every one but concurrency, whose leases
+    /// no front end can release yet, so policies files and the RLS config
+    /// name only these.
+    pub const RATES: [Algorithm; 5] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
@@ -36,6 +51,7 @@ impl Algorithm {
             Algorithm::SlidingLog => "sliding_log",
             Algorithm::TokenBucket => "token_bucket",
             Algorithm::Gcra => "gcra",
+            Algorithm::Concurrency => "concurrency",
         }
     }
 
@@ -49,6 +65,7 @@ impl Algorithm {
             Algorithm::SlidingLog => "sl2",
             Algorithm::TokenBucket => "tb",
             Algorithm::Gcra => "gcra",
+            Algorithm::Concurrency => "cc",
         }
     }
 

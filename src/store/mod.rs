@@ -11,7 +11,7 @@ pub use op::{Applied, Op, OpKind};
 
 use async_trait::async_trait;
 
-use crate::domain::{Check, Outcome};
+use crate::domain::{Check, LeaseId, Outcome};
 
 /// Runs operations atomically against shared state.
 #[async_trait]
@@ -44,6 +44,23 @@ pub trait Store: Send + Sync + 'static {
     /// `check.cost` settled as `actual`.
     async fn settle(&self, check: &Check, actual: u64) -> Result<Applied, StoreError> {
         one(self.apply(&[Op::settle(check, actual)]).await)
+    }
+
+    /// A check alone acquiring `lease` on its concurrency limit (see
+    /// [`Op::acquire`]).
+    async fn acquire(&self, check: &Check, lease: &LeaseId) -> Result<Vec<Outcome>, StoreError> {
+        one(self.apply(&[Op::acquire(check, lease)]).await).map(|a| a.outcomes)
+    }
+
+    /// A release alone (see [`OpKind::Release`]); [`Applied::lease`] says
+    /// whether the lease was live.
+    async fn release(&self, check: &Check, lease: &LeaseId) -> Result<Applied, StoreError> {
+        one(self.apply(&[Op::release(check, lease)]).await)
+    }
+
+    /// A renewal alone (see [`OpKind::Renew`]).
+    async fn renew(&self, check: &Check, lease: &LeaseId) -> Result<Applied, StoreError> {
+        one(self.apply(&[Op::renew(check, lease)]).await)
     }
 
     /// Succeeds while the store can answer checks (readiness). For Redis this

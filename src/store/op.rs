@@ -4,7 +4,7 @@
 //! store has one way in ([`Store::apply`](super::Store::apply)) and one
 //! round trip can carry any mix of them.
 
-use crate::domain::{Check, Outcome};
+use crate::domain::{Check, LeaseId, Outcome};
 
 /// What an operation does to its check's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,13 +24,22 @@ pub enum OpKind {
     /// of the difference; above it the difference spent without a check,
     /// which may go past the limit. Then answers like a check of cost 0.
     Settle { actual: u64 },
+    /// Frees the operation's lease on the check's concurrency limit at
+    /// once ([`Applied::lease`]: whether it was live), then answers like a
+    /// check of cost 0. The other limits are left alone.
+    Release,
+    /// Extends the operation's live lease to now + the concurrency
+    /// limit's `window` (its lease TTL); an expired or unknown lease stays
+    /// gone. Then answers like a check of cost 0.
+    Renew,
 }
 
 impl OpKind {
     /// Whether the other instances sharing the store must hear of it: the
     /// state changed in a way their deny caches cannot know.
     pub fn invalidates(self) -> bool {
-        !matches!(self, OpKind::Check)
+        // A renewal frees nothing, so nobody waits on it.
+        !matches!(self, OpKind::Check | OpKind::Renew)
     }
 }
 
@@ -39,6 +48,10 @@ impl OpKind {
 pub struct Op<'a> {
     pub kind: OpKind,
     pub check: &'a Check,
+    /// The lease a check acquires on its concurrency limit, or the one a
+    /// release or renewal names; generated before the store call
+    /// ([`LeaseId::generate`]). `None`: the empty id.
+    pub lease: Option<&'a LeaseId>,
 }
 
 impl<'a> Op<'a> {
@@ -46,13 +59,47 @@ impl<'a> Op<'a> {
         Op {
             kind: OpKind::Check,
             check,
+            lease: None,
         }
+    }
+
+    /// A check that acquires `lease` on the check's concurrency limit.
+    pub fn acquire(check: &'a Check, lease: &'a LeaseId) -> Op<'a> {
+        Op {
+            kind: OpKind::Check,
+            check,
+            lease: Some(lease),
+        }
+    }
+
+    /// Frees `lease` on the check's concurrency limit.
+    pub fn release(check: &'a Check, lease: &'a LeaseId) -> Op<'a> {
+        Op {
+            kind: OpKind::Release,
+            check,
+            lease: Some(lease),
+        }
+    }
+
+    /// Extends `lease` on the check's concurrency limit.
+    pub fn renew(check: &'a Check, lease: &'a LeaseId) -> Op<'a> {
+        Op {
+            kind: OpKind::Renew,
+            check,
+            lease: Some(lease),
+        }
+    }
+
+    /// The lease's text, `""` for none.
+    pub fn lease_str(&self) -> &'a str {
+        self.lease.map_or("", LeaseId::as_str)
     }
 
     pub fn reset(check: &'a Check) -> Op<'a> {
         Op {
             kind: OpKind::Reset,
             check,
+            lease: None,
         }
     }
 
@@ -60,6 +107,7 @@ impl<'a> Op<'a> {
         Op {
             kind: OpKind::Refund,
             check,
+            lease: None,
         }
     }
 
@@ -68,6 +116,7 @@ impl<'a> Op<'a> {
         Op {
             kind: OpKind::Settle { actual },
             check,
+            lease: None,
         }
     }
 }
@@ -85,6 +134,10 @@ pub struct Applied {
     /// nothing to tell, or no other instance shares this store (the
     /// embedded store).
     pub published: Option<bool>,
+    /// For a release or renewal of a check with a concurrency limit:
+    /// whether the lease was live (so it was released or renewed).
+    /// `None` for every other operation.
+    pub lease: Option<bool>,
 }
 
 impl Applied {
@@ -93,6 +146,7 @@ impl Applied {
         Applied {
             outcomes,
             published: None,
+            lease: None,
         }
     }
 }

@@ -11,7 +11,7 @@ use std::sync::LazyLock;
 
 use super::redis::wire;
 
-/// The helpers and the five algorithm functions, in definition order.
+/// The helpers and the six algorithm functions, in definition order.
 const FUNCTIONS: &str = concat!(
     include_str!("../../lua/lib.lua"),
     "\n",
@@ -24,6 +24,8 @@ const FUNCTIONS: &str = concat!(
     include_str!("../../lua/token_bucket.lua"),
     "\n",
     include_str!("../../lua/gcra.lua"),
+    "\n",
+    include_str!("../../lua/concurrency.lua"),
     "\n",
 );
 

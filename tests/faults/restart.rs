@@ -162,7 +162,7 @@ async fn restart_under_load(
     let workers: Vec<_> = (0..WORKERS)
         .map(|w| {
             let (limiter, stop) = (limiter.clone(), stop.clone());
-            let check = check(&unique_key("restart"), Algorithm::ALL[w % 5]);
+            let check = check(&unique_key("restart"), Algorithm::RATES[w % 5]);
             tokio::spawn(async move {
                 // (completed at, degraded) of every answer.
                 let mut answers = Vec::new();

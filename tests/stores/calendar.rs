@@ -181,10 +181,13 @@ async fn by_redis_time() {
     let args = |bounds: [u64; 4]| {
         let window = bounds.map(|b| b.to_string()).join(",");
         // now (Redis TIME), TTL pad, channel; a check: code 1, 1 limit,
-        // cost 1, nothing to publish; fixed_window, limit 5, window, burst.
-        ["", "0", "ch", "1", "1", "1", "", "fw", "5", &window, "5"]
-            .map(String::from)
-            .to_vec()
+        // cost 1, nothing to publish, no lease; fixed_window, limit 5,
+        // window, burst.
+        [
+            "", "0", "ch", "1", "1", "1", "", "", "fw", "5", &window, "5",
+        ]
+        .map(String::from)
+        .to_vec()
     };
     let key = unique_key("rk:cal");
     // Periods of 2 hours whose middle one starts an hour after our clock:
@@ -198,9 +201,10 @@ async fn by_redis_time() {
         .iter()
         .map(|v| v.as_i64().unwrap_or(i64::MIN))
         .collect();
-    // 1 (applied), -1 (nothing published), allowed, remaining, retry, reset.
-    assert_eq!(&numbers[..5], &[1, -1, 1, 4, 0], "{reply:?}");
-    let reset = numbers[5] as u64;
+    // 1 (applied), -1 (nothing published), -1 (no lease released or
+    // renewed), allowed, remaining, retry, reset.
+    assert_eq!(&numbers[..6], &[1, -1, -1, 1, 4, 0], "{reply:?}");
+    let reset = numbers[6] as u64;
     assert!(
         (HOUR - 10 * SEC..=HOUR).contains(&reset),
         "the first period ends at our clock + 1 h, Redis's clock ~1 h before it: {reset}"

@@ -57,7 +57,7 @@ async fn batches_and_limits(cluster: &RedisCluster) {
     let memory = MemoryStore::new(Arc::new(clock.clone()), 10_000);
     let checks: Vec<Check> = (0..200)
         .map(|i| {
-            let algorithm = Algorithm::ALL[i % 5];
+            let algorithm = Algorithm::RATES[i % 5];
             check(&format!("user:{}", i % 40), algorithm, (i % 3) as u64)
         })
         .collect();

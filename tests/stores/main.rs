@@ -10,6 +10,7 @@ mod calendar;
 mod cluster;
 mod cluster_domains;
 mod concurrency;
+mod concurrency_leases;
 mod invalidation;
 mod invalidation_cluster;
 mod invalidation_sentinel;

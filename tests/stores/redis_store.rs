@@ -48,7 +48,7 @@ async fn redis_keys_are_tagged_prefixed_and_expire() {
     store.ping().await.unwrap();
     let redis = raw_client(&server).await;
 
-    for algorithm in Algorithm::ALL {
+    for algorithm in Algorithm::RATES {
         let c = check("user:42", algorithm, 10, "30s", 2);
         let key = store.key_for(&c);
         assert_eq!(key, format!("rk:{{user:42}}:{}:30000", algorithm.key_tag()));
@@ -182,7 +182,7 @@ async fn concurrent_errors(store: &RedisStore, n: usize) -> Vec<String> {
             let store = store.clone();
             let c = check(
                 &unique_key(&format!("conc{i}")),
-                Algorithm::ALL[i % 5],
+                Algorithm::RATES[i % 5],
                 100,
                 "1m",
                 1,
@@ -208,7 +208,7 @@ async fn batched_checks_reload_scripts_after_the_cache_is_lost() {
     let store = batching_store(&server);
     store.ping().await.unwrap();
     let batch: Vec<Check> = (0..20)
-        .map(|i| check(&unique_key("nsb"), Algorithm::ALL[i % 5], 10, "1m", 1))
+        .map(|i| check(&unique_key("nsb"), Algorithm::RATES[i % 5], 10, "1m", 1))
         .collect();
     assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
     let redis = raw_client(&server).await;
@@ -247,7 +247,7 @@ async fn a_wrong_type_key_fails_only_its_own_check_in_a_batch() {
     let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
     store.ping().await.unwrap();
     let redis = raw_client(&server).await;
-    let checks: Vec<Check> = Algorithm::ALL
+    let checks: Vec<Check> = Algorithm::RATES
         .iter()
         .flat_map(|&a| {
             let good = unique_key("good");
@@ -398,12 +398,12 @@ async fn check_calls_count_one_per_lone_check_and_one_per_batch() {
     let store = batching_store(&server);
     store.ping().await.unwrap();
     for i in 0..5 {
-        let c = check(&unique_key("calls"), Algorithm::ALL[i], 10, "1m", 1);
+        let c = check(&unique_key("calls"), Algorithm::RATES[i], 10, "1m", 1);
         store.check(&c).await.unwrap();
     }
     assert_eq!(store.check_calls(), Some(5), "one call per lone check");
     let batch: Vec<Check> = (0..20)
-        .map(|i| check(&unique_key("callsb"), Algorithm::ALL[i % 5], 10, "1m", 1))
+        .map(|i| check(&unique_key("callsb"), Algorithm::RATES[i % 5], 10, "1m", 1))
         .collect();
     store.check_batch(&batch).await.unwrap();
     assert_eq!(store.check_calls(), Some(6), "one call for the batch");

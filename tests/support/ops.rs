@@ -1,9 +1,12 @@
-//! Reset, refund and settle steps for the differential property tests: a
-//! random sequence of operations, run on a store and on the pure Rust twins.
+//! Reset, refund, settle, release and renew steps for the differential
+//! property tests: a random sequence of operations, run on a store and on
+//! the pure Rust twins.
 
 use proptest::prelude::*;
-use ratekeeper::domain::algorithms::{State, apply_all, refund_all, reset_all, settle_all};
-use ratekeeper::domain::{Check, Outcome, Rule};
+use ratekeeper::domain::algorithms::{
+    State, apply_all, apply_all_leased, lease_all, refund_all, reset_all, settle_all,
+};
+use ratekeeper::domain::{Check, LeaseId, Outcome, Rule};
 use ratekeeper::store::{Store, StoreError};
 
 /// What one step of a sequence does with its check.
@@ -16,6 +19,31 @@ pub enum Op {
     /// Settles the step's cost, as the reservation, as this actual: below
     /// it a refund, above it a spend past the limit.
     Settle(u64),
+    /// A check acquiring lease number `n` (see [`lease`]).
+    Acquire(u8),
+    /// Releases lease number `n`.
+    Release(u8),
+    /// Renews lease number `n`.
+    Renew(u8),
+}
+
+/// The id of lease number `n`.
+pub fn lease(n: u8) -> LeaseId {
+    LeaseId::from_text(format!("lease-{n}"))
+}
+
+/// For a concurrency limit: mostly acquires of four ids, releases and
+/// renewals of those and of a fifth never acquired (a wrong id), some
+/// looks (a check of the step's cost with no lease).
+pub fn lease_op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..4).prop_map(Op::Acquire),
+        1 => Just(Op::Check),
+        3 => (0u8..5).prop_map(Op::Release),
+        2 => (0u8..5).prop_map(Op::Renew),
+        1 => Just(Op::Refund),
+        1 => Just(Op::Reset),
+    ]
 }
 
 /// Mostly checks, so limits fill up and refunds have something to give;
@@ -44,6 +72,9 @@ impl Op {
             Op::Reset => reset_all(states, rules, now),
             Op::Refund => refund_all(states, rules, now, cost),
             Op::Settle(actual) => settle_all(states, rules, now, cost, actual),
+            Op::Acquire(n) => apply_all_leased(states, rules, now, cost, lease(n).as_str()),
+            Op::Release(n) => lease_all(states, rules, now, lease(n).as_str(), false).1,
+            Op::Renew(n) => lease_all(states, rules, now, lease(n).as_str(), true).1,
         }
     }
 
@@ -54,6 +85,9 @@ impl Op {
             Op::Reset => store.reset(check).await.map(|a| a.outcomes),
             Op::Refund => store.refund(check).await.map(|a| a.outcomes),
             Op::Settle(actual) => store.settle(check, actual).await.map(|a| a.outcomes),
+            Op::Acquire(n) => store.acquire(check, &lease(n)).await,
+            Op::Release(n) => store.release(check, &lease(n)).await.map(|a| a.outcomes),
+            Op::Renew(n) => store.renew(check, &lease(n)).await.map(|a| a.outcomes),
         }
     }
 }

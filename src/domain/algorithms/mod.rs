@@ -1,4 +1,4 @@
-//! The five algorithms as pure functions. Each takes the key's state (a
+//! The six algorithms as pure functions. Each takes the key's state (a
 //! `Default` state means "never seen"), the rule, the current time and the
 //! cost, updates the state and returns the [`Outcome`].
 //!
@@ -16,6 +16,7 @@
 //!   appear (sliding window weighting) uses the same IEEE operations in the
 //!   same order as the Lua, so both produce bit-identical results.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod settle;
@@ -35,6 +36,7 @@ pub enum State {
     SlidingLog(sliding_log::SlidingLogState),
     TokenBucket(token_bucket::TokenBucketState),
     Gcra(gcra::GcraState),
+    Concurrency(concurrency::ConcurrencyState),
 }
 
 impl State {
@@ -46,6 +48,7 @@ impl State {
             Algorithm::SlidingLog => State::SlidingLog(Default::default()),
             Algorithm::TokenBucket => State::TokenBucket(Default::default()),
             Algorithm::Gcra => State::Gcra(Default::default()),
+            Algorithm::Concurrency => State::Concurrency(Default::default()),
         }
     }
 
@@ -67,6 +70,13 @@ impl State {
     /// assert_eq!((denied.allowed, denied.retry_after_us), (false, 100_000));
     /// ```
     pub fn apply(&mut self, rule: &Rule, now_us: u64, cost: u64) -> Outcome {
+        self.apply_leased(rule, now_us, cost, "")
+    }
+
+    /// [`State::apply`] for a check that acquires the lease `lease` on a
+    /// concurrency limit (the other algorithms ignore it). The Lua sends
+    /// `''` when a check carries no lease, and so does [`State::apply`].
+    pub fn apply_leased(&mut self, rule: &Rule, now_us: u64, cost: u64, lease: &str) -> Outcome {
         if !self.is(rule.algorithm) {
             *self = State::fresh(rule.algorithm);
         }
@@ -76,7 +86,28 @@ impl State {
             State::SlidingLog(s) => sliding_log::check(s, rule, now_us, cost),
             State::TokenBucket(s) => token_bucket::check(s, rule, now_us, cost),
             State::Gcra(s) => gcra::check(s, rule, now_us, cost),
+            State::Concurrency(s) => concurrency::check(s, rule, now_us, cost, lease),
         }
+    }
+
+    /// Releases (`renew: false`) or renews the lease `lease` of a
+    /// concurrency limit; whether it was live. Any other algorithm's state
+    /// is left alone and answers `None`.
+    pub fn lease(&mut self, rule: &Rule, now_us: u64, lease: &str, renew: bool) -> Option<bool> {
+        if rule.algorithm != Algorithm::Concurrency {
+            return None;
+        }
+        if !self.is(rule.algorithm) {
+            *self = State::fresh(rule.algorithm);
+        }
+        let State::Concurrency(s) = self else {
+            return None;
+        };
+        Some(if renew {
+            concurrency::renew(s, rule, now_us, lease)
+        } else {
+            concurrency::release(s, now_us, lease)
+        })
     }
 
     /// Gives back up to `cost` units of the most recent spending, never
@@ -100,6 +131,8 @@ impl State {
             State::SlidingLog(s) => sliding_log::refund(s, rule, now_us, cost),
             State::TokenBucket(s) => return token_bucket::refund(s, rule, now_us, cost),
             State::Gcra(s) => return gcra::refund(s, rule, now_us, cost),
+            // Only a release frees a lease (see `concurrency`).
+            State::Concurrency(_) => {}
         }
         None
     }
@@ -112,6 +145,7 @@ impl State {
                 | (State::SlidingLog(_), Algorithm::SlidingLog)
                 | (State::TokenBucket(_), Algorithm::TokenBucket)
                 | (State::Gcra(_), Algorithm::Gcra)
+                | (State::Concurrency(_), Algorithm::Concurrency)
         )
     }
 }
@@ -138,15 +172,28 @@ impl State {
 /// assert_eq!(second[1].remaining, 4);
 /// ```
 pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) -> Vec<Outcome> {
+    apply_all_leased(states, rules, now_us, cost, "")
+}
+
+/// [`apply_all`] for a check acquiring the lease `lease` on its
+/// concurrency limit, if it has one (`check_all` hands the operation's
+/// lease to every limit's function; only concurrency reads it).
+pub fn apply_all_leased(
+    states: &mut [State],
+    rules: &[&Rule],
+    now_us: u64,
+    cost: u64,
+    lease: &str,
+) -> Vec<Outcome> {
     debug_assert_eq!(states.len(), rules.len());
     if let ([state], [rule]) = (&mut *states, rules) {
         // One limit: `apply` already writes only when it allows.
-        return vec![state.apply(rule, now_us, cost)];
+        return vec![state.apply_leased(rule, now_us, cost, lease)];
     }
     let mut outcomes: Vec<Outcome> = states
         .iter()
         .zip(rules)
-        .map(|(state, rule)| state.clone().apply(rule, now_us, cost))
+        .map(|(state, rule)| state.clone().apply_leased(rule, now_us, cost, lease))
         .collect();
     // A cost of 0 spends nothing, so there is nothing to write: the states
     // stay exactly as they were, as in the Lua, whose write pass runs only
@@ -156,7 +203,7 @@ pub fn apply_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64) 
     for ((state, rule), outcome) in states.iter_mut().zip(rules).zip(&mut outcomes) {
         if all_allow {
             if cost > 0 {
-                state.apply(rule, now_us, cost);
+                state.apply_leased(rule, now_us, cost, lease);
             }
         } else if outcome.allowed {
             // Nothing is spent: look at this limit as it is, on a copy, as
@@ -184,6 +231,26 @@ pub fn refund_all(states: &mut [State], rules: &[&Rule], now_us: u64, cost: u64)
         state.refund(rule, now_us, cost);
     }
     apply_all(states, rules, now_us, 0)
+}
+
+/// Releases (`renew: false`) or renews the lease `lease` on the
+/// concurrency limit among `rules`, then answers like a check of cost 0
+/// (`lease_all` in `lua/adjust.lua`). Whether the lease was live: `None`
+/// when no limit is a concurrency limit.
+pub fn lease_all(
+    states: &mut [State],
+    rules: &[&Rule],
+    now_us: u64,
+    lease: &str,
+    renew: bool,
+) -> (Option<bool>, Vec<Outcome>) {
+    let mut live = None;
+    for (state, rule) in states.iter_mut().zip(rules) {
+        if let Some(was) = state.lease(rule, now_us, lease, renew) {
+            live = Some(live.unwrap_or(false) || was);
+        }
+    }
+    (live, apply_all(states, rules, now_us, 0))
 }
 
 #[cfg(test)]

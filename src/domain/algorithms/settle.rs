@@ -84,6 +84,11 @@ impl State {
     /// A look of cost 0 first, as the Lua makes (a sliding log drops its
     /// expired entries there), then the raised check of what fits.
     pub fn spend(&mut self, rule: &Rule, now_us: u64, cost: u64) -> Spent {
+        if rule.algorithm == crate::domain::Algorithm::Concurrency {
+            // A settle moves no lease: only a release frees one.
+            let look = self.apply(rule, now_us, 0);
+            return Spent { look, spend: None };
+        }
         let raised = overdraft_rule(rule);
         let look = self.apply(&raised, now_us, 0);
         let take = cost.min(look.remaining);

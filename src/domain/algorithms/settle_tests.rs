@@ -16,7 +16,7 @@ fn bucket(algorithm: Algorithm, limit: u64, window: u64, burst: u64) -> Rule {
 
 /// Every algorithm at 10 per 10 s (buckets: burst 10).
 fn rules() -> Vec<Rule> {
-    Algorithm::ALL
+    Algorithm::RATES
         .iter()
         .map(|&a| rule(a, 10, 10 * SEC))
         .collect()

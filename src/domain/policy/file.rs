@@ -187,13 +187,13 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
     }
     let algorithm = match &raw.algorithm {
         None => None,
-        Some(a) => match Algorithm::ALL
+        Some(a) => match Algorithm::RATES
             .into_iter()
             .find(|x| x.as_str() == a.get_ref())
         {
             Some(found) => Some(found),
             None => {
-                let names: Vec<&str> = Algorithm::ALL.iter().map(|x| x.as_str()).collect();
+                let names: Vec<&str> = Algorithm::RATES.iter().map(|x| x.as_str()).collect();
                 report.add(
                     format!("{at}.algorithm"),
                     a.span(),

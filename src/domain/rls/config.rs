@@ -144,7 +144,7 @@ fn build_limit(rl: &RawRateLimit, path: &str, bounds: &Bounds) -> Result<ConfigL
         let unit = unit.ok_or("rate_limit needs a unit")?;
         let algorithm = match rl.algorithm.as_deref() {
             None => Algorithm::FixedWindow,
-            Some(a) => Algorithm::ALL
+            Some(a) => Algorithm::RATES
                 .into_iter()
                 .find(|x| x.as_str() == a)
                 .ok_or_else(|| format!("unknown algorithm {a:?}"))?,

@@ -93,7 +93,7 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
                 }
                 other => other,
             })?;
-    let BatchRequest { checks } = parse_json(body.as_bytes())?;
+    let BatchRequest { checks } = BatchRequest::parse(body.as_bytes())?;
     if checks.total > state.max_batch {
         return Err(ApiError::InvalidRequest(format!(
             "checks: at most {} checks in a batch (limits.max_batch), got {}",
@@ -154,6 +154,21 @@ fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check), ApiError> {
 struct BatchRequest<'a> {
     #[serde(borrow)]
     checks: Items<'a>,
+}
+
+impl<'a> BatchRequest<'a> {
+    /// The envelope, which must be an object: serde's derived struct also
+    /// takes an array of its fields in order, so `[[]]` would be a batch of
+    /// none, answered 200, where the schema allows only an object.
+    fn parse(json: &'a [u8]) -> Result<BatchRequest<'a>, ApiError> {
+        let parsed = parse_json(json)?;
+        if json.trim_ascii_start().first() != Some(&b'{') {
+            return Err(ApiError::InvalidRequest(
+                "invalid type: sequence, expected struct BatchRequest".into(),
+            ));
+        }
+        Ok(parsed)
+    }
 }
 
 /// The `checks` array: its first [`MAX_ITEMS`] + 1 items, each as the bytes
@@ -235,7 +250,7 @@ mod tests {
     use super::*;
 
     fn envelope(json: &str) -> Result<(usize, usize), ApiError> {
-        let BatchRequest { checks } = parse_json(json.as_bytes())?;
+        let BatchRequest { checks } = BatchRequest::parse(json.as_bytes())?;
         Ok((checks.kept.len(), checks.total))
     }
 
@@ -266,6 +281,12 @@ mod tests {
             message("[]").contains("struct BatchRequest"),
             "{}",
             message("[]")
+        );
+        // An array of the fields in order is no object either.
+        assert!(
+            message("[[]]").contains("expected struct BatchRequest"),
+            "{}",
+            message("[[]]")
         );
         assert!(
             message("5").contains("expected struct BatchRequest"),

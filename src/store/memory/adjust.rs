@@ -4,9 +4,9 @@
 
 use super::MemoryStore;
 use super::{Entry, OwnedStateKey};
-use crate::domain::Check;
 use crate::domain::algorithms::State;
 use crate::domain::state_key::StateKey;
+use crate::domain::{Algorithm, Check};
 use crate::store::{Applied, StoreError};
 
 impl MemoryStore {
@@ -23,6 +23,7 @@ impl MemoryStore {
             check,
             0,
             now,
+            "",
         )))
     }
 
@@ -52,6 +53,7 @@ impl MemoryStore {
             check,
             0,
             now,
+            "",
         )))
     }
 
@@ -108,6 +110,48 @@ impl MemoryStore {
             check,
             0,
             now,
+            "",
         )))
+    }
+}
+
+impl MemoryStore {
+    /// Releases (`renew: false`) or renews `lease` on the concurrency
+    /// limit of `check`, then answers like a check of cost 0 (see
+    /// [`OpKind::Release`](crate::store::OpKind::Release)). A release
+    /// keeps the state's expiry (it only shrinks); a renewal lengthens it
+    /// to the latest lease's, as `lua/concurrency.lua` sets the key's.
+    pub fn lease_now(
+        &self,
+        check: &Check,
+        lease: &str,
+        renew: bool,
+    ) -> Result<Applied, StoreError> {
+        let now = self.inner.clock.now_us();
+        let mut shard = self.inner.shard_of(check);
+        let mut live = None;
+        for limit in check.limits.iter() {
+            if limit.rule.algorithm != Algorithm::Concurrency {
+                continue;
+            }
+            let was = match shard.map.get_mut(&StateKey::of(check, limit)) {
+                Some(entry) if entry.expires_at_us > now => {
+                    let was = entry.state.lease(&limit.rule, now, lease, renew);
+                    if was == Some(true) && renew {
+                        let latest = entry.state.apply(&limit.rule, now, 0).reset_after_us;
+                        entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(latest));
+                    }
+                    was.unwrap_or(false)
+                }
+                _ => false,
+            };
+            live = Some(live.unwrap_or(false) || was);
+        }
+        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        Ok(Applied {
+            outcomes,
+            published: None,
+            lease: live,
+        })
     }
 }

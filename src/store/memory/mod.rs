@@ -26,7 +26,7 @@ use async_trait::async_trait;
 use hashbrown::{Equivalent, HashMap};
 
 use super::{Applied, Op, OpKind, Store, StoreError};
-use crate::domain::algorithms::{State, apply_all};
+use crate::domain::algorithms::{State, apply_all_leased};
 use crate::domain::state_key::StateKey;
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule, Window};
 
@@ -172,20 +172,32 @@ impl MemoryStore {
     /// this), under its client key's shard lock.
     pub fn apply_now(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
         match op.kind {
-            OpKind::Check => self.check_now(op.check).map(Applied::unshared),
+            OpKind::Check => self
+                .acquire_now(op.check, op.lease_str())
+                .map(Applied::unshared),
             OpKind::Reset => self.reset_now(op.check),
             OpKind::Refund => self.refund_now(op.check, op.check.cost),
             OpKind::Settle { actual } => self.settle_now(op.check, actual),
+            OpKind::Release => self.lease_now(op.check, op.lease_str(), false),
+            OpKind::Renew => self.lease_now(op.check, op.lease_str(), true),
         }
     }
 
     /// Runs a check synchronously (the async trait method wraps this):
     /// all its limits under one lock, all or nothing (see
-    /// [`apply_all`]). One outcome per limit, in order.
+    /// [`apply_all`](crate::domain::algorithms::apply_all)). One outcome per limit, in order.
     pub fn check_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+        self.acquire_now(check, "")
+    }
+
+    /// [`MemoryStore::check_now`] acquiring `lease` on the check's
+    /// concurrency limit, if it has one.
+    pub fn acquire_now(&self, check: &Check, lease: &str) -> Result<Vec<Outcome>, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
-        Ok(self.inner.check_in(&mut shard.map, check, check.cost, now))
+        Ok(self
+            .inner
+            .check_in(&mut shard.map, check, check.cost, now, lease))
     }
 }
 
@@ -197,7 +209,14 @@ impl Inner {
     }
 
     /// Runs `check` at `cost` on its locked shard's `map`.
-    fn check_in(&self, map: &mut Map, check: &Check, cost: u64, now: u64) -> Vec<Outcome> {
+    fn check_in(
+        &self,
+        map: &mut Map,
+        check: &Check,
+        cost: u64,
+        now: u64,
+        lease: &str,
+    ) -> Vec<Outcome> {
         let inner = self;
         // Decide on copies of the limits' states (expired state is "never
         // seen", as after a Redis TTL), then store them back. Copies, not
@@ -212,7 +231,7 @@ impl Inner {
             })
             .collect();
         let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();
-        let outcomes = apply_all(&mut states, &rules, now, cost);
+        let outcomes = apply_all_leased(&mut states, &rules, now, cost, lease);
         // Like Redis: state and its expiry change only when the check is
         // allowed and spends. Reads never shorten or drop state, which
         // matters when several rules share a key.

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::Inner;
-use crate::domain::Check;
+use crate::domain::{Check, LeaseId};
 use crate::store::{Applied, Op, OpKind, StoreError};
 
 /// The most operations one batch carries.
@@ -27,8 +27,12 @@ const MAX_BATCH: usize = super::MAX_OPS_PER_CALL;
 pub(super) struct Job {
     kind: OpKind,
     pub(super) check: Check,
+    lease: Option<LeaseId>,
     reply: oneshot::Sender<Result<Applied, StoreError>>,
 }
+
+/// A job's operation, owned: what [`Op`] borrows.
+type Owned = (OpKind, Check, Option<LeaseId>);
 
 /// Starts the batcher; it runs until every sender is dropped.
 pub(super) fn spawn(inner: Arc<Inner>, window: Duration) -> mpsc::Sender<Job> {
@@ -46,6 +50,7 @@ pub(super) async fn submit(
     let job = Job {
         kind: op.kind,
         check: op.check.clone(),
+        lease: op.lease.cloned(),
         reply,
     };
     if batcher.send(job).await.is_err() {
@@ -78,13 +83,17 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
         for jobs in inner.group_by_slot(jobs, |job| &job.check) {
             let inner = inner.clone();
             in_flight.spawn(async move {
-                let (ops, replies): (Vec<(OpKind, Check)>, Vec<_>) = jobs
+                let (ops, replies): (Vec<Owned>, Vec<_>) = jobs
                     .into_iter()
-                    .map(|j| ((j.kind, j.check), j.reply))
+                    .map(|j| ((j.kind, j.check, j.lease), j.reply))
                     .unzip();
                 let ops: Vec<Op> = ops
                     .iter()
-                    .map(|(kind, check)| Op { kind: *kind, check })
+                    .map(|(kind, check, lease)| Op {
+                        kind: *kind,
+                        check,
+                        lease: lease.as_ref(),
+                    })
                     .collect();
                 match inner.run_ops(&ops).await {
                     Ok(answers) => {

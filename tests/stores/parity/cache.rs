@@ -57,6 +57,11 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
                             Op::Reset => limiter.reset(&check).await,
                             Op::Refund => limiter.refund(&check).await,
                             Op::Settle(actual) => limiter.settle(&check, actual).await,
+                            // The limiter has no lease path yet; the rate
+                            // algorithms' sequences never hold these.
+                            Op::Acquire(_) | Op::Release(_) | Op::Renew(_) => {
+                                unreachable!("{op:?} in a rate algorithm's sequence")
+                            }
                         }
                     })
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
@@ -91,7 +96,7 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
 
 #[test]
 fn deny_cache_answers_exactly_as_the_embedded_store() {
-    for algorithm in Algorithm::ALL {
+    for algorithm in Algorithm::RATES {
         run_deny_cache_parity(algorithm, 150, None);
     }
 }
@@ -99,7 +104,7 @@ fn deny_cache_answers_exactly_as_the_embedded_store() {
 #[test]
 fn deny_cache_answers_exactly_as_redis() {
     let redis = RedisServer::start();
-    for algorithm in Algorithm::ALL {
+    for algorithm in Algorithm::RATES {
         run_deny_cache_parity(algorithm, 60, Some(&redis));
     }
 }
@@ -116,7 +121,7 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
     use ratekeeper::store::memory::MemoryStore;
 
     let runtime = runtime();
-    let strategy = prop::sample::select(Algorithm::ALL.to_vec()).prop_flat_map(|algorithm| {
+    let strategy = prop::sample::select(Algorithm::RATES.to_vec()).prop_flat_map(|algorithm| {
         (
             case(algorithm),
             rule(algorithm),

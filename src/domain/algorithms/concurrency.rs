@@ -1,0 +1,201 @@
+//! Concurrency: at most `limit` in flight per key. A check of cost 1
+//! acquires a lease, which lives `window` (the lease's TTL) unless it is
+//! released or renewed first; a check of cost 0 looks. An expired lease
+//! frees its slot by itself: it simply stops counting, no traffic needed.
+//!
+//! The state is the live leases, each an id and the instant it expires
+//! (`lua/concurrency.lua` keeps the same as a sorted set, member = id,
+//! score = expiry). At most `limit` are live at once, so the state is
+//! bounded by the limit (itself bounded by `limits.max_concurrency`).
+//!
+//! A refund and a settle leave the leases alone: only a release frees a
+//! slot, only the holder of the id can release it, and a slot is one unit.
+
+use crate::domain::{Outcome, Rule};
+
+/// Lease ids are at least 128 random bits as text; an id that arrives
+/// longer than this is not one of ours.
+pub const MAX_LEASE_ID_BYTES: usize = 64;
+
+/// The live leases: `(id, expires_at_us)`, in the order they were taken.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConcurrencyState {
+    pub leases: Vec<(String, u64)>,
+}
+
+impl ConcurrencyState {
+    /// The leases still live at `now_us` (expiry strictly after it).
+    fn live(&self, now_us: u64) -> impl Iterator<Item = &(String, u64)> {
+        self.leases.iter().filter(move |(_, at)| *at > now_us)
+    }
+
+    /// Drops the expired leases (done only when writing, as the Lua trims
+    /// only when it writes).
+    fn trim(&mut self, now_us: u64) {
+        self.leases.retain(|(_, at)| *at > now_us);
+    }
+}
+
+/// Acquires the lease `lease` (cost 1) or looks (cost 0). Allowed iff
+/// fewer than `limit` leases are live. A denial's retry_after is when the
+/// earliest live lease expires: an upper bound, as a release can come
+/// sooner. `reset_after` is when the last live lease expires. Ids are
+/// generated fresh for every acquire, so an id is never taken twice; if
+/// one were, its expiry would move, as a `ZADD` moves its score.
+pub fn check(
+    state: &mut ConcurrencyState,
+    rule: &Rule,
+    now_us: u64,
+    cost: u64,
+    lease: &str,
+) -> Outcome {
+    let held = state.live(now_us).count() as u64;
+    let latest = state.live(now_us).map(|(_, at)| *at).max();
+    let need = cost.max(1);
+    let allowed = held + need <= rule.limit;
+    let spends = allowed && cost > 0;
+    let until = now_us + rule.window_us();
+    let retry_after_us = if allowed {
+        0
+    } else {
+        state
+            .live(now_us)
+            .map(|(_, at)| *at - now_us)
+            .min()
+            .unwrap_or(0)
+    };
+    if spends {
+        state.trim(now_us);
+        match state.leases.iter_mut().find(|(id, _)| id == lease) {
+            Some(entry) => entry.1 = until,
+            None => state.leases.push((lease.to_string(), until)),
+        }
+    }
+    let count = held + u64::from(spends);
+    let latest = if spends {
+        Some(latest.map_or(until, |l| l.max(until)))
+    } else {
+        latest
+    };
+    Outcome {
+        allowed,
+        // Saturating: the limit may have been lowered while leases were held.
+        remaining: rule.limit.saturating_sub(count),
+        retry_after_us,
+        reset_after_us: latest.map_or(0, |at| at - now_us),
+    }
+}
+
+/// Frees the lease `lease` at once. Whether it was live: `false` for a
+/// lease that expired, was released already, or never was.
+pub fn release(state: &mut ConcurrencyState, now_us: u64, lease: &str) -> bool {
+    let live = state.live(now_us).any(|(id, _)| id == lease);
+    state.leases.retain(|(id, _)| id != lease);
+    live
+}
+
+/// Extends the live lease `lease` to `now + ttl`. Whether it was live: an
+/// expired or unknown lease is not brought back (its slot may be taken).
+pub fn renew(state: &mut ConcurrencyState, rule: &Rule, now_us: u64, lease: &str) -> bool {
+    let until = now_us + rule.window_us();
+    match state
+        .leases
+        .iter_mut()
+        .find(|(id, at)| id == lease && *at > now_us)
+    {
+        Some(entry) => {
+            entry.1 = until;
+            true
+        }
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_support::*;
+    use super::super::*;
+    use super::{ConcurrencyState, release, renew};
+
+    fn c(limit: u64) -> Rule {
+        rule(Algorithm::Concurrency, limit, 30 * SEC)
+    }
+
+    fn leases(s: &mut State) -> &mut ConcurrencyState {
+        match s {
+            State::Concurrency(c) => c,
+            _ => panic!("not a concurrency state"),
+        }
+    }
+
+    #[test]
+    fn acquires_up_to_the_limit_then_denies_until_the_earliest_expiry() {
+        let r = c(3);
+        let mut s = State::fresh(Algorithm::Concurrency);
+        let t0 = 1_000 * SEC;
+        for (i, expected) in [2, 1, 0].into_iter().enumerate() {
+            let o = s.apply_leased(&r, t0 + i as u64 * SEC, 1, &format!("l{i}"));
+            assert!(o.allowed);
+            assert_eq!(o.remaining, expected);
+            assert_eq!(o.reset_after_us, 30 * SEC);
+        }
+        let now = t0 + 5 * SEC;
+        let o = s.apply_leased(&r, now, 1, "l3");
+        assert!(!o.allowed);
+        assert_eq!(o.remaining, 0);
+        // l0 expires at t0 + 30 s: 25 s from now, exactly.
+        assert_eq!(o.retry_after_us, 25 * SEC);
+        assert_eq!(o.reset_after_us, 27 * SEC);
+        let early = s.clone().apply_leased(&r, t0 + 30 * SEC - 1, 1, "l3");
+        assert!(!early.allowed);
+        let on_time = s.clone().apply_leased(&r, t0 + 30 * SEC, 1, "l3");
+        assert!(on_time.allowed);
+        assert_eq!(on_time.remaining, 0);
+    }
+
+    #[test]
+    fn a_look_spends_nothing_and_expired_leases_stop_counting() {
+        let r = c(1);
+        let mut s = State::fresh(Algorithm::Concurrency);
+        assert!(s.apply_leased(&r, 0, 1, "a").allowed);
+        let look = s.apply_leased(&r, SEC, 0, "");
+        assert_eq!((look.allowed, look.remaining), (false, 0));
+        // Never released: it frees itself at expiry.
+        let after = s.apply_leased(&r, 30 * SEC, 0, "");
+        assert_eq!((after.allowed, after.remaining), (true, 1));
+        assert!(s.apply_leased(&r, 30 * SEC, 1, "b").allowed);
+        assert_eq!(leases(&mut s).leases, vec![("b".to_string(), 60 * SEC)]);
+    }
+
+    #[test]
+    fn release_frees_one_slot_once_and_a_wrong_id_changes_nothing() {
+        let r = c(2);
+        let mut s = State::fresh(Algorithm::Concurrency);
+        assert!(s.apply_leased(&r, 0, 1, "a").allowed);
+        assert!(s.apply_leased(&r, 0, 1, "b").allowed);
+        assert!(!s.apply_leased(&r, 0, 1, "c").allowed);
+        let before = s.clone();
+        assert!(!release(leases(&mut s), SEC, "nope"));
+        assert_eq!(s, before);
+        assert!(release(leases(&mut s), SEC, "a"));
+        assert!(!release(leases(&mut s), SEC, "a"), "idempotent");
+        let o = s.apply_leased(&r, SEC, 1, "c");
+        assert_eq!((o.allowed, o.remaining), (true, 0));
+        // An expired lease is not released: it was gone already.
+        assert!(!release(leases(&mut s), 40 * SEC, "b"));
+    }
+
+    #[test]
+    fn renew_extends_a_live_lease_only() {
+        let r = c(1);
+        let mut s = State::fresh(Algorithm::Concurrency);
+        assert!(s.apply_leased(&r, 0, 1, "a").allowed);
+        assert!(!renew(leases(&mut s), &r, 10 * SEC, "b"));
+        assert!(renew(leases(&mut s), &r, 10 * SEC, "a"));
+        // Now a lives until 40 s.
+        let o = s.apply_leased(&r, 35 * SEC, 1, "b");
+        assert_eq!((o.allowed, o.retry_after_us), (false, 5 * SEC));
+        assert!(!renew(leases(&mut s), &r, 40 * SEC, "a"), "expired");
+        assert!(s.apply_leased(&r, 40 * SEC, 1, "b").allowed);
+    }
+}
