@@ -59,7 +59,7 @@ impl Limiter {
     /// error, which the HTTP layer turns into a 503. The other instances
     /// are told by the store call itself (Redis publishes from the same
     /// script), so nothing else goes to the store.
-    async fn adjust(&self, op: Adjustment, check: &Check) -> Result<Decision, LimiterError> {
+    pub async fn adjust(&self, op: Adjustment, check: &Check) -> Result<Decision, LimiterError> {
         let result = self.adjust_store(op, check).await;
         self.metrics.record_adjustment(op.as_str(), result.is_ok());
         // Even after an error, even one that made no call: the script may

@@ -52,7 +52,6 @@ impl Limiter {
         }
         if !to_store.is_empty() {
             let asked = self.asking();
-            let to_store_indices: Vec<usize> = to_store.iter().map(|&(i, _)| i).collect();
             let ops: Vec<Op> = to_store
                 .iter()
                 .map(|&(i, _)| Op::check(&checks[i]))
@@ -68,21 +67,21 @@ impl Limiter {
             // per check: 100 checks failing in one call are one failed call,
             // and must not open the breaker for everyone as 100 would. It
             // hears a failure if any of the domain's checks met one.
-            let mut heard: Vec<(u64, Option<&StoreError>)> = Vec::new();
-            for ((_, permit), result) in to_store.iter().zip(&results) {
+            let mut heard: Vec<(Permit, Option<StoreError>)> = Vec::new();
+            for ((i, permit), result) in to_store.into_iter().zip(results) {
                 let error = result.as_ref().err().filter(|e| e.store_is_down());
-                match heard.iter_mut().find(|(d, _)| *d == permit.domain()) {
-                    Some((_, seen)) => *seen = seen.or(error),
-                    None => heard.push((permit.domain(), error)),
+                match heard
+                    .iter_mut()
+                    .find(|(p, _)| p.domain() == permit.domain())
+                {
+                    Some((_, seen)) if seen.is_none() => *seen = error.cloned(),
+                    Some(_) => {}
+                    None => heard.push((permit, error.cloned())),
                 }
-            }
-            for (domain, error) in &heard {
-                let first = to_store.iter().position(|(_, p)| p.domain() == *domain);
-                let permit = to_store.swap_remove(first.expect("heard from a permit")).1;
-                self.breakers.record(permit, *error);
-            }
-            for (i, result) in to_store_indices.into_iter().zip(results) {
                 answers[i] = Some(self.answered(&checks[i], None, &asked, result));
+            }
+            for (permit, error) in heard {
+                self.breakers.record(permit, error.as_ref());
             }
         }
         answers
@@ -165,3 +164,7 @@ struct Asked {
     /// The deny cache's clock when the call started.
     cache_now: Option<u64>,
 }
+
+#[cfg(test)]
+#[path = "stages_tests.rs"]
+mod tests;

@@ -20,18 +20,6 @@ for_each_store!(app:
     validation_is_the_checks,
 );
 
-async fn post(app: &TestApp, path: &str, body: &Value) -> (u16, Value) {
-    let response = app
-        .http
-        .post(app.url(path))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 /// `body` with `cost` set (or removed, for `None`).
 fn costing(body: &Value, cost: Option<u64>) -> Value {
     let mut body = body.clone();
@@ -76,7 +64,7 @@ async fn reset_brings_back_full_capacity_in_every_form(app: &TestApp) {
             let (_, denied) = app.check(costing(&body, Some(1))).await;
             assert_eq!(denied["allowed"], false, "{body}");
         }
-        let (status, reset) = post(app, "/v1/reset", &body).await;
+        let (status, reset) = app.post("/v1/reset", &body).await;
         assert_eq!(status, 200, "{reset}");
         let (_, look) = app.check(costing(&body, Some(0))).await;
         assert_eq!(reset, look, "the answer of a cost-0 check");
@@ -92,7 +80,7 @@ async fn reset_brings_back_full_capacity_in_every_form(app: &TestApp) {
 async fn refund_never_goes_beyond_capacity(app: &TestApp) {
     for body in forms(app) {
         app.check(costing(&body, Some(2))).await;
-        let (status, refunded) = post(app, "/v1/refund", &costing(&body, Some(3))).await;
+        let (status, refunded) = app.post("/v1/refund", &costing(&body, Some(3))).await;
         assert_eq!(status, 200, "{refunded}");
         assert_eq!(refunded["remaining"], 3, "{body}: {refunded}");
         let (_, look) = app.check(costing(&body, Some(0))).await;
@@ -102,7 +90,7 @@ async fn refund_never_goes_beyond_capacity(app: &TestApp) {
         }
         assert_eq!(app.check(costing(&body, Some(1))).await.1["allowed"], false);
         // The default cost is 1, as for a check.
-        let (_, one) = post(app, "/v1/refund", &costing(&body, None)).await;
+        let (_, one) = app.post("/v1/refund", &costing(&body, None)).await;
         assert_eq!(
             (one["allowed"].clone(), one["remaining"].clone()),
             (json!(true), json!(1))
@@ -112,11 +100,11 @@ async fn refund_never_goes_beyond_capacity(app: &TestApp) {
 
 async fn refund_of_a_key_without_state_is_a_noop(app: &TestApp) {
     for body in forms(app) {
-        let (status, refunded) = post(app, "/v1/refund", &costing(&body, Some(2))).await;
+        let (status, refunded) = app.post("/v1/refund", &costing(&body, Some(2))).await;
         assert_eq!(status, 200, "{refunded}");
         assert_eq!(refunded["remaining"], 3, "{refunded}");
         assert_eq!(refunded["reset_after_ms"], 0, "{refunded}");
-        let (status, reset) = post(app, "/v1/reset", &body).await;
+        let (status, reset) = app.post("/v1/reset", &body).await;
         assert_eq!((status, &reset), (200, &refunded));
     }
 }
@@ -140,17 +128,17 @@ async fn validation_is_the_checks(app: &TestApp) {
     for body in &invalid {
         let (status, want) = app.check(body.clone()).await;
         assert!(status == 422, "{body}: {status} {want}");
-        let (status, got) = post(app, "/v1/refund", body).await;
+        let (status, got) = app.post("/v1/refund", body).await;
         assert_eq!((status, &got), (422, &want), "refund {body}");
         let reset = costing(body, None);
         let (_, want) = app.check(reset.clone()).await;
-        let (status, got) = post(app, "/v1/reset", &reset).await;
+        let (status, got) = app.post("/v1/reset", &reset).await;
         if want.get("error").is_some() {
             assert_eq!((status, &got), (422, &want), "reset {reset}");
         }
     }
     for body in [&single, &inline, &policy] {
-        let (status, got) = post(app, "/v1/reset", &costing(body, Some(1))).await;
+        let (status, got) = app.post("/v1/reset", &costing(body, Some(1))).await;
         assert_eq!(status, 422, "{got}");
         assert_eq!(error(&got).0, "invalid_request");
         assert!(error(&got).1.starts_with("cost:"), "{got}");
@@ -179,11 +167,11 @@ async fn a_store_outage_is_a_503_not_a_fake_answer() {
     let bound = timeout * 3 / 2 + Duration::from_millis(150);
     let app = TestApp::spawn(settings).await;
     let body = json!({"key": unique_key("down"), "limit": 3, "window": "1h"});
-    assert_eq!(post(&app, "/v1/refund", &body).await.0, 200);
+    assert_eq!(app.post("/v1/refund", &body).await.0, 200);
     redis.kill();
     for path in ["/v1/refund", "/v1/reset"] {
         let started = Instant::now();
-        let (status, got) = post(&app, path, &body).await;
+        let (status, got) = app.post(path, &body).await;
         assert_eq!(status, 503, "{path}: {got}");
         assert_eq!(error(&got).0, "store_unavailable");
         assert!(!error(&got).1.contains("redis"), "no detail: {got}");
@@ -211,7 +199,7 @@ async fn with_the_breaker_open_a_reset_is_refused_at_once() {
     let redis = RedisServer::start();
     let app = TestApp::spawn(settings(Some(&redis.url()))).await;
     let body = json!({"key": unique_key("open"), "limit": 3, "window": "1h"});
-    assert_eq!(post(&app, "/v1/reset", &body).await.0, 200);
+    assert_eq!(app.post("/v1/reset", &body).await.0, 200);
     redis.freeze();
     // A degraded check answered at once: the breaker is open.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -224,7 +212,7 @@ async fn with_the_breaker_open_a_reset_is_refused_at_once() {
         assert!(Instant::now() < deadline, "the breaker never opened");
     }
     let started = Instant::now();
-    let (status, got) = post(&app, "/v1/reset", &body).await;
+    let (status, got) = app.post("/v1/reset", &body).await;
     let took = started.elapsed();
     redis.thaw();
     assert_eq!(status, 503, "{got}");

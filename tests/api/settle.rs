@@ -20,18 +20,6 @@ for_each_store!(app:
     bad_settles_are_422_naming_the_field,
 );
 
-async fn post(app: &TestApp, path: &str, body: &Value) -> (u16, Value) {
-    let response = app
-        .http
-        .post(app.url(path))
-        .json(body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
-}
-
 /// `body` with `fields` added.
 fn with(body: &Value, fields: Value) -> Value {
     let mut body = body.clone();
@@ -52,12 +40,12 @@ async fn a_gateway_settles_below_and_above_its_estimate(app: &TestApp) {
         (Some(true), Some(600))
     );
     // Used 150 of the 400 reserved: 250 come back.
-    let (status, settled) = post(
-        app,
-        "/v1/settle",
-        &with(&body, json!({"reserved": 400, "actual": 150})),
-    )
-    .await;
+    let (status, settled) = app
+        .post(
+            "/v1/settle",
+            &with(&body, json!({"reserved": 400, "actual": 150})),
+        )
+        .await;
     assert_eq!(status, 200, "{settled}");
     assert_eq!(settled["allowed"], true);
     assert!(settled["remaining"].as_u64().unwrap() >= 850, "{settled}");
@@ -65,12 +53,12 @@ async fn a_gateway_settles_below_and_above_its_estimate(app: &TestApp) {
     assert_eq!(second["allowed"], true, "{second}");
     // Used 1 500 of the 500 reserved: the key owes about 650 tokens, and
     // checks are denied until refills pay them back.
-    let (status, over) = post(
-        app,
-        "/v1/settle",
-        &with(&body, json!({"reserved": 500, "actual": 1500})),
-    )
-    .await;
+    let (status, over) = app
+        .post(
+            "/v1/settle",
+            &with(&body, json!({"reserved": 500, "actual": 1500})),
+        )
+        .await;
     assert_eq!(status, 200, "{over}");
     assert_eq!(
         (over["allowed"].as_bool(), over["remaining"].as_u64()),
@@ -117,12 +105,12 @@ async fn every_form_settles_and_answers_like_a_look(app: &TestApp) {
             app.check(with(&body, json!({"cost": 2}))).await.1["allowed"],
             true
         );
-        let (status, over) = post(
-            app,
-            "/v1/settle",
-            &with(&body, json!({"reserved": 2, "actual": 5})),
-        )
-        .await;
+        let (status, over) = app
+            .post(
+                "/v1/settle",
+                &with(&body, json!({"reserved": 2, "actual": 5})),
+            )
+            .await;
         assert_eq!(status, 200, "{over}");
         assert_eq!(over["allowed"], false, "{body}: 5 of 3 used: {over}");
         let (_, look) = app.check(with(&body, json!({"cost": 0}))).await;
@@ -132,12 +120,12 @@ async fn every_form_settles_and_answers_like_a_look(app: &TestApp) {
             "{body}: the answer is a look's"
         );
         // Back under: 5 used, 3 of them given back.
-        let (status, under) = post(
-            app,
-            "/v1/settle",
-            &with(&body, json!({"reserved": 3, "actual": 0})),
-        )
-        .await;
+        let (status, under) = app
+            .post(
+                "/v1/settle",
+                &with(&body, json!({"reserved": 3, "actual": 0})),
+            )
+            .await;
         assert_eq!(status, 200, "{under}");
         assert_eq!(under["allowed"], true, "{body}: 2 of 3 used: {under}");
         assert_eq!(
@@ -184,7 +172,7 @@ async fn bad_settles_are_422_naming_the_field(app: &TestApp) {
         ),
     ];
     for (fields, field) in cases {
-        let (status, answer) = post(app, "/v1/settle", &with(&body, fields.clone())).await;
+        let (status, answer) = app.post("/v1/settle", &with(&body, fields.clone())).await;
         assert_eq!(status, 422, "{fields}: {answer}");
         let (code, message) = error(&answer);
         assert_eq!(code, "invalid_request", "{fields}");
@@ -194,20 +182,20 @@ async fn bad_settles_are_422_naming_the_field(app: &TestApp) {
         );
     }
     // The cap is 100 × the smallest limit of the check: 1 000 here.
-    let (status, answer) = post(
-        app,
-        "/v1/settle",
-        &with(&body, json!({"reserved": 5, "actual": 1000})),
-    )
-    .await;
+    let (status, answer) = app
+        .post(
+            "/v1/settle",
+            &with(&body, json!({"reserved": 5, "actual": 1000})),
+        )
+        .await;
     assert_eq!(status, 200, "{answer}");
     // The check's own validation still applies, as for /v1/check.
-    let (status, answer) = post(
-        app,
-        "/v1/settle",
-        &json!({"key": "", "limit": 10, "window": "1m", "reserved": 1, "actual": 1}),
-    )
-    .await;
+    let (status, answer) = app
+        .post(
+            "/v1/settle",
+            &json!({"key": "", "limit": 10, "window": "1m", "reserved": 1, "actual": 1}),
+        )
+        .await;
     assert_eq!(
         (status, error(&answer).0),
         (422, "invalid_request"),
@@ -234,12 +222,12 @@ async fn a_settle_through_one_instance_ends_the_others_cached_denial() {
             false
         );
     }
-    let (status, settled) = post(
-        &b,
-        "/v1/settle",
-        &with(&body, json!({"reserved": 5, "actual": 2})),
-    )
-    .await;
+    let (status, settled) = b
+        .post(
+            "/v1/settle",
+            &with(&body, json!({"reserved": 5, "actual": 2})),
+        )
+        .await;
     assert_eq!(
         (status, &settled["allowed"]),
         (200, &json!(true)),

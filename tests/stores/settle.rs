@@ -24,30 +24,8 @@ for_each_store!(
     the_limiter_drops_cached_denials_on_settle,
 );
 
-const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
-const SEC: u64 = 1_000_000;
-const MS: u64 = 1_000;
-
-/// 5 per 10 s (the buckets: one unit per 2 s, burst 5).
-fn rule(algorithm: Algorithm) -> Rule {
-    Rule {
-        algorithm,
-        limit: 5,
-        window: Window::Length(10 * SEC),
-        burst: 5,
-    }
-}
-
-fn with_cost(check: &Check, cost: u64) -> Check {
-    Check {
-        cost,
-        ..check.clone()
-    }
-}
-
-async fn spend(store: &dyn Store, check: &Check, cost: u64) -> Vec<Outcome> {
-    store.check(&with_cost(check, cost)).await.unwrap()
-}
+// The scenarios share reset and refund's rule and helpers.
+use crate::stores_adjust::{MS, SEC, T0, rule, spend, with_cost};
 
 async fn settle(store: &dyn Store, check: &Check, reserved: u64, actual: u64) -> Vec<Outcome> {
     store

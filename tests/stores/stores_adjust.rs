@@ -23,12 +23,12 @@ for_each_store!(
     a_full_sliding_log_refunds_like_its_twin,
 );
 
-const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
-const SEC: u64 = 1_000_000;
-const MS: u64 = 1_000;
+pub(crate) const T0: u64 = 1_767_225_600_000_000; // a window boundary for every window used here
+pub(crate) const SEC: u64 = 1_000_000;
+pub(crate) const MS: u64 = 1_000;
 
 /// 5 per 10 s (the buckets: one unit per 2 s, burst 5).
-fn rule(algorithm: Algorithm) -> Rule {
+pub(crate) fn rule(algorithm: Algorithm) -> Rule {
     Rule {
         algorithm,
         limit: 5,
@@ -37,14 +37,14 @@ fn rule(algorithm: Algorithm) -> Rule {
     }
 }
 
-fn with_cost(check: &Check, cost: u64) -> Check {
+pub(crate) fn with_cost(check: &Check, cost: u64) -> Check {
     Check {
         cost,
         ..check.clone()
     }
 }
 
-async fn spend(store: &dyn Store, check: &Check, cost: u64) -> Vec<Outcome> {
+pub(crate) async fn spend(store: &dyn Store, check: &Check, cost: u64) -> Vec<Outcome> {
     store.check(&with_cost(check, cost)).await.unwrap()
 }
 

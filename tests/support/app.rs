@@ -76,10 +76,15 @@ impl TestApp {
 
     /// POSTs a check and returns (status, body).
     pub async fn check(&self, body: serde_json::Value) -> (u16, serde_json::Value) {
+        self.post("/v1/check", &body).await
+    }
+
+    /// POSTs `body` as JSON to `path`: the status and the JSON answer.
+    pub async fn post(&self, path: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
         let response = self
             .http
-            .post(self.url("/v1/check"))
-            .json(&body)
+            .post(self.url(path))
+            .json(body)
             .send()
             .await
             .unwrap();

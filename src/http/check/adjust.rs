@@ -88,19 +88,18 @@ async fn adjust(state: &AppState, op: Adjustment, request: Request) -> Result<Re
     // `wait_ms` is part of the shared forms: validated as for a check, then
     // ignored, since a reset or a refund never waits.
     validate_wait_ms(wait_ms, &state.bounds)?;
-    let result = match op {
-        Adjustment::Reset => {
-            if has_cost {
-                return Err(ApiError::InvalidRequest(
-                    "cost: a reset takes no cost; it deletes the key's state".into(),
-                ));
-            }
-            check.cost = 0;
-            state.limiter.reset(&check).await
+    if op == Adjustment::Reset {
+        if has_cost {
+            return Err(ApiError::InvalidRequest(
+                "cost: a reset takes no cost; it deletes the key's state".into(),
+            ));
         }
-        Adjustment::Refund => state.limiter.refund(&check).await,
-        Adjustment::Settle { .. } => unreachable!("POST /v1/settle has its own handler"),
-    };
-    let decision = result.map_err(|e| ApiError::adjusting(op.as_str(), e))?;
+        check.cost = 0;
+    }
+    let decision = state
+        .limiter
+        .adjust(op, &check)
+        .await
+        .map_err(|e| ApiError::adjusting(op.as_str(), e))?;
     Ok(respond(form, &decision))
 }
