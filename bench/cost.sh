@@ -12,11 +12,17 @@
 #   calendar  {"limit": 1000000, "calendar": "day", "timezone": "Europe/Berlin"}
 #   sliding   {"limit": 1000000, "window": "1s"}
 #   gcra      {"limit": 1000000, "window": "1s", "algorithm": "gcra"}
+#   lease     {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
+#             each check followed by POST /v1/release of its lease: one
+#             row is an acquire plus its release
+#
+#   RULES="fixed lease" bash bench/cost.sh     # a lease's round against a fixed window
 # For each store (embedded; Redis), binary and rule, one client sends N
 # checks over one keep-alive connection to the binary running under
 # callgrind; the row reports its instructions per check (startup included,
-# the same in every row) and, on Redis, EVALSHA's usec_per_call (Redis's
-# clock, not valgrind's). Writes bench/results/cost-<UTC time>.md.
+# the same in every row) and, on Redis, EVALSHA's total usec over N (Redis's
+# clock, not valgrind's): a check's script time, or for `lease` the
+# acquire's and the release's together. Writes bench/results/cost-<UTC time>.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BINARIES=("${@:-target/release/ratekeeper}")
@@ -41,17 +47,24 @@ rules = {
     "calendar": {"limit": 1000000, "calendar": "day", "timezone": "Europe/Berlin"},
     "sliding": {"limit": 1000000, "window": "1s"},
     "gcra": {"limit": 1000000, "window": "1s", "algorithm": "gcra"},
+    "lease": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
 }
 c = http.client.HTTPConnection("127.0.0.1", port)
-for i in range(n):
-    body = json.dumps({"key": f"{rule}:{i}", **rules[rule]})
-    c.request("POST", "/v1/check", body, {"content-type": "application/json"})
+def post(path, body):
+    c.request("POST", path, json.dumps(body), {"content-type": "application/json"})
     r = c.getresponse()
-    r.read()
-    assert r.status == 200, r.status
+    answer = json.loads(r.read())
+    assert r.status == 200, (r.status, answer)
+    return answer
+for i in range(n):
+    body = {"key": f"{rule}:{i}", **rules[rule]}
+    answer = post("/v1/check", body)
+    if rule == "lease":
+        released = post("/v1/release", {**body, "lease": answer["lease"]["id"]})
+        assert released["released"], released
 PY
 
-# run STORE BINARY RULE -> "instructions redis_usec_per_call"
+# run STORE BINARY RULE -> "instructions redis_usec_total"
 run() {
   local out="$TMP/cg" args=(serve --listen "127.0.0.1:$PORT")
   [ "$1" = redis ] && args+=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
@@ -68,7 +81,7 @@ run() {
   local total usec
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   usec=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' \
-    | awk -F'usec_per_call=' '/^cmdstat_evalsha:/ { split($2, a, ","); print a[1] }')
+    | awk -F'usec=' '/^cmdstat_evalsha:/ { split($2, a, ","); print a[1] }')
   echo "$total ${usec:-0}"
 }
 
@@ -78,9 +91,9 @@ OUT=bench/results/cost-$(date -u +%Y%m%dT%H%M%SZ).md
   echo
   echo "$N checks of distinct keys over one connection, ratekeeper under callgrind (\`bash bench/cost.sh\`)."
   echo "Instructions are the whole program's divided by $N (startup included, the same in every row);"
-  echo "Redis µs/call is EVALSHA's usec_per_call from Redis's commandstats. \`×\`: against the store's first row."
+  echo "Redis µs / check is EVALSHA's total usec from Redis's commandstats over $N (for \`lease\`, an acquire and its release). \`×\`: against the store's first row."
   echo
-  echo "| store | binary | rule | instructions / check | × | Redis µs / call | × |"
+  echo "| store | binary | rule | instructions / check | × | Redis µs / check | × |"
   echo "|---|---|---|---|---|---|---|"
 } > "$OUT"
 for store in memory redis; do
@@ -90,7 +103,7 @@ for store in memory redis; do
       read -r i u < <(run "$store" "$bin" "$rule")
       [ -z "$base_i" ] && base_i=$i base_u=$u
       awk -v s="$store" -v b="$bin" -v r="$rule" -v i="$i" -v u="$u" -v bi="$base_i" -v bu="$base_u" -v n="$N" 'BEGIN {
-        ru = (s == "redis") ? sprintf("%.2f | %.2f", u, bu ? u / bu : 0) : "- | -"
+        ru = (s == "redis") ? sprintf("%.2f | %.2f", u / n, bu ? u / bu : 0) : "- | -"
         printf "| %s | `%s` | %s | %.0f | %.2f | %s |\n", s, b, r, i / n, i / bi, ru }' | tee -a "$OUT"
     done
   done

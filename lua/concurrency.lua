@@ -8,13 +8,13 @@
 
 local function concurrency(key, now, limit, window, cost, burst, pad_ms, dry, lease)
   lease = lease or ''
-  local need = math.max(cost, 1)
   local held = redis.call('ZCOUNT', key, '(' .. int(now), '+inf')
   local latest = nil
   if held > 0 then
     latest = tonumber(redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')[2])
   end
-  local allowed = held + need <= limit
+  -- One slot per request in flight, whatever its cost (concurrency.rs).
+  local allowed = held < limit
   local spends = allowed and cost > 0
   local expires = now + window
   local retry = 0

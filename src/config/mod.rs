@@ -19,10 +19,10 @@ mod tests;
 use reader::Reader;
 use redis::read_redis;
 pub use redis::{RedisSettings, redact_url};
-use sections::{MAX_WAIT_US, int_in, parse_listen, read_auth, read_breaker, read_grpc};
+use sections::{int_in, parse_listen, read_auth, read_breaker, read_grpc, read_limits};
 
+use crate::domain::Bounds;
 use crate::domain::forward::IpNet;
-use crate::domain::{Bounds, parse_duration_us};
 use crate::domain::{FailureMode, FailurePolicy};
 use crate::limiter::breaker::BreakerConfig;
 
@@ -184,6 +184,8 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_waiters",
     "limits.max_waiters_per_key",
     "limits.max_batch",
+    "limits.max_lease_ttl",
+    "limits.max_concurrency",
     "policies.file",
     "policies.poll_interval",
     "grpc.listen",
@@ -267,29 +269,9 @@ impl Settings {
             r.parse("server.max_connections", |s| int_in(s, 1, 10_000_000)),
             r.list("server.trusted_proxies", |s| s.parse::<IpNet>()),
         );
-        let limits = (
-            r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536)),
-            // A sliding log's memory no longer grows with its limit (at most 127
-            // entries), so any valid limit may be allowed.
-            r.parse("limits.max_sliding_log_limit", |s| {
-                int_in(s, 1, crate::domain::MAX_LIMIT)
-            }),
-            // The bound on one script call's work: each limit is a few
-            // Redis commands.
-            r.parse("limits.max_limits_per_check", |s| int_in(s, 1, 32)),
-            // "0s" turns waiting off (any wait_ms above 0 is refused); a
-            // waiter holds a connection, so an hour is plenty.
-            r.parse("limits.max_wait", |s| match parse_duration_us(s) {
-                Ok(us) if us <= MAX_WAIT_US => Ok(us / 1_000),
-                Ok(_) => Err("must be at most 1h".to_string()),
-                Err(m) => Err(m),
-            }),
-            r.parse("limits.max_waiters", |s| int_in(s, 0, 10_000_000)),
-            r.parse("limits.max_waiters_per_key", |s| int_in(s, 0, 10_000_000)),
-        );
-        // The batch body's cap grows with it (4 KiB a check, see
-        // `http::batch_body_limit`): 1000 is a 4 MiB body.
-        let max_batch = r.parse("limits.max_batch", |s| int_in(s, 1, 1_000));
+        let limits = read_limits(&mut r);
+        let max_batch = limits.1;
+        let limits = limits.0;
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
         });
@@ -352,14 +334,7 @@ impl Settings {
                     max_connections: server.6? as usize,
                     trusted_proxies: server.7?,
                 },
-                limits: Bounds {
-                    max_key_bytes: limits.0? as usize,
-                    max_sliding_log_limit: limits.1?,
-                    max_limits_per_check: limits.2? as usize,
-                    max_wait_ms: limits.3?,
-                    max_waiters: limits.4? as usize,
-                    max_waiters_per_key: limits.5? as usize,
-                },
+                limits: limits?,
                 max_batch: max_batch? as usize,
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,

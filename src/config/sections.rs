@@ -1,11 +1,12 @@
-//! Readers of the small sections and value shapes: `[breaker]`, `[auth]`,
-//! listen addresses and bounded integers.
+//! Readers of the small sections and value shapes: `[limits]`,
+//! `[breaker]`, `[auth]`, listen addresses and bounded integers.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use super::reader::Reader;
 use super::{AuthSettings, GrpcSettings};
+use crate::domain::{Bounds, parse_duration_us};
 use crate::limiter::breaker::BreakerConfig;
 
 pub(super) fn parse_listen(s: &str) -> Result<SocketAddr, String> {
@@ -70,7 +71,58 @@ pub(super) fn read_auth(r: &mut Reader) -> Option<AuthSettings> {
 }
 
 /// Longest `limits.max_wait`.
-pub(super) const MAX_WAIT_US: u64 = 3_600_000_000;
+const MAX_WAIT_US: u64 = 3_600_000_000;
+/// Longest `limits.max_lease_ttl`: a day bounds how long a crashed
+/// holder keeps its slot.
+const MAX_LEASE_TTL_US: u64 = 86_400_000_000;
+
+/// The `[limits]` section: the bounds on a check, and `limits.max_batch`;
+/// each `None` when a key of it is invalid.
+pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>) {
+    let max_key_bytes = r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536));
+    // A sliding log's memory no longer grows with its limit (at most 127
+    // entries), so any valid limit may be allowed.
+    let max_sliding_log_limit = r.parse("limits.max_sliding_log_limit", |s| {
+        int_in(s, 1, crate::domain::MAX_LIMIT)
+    });
+    // The bound on one script call's work: each limit is a few Redis
+    // commands.
+    let max_limits_per_check = r.parse("limits.max_limits_per_check", |s| int_in(s, 1, 32));
+    // "0s" turns waiting off (any wait_ms above 0 is refused); a waiter
+    // holds a connection, so an hour is plenty.
+    let max_wait_ms = r.parse("limits.max_wait", |s| match parse_duration_us(s) {
+        Ok(us) if us <= MAX_WAIT_US => Ok(us / 1_000),
+        Ok(_) => Err("must be at most 1h".to_string()),
+        Err(m) => Err(m),
+    });
+    let max_waiters = r.parse("limits.max_waiters", |s| int_in(s, 0, 10_000_000));
+    let max_waiters_per_key = r.parse("limits.max_waiters_per_key", |s| int_in(s, 0, 10_000_000));
+    // The batch body's cap grows with it (4 KiB a check, see
+    // `http::batch_body_limit`): 1000 is a 4 MiB body.
+    let max_batch = r.parse("limits.max_batch", |s| int_in(s, 1, 1_000));
+    // Whole milliseconds, as every lease_ttl is.
+    let max_lease_ttl_us = r.parse("limits.max_lease_ttl", |s| match parse_duration_us(s) {
+        Ok(us) if (1_000..=MAX_LEASE_TTL_US).contains(&us) && us % 1_000 == 0 => Ok(us),
+        Ok(_) => Err("must be whole milliseconds from 1ms to 1d".to_string()),
+        Err(m) => Err(m),
+    });
+    // One key's leases are one sorted set of at most this many members,
+    // and every acquire counts them (ZCOUNT, O(log n)).
+    let max_concurrency = r.parse("limits.max_concurrency", |s| int_in(s, 1, 100_000));
+    let bounds = (|| {
+        Some(Bounds {
+            max_key_bytes: max_key_bytes? as usize,
+            max_sliding_log_limit: max_sliding_log_limit?,
+            max_limits_per_check: max_limits_per_check? as usize,
+            max_wait_ms: max_wait_ms?,
+            max_waiters: max_waiters? as usize,
+            max_waiters_per_key: max_waiters_per_key? as usize,
+            max_lease_ttl_us: max_lease_ttl_us?,
+            max_concurrency: max_concurrency?,
+        })
+    })();
+    (bounds, max_batch)
+}
 
 pub(super) fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {
     match s.parse::<u64>() {

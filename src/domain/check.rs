@@ -8,7 +8,7 @@
 use std::sync::{Arc, LazyLock};
 
 use super::FailureMode;
-use super::rule::{Bounds, Rule, RuleInput, ValidationError, validate_name};
+use super::rule::{Algorithm, Bounds, Rule, RuleInput, ValidationError, validate_name};
 
 /// One limit of a check: a named rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -172,25 +172,29 @@ impl Check {
         policy: Option<Arc<str>>,
     ) -> Result<Check, ValidationError> {
         let cost = cost.unwrap_or(1);
-        // The tightest capacity: a larger cost could never be allowed.
-        if let Some(tightest) = limits.iter().min_by_key(|l| l.rule.capacity()) {
-            let max_cost = tightest.rule.capacity();
-            if cost > max_cost {
-                let what = if tightest.rule.algorithm.has_burst() {
-                    "burst"
-                } else {
-                    "limit"
-                };
-                let whose = if limits.len() == 1 {
-                    String::new()
-                } else {
-                    format!(" of limit {:?}", tightest.name)
-                };
-                return Err(ValidationError::new(
-                    "cost",
-                    format!("must be at most the {what}{whose} ({max_cost}), got {cost}"),
-                ));
-            }
+        validate_leases(&limits)?;
+        let (max_cost, tightest) = max_cost(&limits);
+        if cost > max_cost {
+            let message = match tightest {
+                // Only concurrency limits: a request is one in flight.
+                None => format!(
+                    "must be 0 (look) or 1 (take a lease) for a concurrency limit, got {cost}"
+                ),
+                Some(tightest) => {
+                    let what = if tightest.rule.algorithm.has_burst() {
+                        "burst"
+                    } else {
+                        "limit"
+                    };
+                    let whose = if limits.len() == 1 {
+                        String::new()
+                    } else {
+                        format!(" of limit {:?}", tightest.name)
+                    };
+                    format!("must be at most the {what}{whose} ({max_cost}), got {cost}")
+                }
+            };
+            return Err(ValidationError::new("cost", message));
         }
         Ok(Check {
             key,
@@ -202,10 +206,53 @@ impl Check {
         })
     }
 
+    /// The check's concurrency limit, if it has one (at most one).
+    pub fn concurrency(&self) -> Option<&Limit> {
+        self.limits
+            .iter()
+            .find(|l| l.rule.algorithm == Algorithm::Concurrency)
+    }
+
+    /// The largest cost a check of these limits may spend: the tightest
+    /// capacity among its rate limits (a larger cost could never be
+    /// allowed). A concurrency limit takes one slot whatever the cost, so
+    /// it bounds nothing, unless it is alone: then 1.
+    pub fn max_cost(&self) -> u64 {
+        max_cost(&self.limits).0
+    }
+
     /// The first limit's rule: the whole check in the single-rule form.
     pub fn rule(&self) -> &Rule {
         &self.limits[0].rule
     }
+}
+
+/// [`Check::max_cost`], and the rate limit that sets it (`None`: only
+/// concurrency limits).
+fn max_cost(limits: &[Limit]) -> (u64, Option<&Limit>) {
+    limits
+        .iter()
+        .filter(|l| l.rule.algorithm != Algorithm::Concurrency)
+        .min_by_key(|l| l.rule.capacity())
+        .map_or((1, None), |l| (l.rule.capacity(), Some(l)))
+}
+
+/// At most one concurrency limit per check: a check takes one lease, and
+/// a second limit on the same key could only be a looser copy.
+pub fn validate_leases(limits: &[Limit]) -> Result<(), ValidationError> {
+    let mut concurrency = limits
+        .iter()
+        .enumerate()
+        .filter(|(_, l)| l.rule.algorithm == Algorithm::Concurrency);
+    if let (Some((i, _)), Some((j, _))) = (concurrency.next(), concurrency.next()) {
+        return Err(ValidationError::new(
+            format!("limits[{j}].algorithm"),
+            format!(
+                "a check holds at most one concurrency limit (limits[{i}] is one): it takes one lease"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn validate_key(key: &str, bounds: &Bounds) -> Result<(), ValidationError> {

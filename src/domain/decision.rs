@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{Algorithm, Check, us_to_ms_ceil};
+use super::{Algorithm, Check, Lease, LeaseId, us_to_ms_ceil};
 
 /// What one limit's algorithm decided, in microseconds. Identical from Lua
 /// and Rust.
@@ -65,6 +65,10 @@ pub struct Decision {
     /// Index into `limits` of the most restrictive limit: the fewest
     /// remaining; among equals a denying one, then the first.
     pub most_restrictive: usize,
+    /// The lease the check took on its concurrency limit: only when the
+    /// store took one (every limit allowed a cost above 0), never in a
+    /// failure policy's answer.
+    pub lease: Option<Lease>,
 }
 
 impl Decision {
@@ -119,7 +123,23 @@ impl Decision {
             policy: check.policy.clone(),
             most_restrictive,
             limits,
+            lease: None,
         }
+    }
+
+    /// The decision of a check that asked the store to acquire `lease` on
+    /// its concurrency limit: it holds the lease iff the store took it,
+    /// which is when every limit allowed (a shadow policy's denial took
+    /// nothing) and the cost was above 0 (a look takes none).
+    pub fn with_lease(mut self, check: &Check, lease: Option<LeaseId>) -> Self {
+        let took = self.limits.iter().all(|l| l.allowed) && check.cost > 0;
+        if let (true, Some(id), Some(limit)) = (took, lease, check.concurrency()) {
+            self.lease = Some(Lease {
+                id,
+                expires_in_ms: limit.rule.window_us() / 1_000,
+            });
+        }
+        self
     }
 
     /// The same decision answered by the failure policy.

@@ -50,9 +50,36 @@ pub fn parse_duration_us(text: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("`{text}` is too long"))
 }
 
+/// `us` in the largest unit that writes it whole, as the parser reads it
+/// back: `366d`, `1h`, `90s`.
+///
+/// ```
+/// use ratekeeper::domain::format_duration_us;
+/// assert_eq!(format_duration_us(3_600_000_000), "1h");
+/// assert_eq!(format_duration_us(90_000_000), "90s");
+/// ```
+pub fn format_duration_us(us: u64) -> String {
+    let (unit, per) = UNITS
+        .iter()
+        .rev()
+        .find(|(_, per)| us.is_multiple_of(*per))
+        .copied()
+        .unwrap_or(UNITS[0]);
+    format!("{}{unit}", us / per)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn formats_what_it_parses() {
+        for text in ["7us", "250ms", "90s", "1m", "36h", "366d"] {
+            let us = parse_duration_us(text).unwrap();
+            assert_eq!(format_duration_us(us), text);
+        }
+        assert_eq!(format_duration_us(120_000_000), "2m");
+    }
 
     #[test]
     fn parses_every_unit() {

@@ -25,7 +25,23 @@ impl LeaseId {
         LeaseId(bytes.iter().map(|b| format!("{b:02x}")).collect())
     }
 
-    /// An id as a client sent it back.
+    /// An id as a client sent it back, if it has the form of one (32
+    /// lowercase hex digits): anything else was never handed out, and is
+    /// answered as a mistake rather than as a lease that is gone.
+    ///
+    /// ```
+    /// use ratekeeper::domain::LeaseId;
+    /// let id = LeaseId::generate();
+    /// assert_eq!(LeaseId::parse(id.as_str()), Some(id));
+    /// assert_eq!(LeaseId::parse("{\"id\": \"...\"}"), None);
+    /// ```
+    pub fn parse(text: &str) -> Option<LeaseId> {
+        let well_formed =
+            text.len() == 32 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
+        well_formed.then(|| LeaseId(text.to_owned()))
+    }
+
+    /// Any text as an id, unchecked: for tests and tools.
     pub fn from_text(text: impl Into<String>) -> LeaseId {
         LeaseId(text.into())
     }
@@ -39,4 +55,12 @@ impl fmt::Display for LeaseId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// A lease an allowed check took, as answered: its id, and how long it
+/// lives unless released or renewed (the concurrency limit's `lease_ttl`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub id: LeaseId,
+    pub expires_in_ms: u64,
 }

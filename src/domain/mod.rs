@@ -28,13 +28,14 @@ pub mod state_key;
 mod window;
 
 pub use check::{
-    Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_wait_ms,
+    Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_leases,
+    validate_wait_ms,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
-pub use duration::{MAX_WINDOW_US, parse_duration_us};
+pub use duration::{MAX_WINDOW_US, format_duration_us, parse_duration_us};
 pub use failure::{FailureMode, FailurePolicy};
-pub use lease::LeaseId;
+pub use lease::{Lease, LeaseId};
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,

@@ -33,8 +33,8 @@ impl Algorithm {
     ];
 
     /// The five rate algorithms: every one but concurrency, whose leases
-    /// no front end can release yet, so policies files and the RLS config
-    /// name only these.
+    /// only a caller that comes back to release them can hold, so the RLS
+    /// config and forward-auth policies name only these.
     pub const RATES: [Algorithm; 5] = [
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
@@ -139,6 +139,9 @@ pub struct RuleInput {
     pub calendar: Option<String>,
     /// The calendar's IANA time zone. Default: UTC.
     pub timezone: Option<String>,
+    /// A concurrency limit's lease TTL, instead of a window (required for
+    /// concurrency, refused for the others).
+    pub lease_ttl: Option<WindowInput>,
     /// Default: sliding_window.
     pub algorithm: Option<Algorithm>,
     pub burst: Option<u64>,
@@ -159,6 +162,11 @@ pub struct Bounds {
     /// Most of them in one line (one key, policy and limits:
     /// `limits.max_waiters_per_key`), so one key cannot take every place.
     pub max_waiters_per_key: usize,
+    /// Longest `lease_ttl` of a concurrency limit (`limits.max_lease_ttl`).
+    pub max_lease_ttl_us: u64,
+    /// Largest `limit` of a concurrency limit (`limits.max_concurrency`):
+    /// one key's leases are that many sorted-set members at most.
+    pub max_concurrency: u64,
 }
 
 impl Default for Bounds {
@@ -170,6 +178,8 @@ impl Default for Bounds {
             max_wait_ms: 10_000,
             max_waiters: 10_000,
             max_waiters_per_key: 1_000,
+            max_lease_ttl_us: 3_600_000_000,
+            max_concurrency: 10_000,
         }
     }
 }
@@ -250,7 +260,13 @@ impl Rule {
             ));
         }
 
-        let window = window(input, algorithm)?;
+        let window = if algorithm == Algorithm::Concurrency {
+            lease_ttl(input, bounds)?
+        } else if input.lease_ttl.is_some() {
+            return Err(invalid("lease_ttl", "only applies to concurrency"));
+        } else {
+            window(input, algorithm)?
+        };
         let window_us = window.nominal_us();
 
         let burst = match (input.burst, algorithm.has_burst()) {
@@ -306,16 +322,70 @@ impl Rule {
     }
 }
 
+/// A length from 1 ms to `max_us`, in whole milliseconds, as `field`.
+fn length_us(
+    field: &'static str,
+    input: &WindowInput,
+    max_us: u64,
+) -> Result<u64, ValidationError> {
+    let length = match input {
+        WindowInput::Seconds(s) => s.checked_mul(1_000_000).unwrap_or(u64::MAX),
+        WindowInput::Text(t) => super::parse_duration_us(t).map_err(|m| invalid(field, m))?,
+    };
+    if !(1_000..=max_us).contains(&length) || length % 1_000 != 0 {
+        return Err(invalid(
+            field,
+            format!(
+                "must be a whole number of milliseconds from 1ms to {} (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
+                super::format_duration_us(max_us)
+            ),
+        ));
+    }
+    Ok(length)
+}
+
+/// A concurrency limit's window: its lease TTL, given as `lease_ttl` (a
+/// window or calendar is refused: leases do not live in periods), and its
+/// limit within `limits.max_concurrency`.
+fn lease_ttl(input: &RuleInput, bounds: &Bounds) -> Result<Window, ValidationError> {
+    if input.window.is_some() || input.calendar.is_some() || input.timezone.is_some() {
+        let field = if input.window.is_some() {
+            "window"
+        } else if input.calendar.is_some() {
+            "calendar"
+        } else {
+            "timezone"
+        };
+        return Err(invalid(
+            field,
+            "a concurrency limit has no window: give lease_ttl, how long a lease lives unless released",
+        ));
+    }
+    if input.limit > bounds.max_concurrency {
+        return Err(invalid(
+            "limit",
+            format!(
+                "a concurrency limit is at most {} (limits.max_concurrency), got {}",
+                bounds.max_concurrency, input.limit
+            ),
+        ));
+    }
+    let Some(ttl) = &input.lease_ttl else {
+        return Err(invalid(
+            "lease_ttl",
+            "missing: a concurrency limit needs lease_ttl, how long a lease lives unless released (e.g. \"30s\")",
+        ));
+    };
+    Ok(Window::Length(length_us(
+        "lease_ttl",
+        ttl,
+        bounds.max_lease_ttl_us,
+    )?))
+}
+
 /// The window of `input`: a length, or calendar periods in a zone.
 fn window(input: &RuleInput, algorithm: Algorithm) -> Result<Window, ValidationError> {
-    let length = match &input.window {
-        None => None,
-        Some(WindowInput::Seconds(s)) => Some(s.checked_mul(1_000_000).unwrap_or(u64::MAX)),
-        Some(WindowInput::Text(t)) => {
-            Some(super::parse_duration_us(t).map_err(|m| invalid("window", m))?)
-        }
-    };
-    match (length, &input.calendar) {
+    match (&input.window, &input.calendar) {
         (Some(_), Some(_)) => Err(invalid(
             "calendar",
             "window and calendar are mutually exclusive: give one",
@@ -328,13 +398,7 @@ fn window(input: &RuleInput, algorithm: Algorithm) -> Result<Window, ValidationE
             if input.timezone.is_some() {
                 return Err(invalid("timezone", "only applies with calendar"));
             }
-            if !(1_000..=MAX_WINDOW_US).contains(&length) || length % 1_000 != 0 {
-                return Err(invalid(
-                    "window",
-                    "must be a whole number of milliseconds from 1ms to 366d (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
-                ));
-            }
-            Ok(Window::Length(length))
+            Ok(Window::Length(length_us("window", length, MAX_WINDOW_US)?))
         }
         (None, Some(unit)) => {
             let unit = CalendarUnit::parse(unit).ok_or_else(|| {

@@ -56,6 +56,15 @@ pub enum AuthError {
     /// `X-RateLimit-Cost`.
     #[error("{0}")]
     InvalidRequest(String),
+    /// 501: the policy has a concurrency limit, whose lease nothing here
+    /// could release when the proxied request ends (a policy written for
+    /// forward-auth, with `key_from`, is refused at load instead).
+    #[error(
+        "policy {0:?} has a concurrency limit ({1:?}): forward-auth cannot release its lease when \
+         the proxied request ends, so it cannot apply it; call POST /v1/check and POST /v1/release \
+         from the service instead"
+    )]
+    LeasedPolicy(String, String),
     /// 500; the detail goes to the log.
     #[error("internal error")]
     Internal(#[source] LimiterError),
@@ -69,6 +78,7 @@ impl IntoResponse for AuthError {
                 (*status, "missing_key")
             }
             AuthError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
+            AuthError::LeasedPolicy(..) => (StatusCode::NOT_IMPLEMENTED, "unsupported_policy"),
             AuthError::Internal(e) => {
                 tracing::error!(error = %e, "forward-auth check failed");
                 (StatusCode::INTERNAL_SERVER_ERROR, "internal")
@@ -162,6 +172,13 @@ fn prepare(
     let check = policy
         .check(key, cost, &state.bounds)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
+    // Before any store call: no lease is taken that nobody could release.
+    if let Some(limit) = check.concurrency() {
+        return Err(AuthError::LeasedPolicy(
+            policy.name.to_string(),
+            limit.name.to_string(),
+        ));
+    }
     Ok((check, status(forward.deny_status)))
 }
 

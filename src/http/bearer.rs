@@ -36,6 +36,9 @@ const ROUTES: &[(Pattern, Scope)] = &[
     // The second half of a caller's own check, bounded by the reservation
     // it names: see `http::check::settle` for why not admin, as a refund.
     (Pattern::Exact("/v1/settle"), Scope::Check),
+    // Likewise, and a lease id is the holder's alone (128 random bits).
+    (Pattern::Exact("/v1/release"), Scope::Check),
+    (Pattern::Exact("/v1/renew"), Scope::Check),
     (Pattern::Exact("/v1/reset"), Scope::Admin),
     (Pattern::Exact("/v1/refund"), Scope::Admin),
     (Pattern::Exact("/v1/policies"), Scope::Admin),
@@ -110,6 +113,8 @@ mod tests {
         assert_eq!(open("/v1/reset"), Some(Scope::Admin));
         assert_eq!(open("/v1/refund"), Some(Scope::Admin));
         assert_eq!(open("/v1/settle"), Some(Scope::Check));
+        assert_eq!(open("/v1/release"), Some(Scope::Check));
+        assert_eq!(open("/v1/renew"), Some(Scope::Check));
         assert_eq!(open("/v1/policies"), Some(Scope::Admin));
         // Unknown /v1 paths, near misses included, need a token too.
         for path in [

@@ -81,6 +81,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/reset", post(check::reset))
         .route("/v1/refund", post(check::refund))
         .route("/v1/settle", post(check::settle))
+        .route("/v1/release", post(check::release))
+        .route("/v1/renew", post(check::renew))
         .route("/v1/auth/{policy}", any(auth::auth))
         .route("/v1/auth/{policy}/", any(auth::auth))
         .route("/v1/auth/{policy}/{*rest}", any(auth::auth))

@@ -11,8 +11,8 @@ use utoipa::{Modify, OpenApi};
 use crate::domain::auth::Scope;
 
 use super::check::{
-    AlgorithmName, BatchForms, BatchItem, BatchResponse, CheckForms, CheckResponse, LimitResponse,
-    LimitSpec, ResetForms, WindowSpec,
+    AlgorithmName, BatchForms, BatchItem, BatchResponse, CheckForms, CheckResponse, LeaseForms,
+    LeaseResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
 };
 use super::error::{ErrorBody, ErrorDetail};
 use super::ops::Health;
@@ -64,6 +64,14 @@ struct AdjustDoc;
 )]
 struct SettleDoc;
 
+/// `POST /v1/release` and `/v1/renew`, merged into [`ApiDoc`].
+#[derive(OpenApi)]
+#[openapi(
+    paths(super::check::lease::release, super::check::lease::renew),
+    components(schemas(LeaseForms, LeaseResponse))
+)]
+struct LeaseDoc;
+
 /// `POST /v1/checks`, merged into [`ApiDoc`].
 #[derive(OpenApi)]
 #[openapi(
@@ -78,6 +86,7 @@ pub fn document() -> utoipa::openapi::OpenApi {
     doc.merge(PoliciesDoc::openapi());
     doc.merge(AdjustDoc::openapi());
     doc.merge(SettleDoc::openapi());
+    doc.merge(LeaseDoc::openapi());
     doc.merge(TopDoc::openapi());
     // After the merges, so the operations merged in are covered too.
     BearerAuth.modify(&mut doc);
@@ -109,7 +118,8 @@ impl Modify for BearerAuth {
             .scheme(HttpAuthScheme::Bearer)
             .description(Some(
                 "A token of auth.tokens_file, when set (without it, no authentication). \
-                 Scope `check`: POST /v1/check, POST /v1/checks, POST /v1/settle and forward-auth; scope `admin`: also \
+                 Scope `check`: POST /v1/check, POST /v1/checks, POST /v1/settle, POST /v1/release, \
+                 POST /v1/renew and forward-auth; scope `admin`: also \
                  reset, refund, GET /v1/policies and GET /v1/top.",
             ))
             .build();

@@ -46,7 +46,7 @@ use self::wait::Waiting;
 use self::wait::queue::Waiters;
 use self::wait::timer::{Timer, TokioTimer};
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
-use crate::domain::{Check, Clock, Decision, MonotonicClock};
+use crate::domain::{Check, Clock, Decision, LeaseId, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
 use crate::store::{Store, StoreError};
@@ -227,12 +227,21 @@ impl Limiter {
     /// by the check's failure mode (its policy's, or the service's): the
     /// local store's under `Local` (when it can answer), the policy's
     /// otherwise.
-    fn degraded(&self, check: &Check) -> Decision {
+    ///
+    /// A check that would take `lease` gets it only from the local store
+    /// (which then holds it until it is released there or expires): the
+    /// policy's answers hold no lease, so nothing is handed out that no
+    /// store knows.
+    fn degraded(&self, check: &Check, lease: Option<LeaseId>) -> Decision {
         let mode = self.policy.mode_for(check);
         self.metrics.record_degraded(mode);
         if let (FailureMode::Local, Some(local)) = (mode, &self.local) {
-            match local.check_now(check) {
-                Ok(outcomes) => return Decision::from_outcomes(check, &outcomes).degraded(),
+            match local.apply_now(&stages::op_for(check, lease.as_ref())) {
+                Ok(applied) => {
+                    return Decision::from_outcomes(check, &applied.outcomes)
+                        .with_lease(check, lease)
+                        .degraded();
+                }
                 Err(error) => self.metrics.record_store_error(error.kind()),
             }
         }

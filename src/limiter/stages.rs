@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use super::domains::Permit;
 use super::{Limiter, LimiterError, health};
-use crate::domain::{Check, Decision, Outcome};
+use crate::domain::{Check, Decision, LeaseId, Outcome};
 use crate::store::{Op, StoreError};
 
 impl Limiter {
@@ -26,12 +26,19 @@ impl Limiter {
         if let Some(decision) = self.local_answer(check) {
             return Ok(decision);
         }
+        let lease = lease_for(check);
         let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
-            return Ok(self.degraded(check));
+            return Ok(self.degraded(check, lease));
         };
         let asked = self.asking();
-        let result = self.store.check(check).await;
-        self.answered(check, Some(permit), &asked, result)
+        let op = op_for(check, lease.as_ref());
+        let result = self.store.apply(&[op]).await.pop().unwrap_or_else(|| {
+            Err(StoreError::Backend(
+                "a store answered one operation with no answer".into(),
+            ))
+        });
+        let result = result.map(|applied| applied.outcomes);
+        self.answered(check, lease, Some(permit), &asked, result)
     }
 
     /// Several independent checks, each answered as it would be alone, the
@@ -41,20 +48,21 @@ impl Limiter {
         let mut answers: Vec<Option<Result<Decision, LimiterError>>> =
             checks.iter().map(|_| None).collect();
         let mut to_store: Vec<(usize, Permit)> = Vec::new();
+        let mut leases: Vec<Option<LeaseId>> = checks.iter().map(lease_for).collect();
         for (i, check) in checks.iter().enumerate() {
             if let Some(decision) = self.local_answer(check) {
                 answers[i] = Some(Ok(decision));
             } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
                 to_store.push((i, permit));
             } else {
-                answers[i] = Some(Ok(self.degraded(check)));
+                answers[i] = Some(Ok(self.degraded(check, leases[i].take())));
             }
         }
         if !to_store.is_empty() {
             let asked = self.asking();
             let ops: Vec<Op> = to_store
                 .iter()
-                .map(|&(i, _)| Op::check(&checks[i]))
+                .map(|&(i, _)| op_for(&checks[i], leases[i].as_ref()))
                 .collect();
             let results: Vec<_> = self
                 .store
@@ -78,7 +86,8 @@ impl Limiter {
                     Some(_) => {}
                     None => heard.push((permit, error.cloned())),
                 }
-                answers[i] = Some(self.answered(&checks[i], None, &asked, result));
+                let lease = leases[i].take();
+                answers[i] = Some(self.answered(&checks[i], lease, None, &asked, result));
             }
             for (permit, error) in heard {
                 self.breakers.record(permit, error.as_ref());
@@ -121,6 +130,7 @@ impl Limiter {
     fn answered(
         &self,
         check: &Check,
+        lease: Option<LeaseId>,
         permit: Option<Permit>,
         asked: &Asked,
         result: Result<Vec<Outcome>, StoreError>,
@@ -139,7 +149,7 @@ impl Limiter {
                 if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now) {
                     cache.record(check, at, &outcomes);
                 }
-                Ok(Decision::from_outcomes(check, &outcomes))
+                Ok(Decision::from_outcomes(check, &outcomes).with_lease(check, lease))
             }
             Err(error) => {
                 self.metrics.record_store_error(error.kind());
@@ -151,10 +161,26 @@ impl Limiter {
                     self.remember_check_failure(&error);
                 }
                 // Only this check: the breaker decides whether the store
-                // as a whole is down.
-                Ok(self.degraded(check))
+                // as a whole is down. The lease was not taken (or, if the
+                // reply was lost, is unknown to the caller and expires).
+                Ok(self.degraded(check, lease))
             }
         }
+    }
+}
+
+/// A fresh lease for a check that takes one: it has a concurrency limit
+/// and spends (a look takes none). Generated before the store call, so the
+/// store only records it.
+fn lease_for(check: &Check) -> Option<LeaseId> {
+    (check.cost > 0 && check.concurrency().is_some()).then(LeaseId::generate)
+}
+
+/// The check as a store operation: acquiring `lease` if it takes one.
+pub(super) fn op_for<'a>(check: &'a Check, lease: Option<&'a LeaseId>) -> Op<'a> {
+    match lease {
+        Some(lease) => Op::acquire(check, lease),
+        None => Op::check(check),
     }
 }
 

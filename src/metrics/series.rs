@@ -35,7 +35,7 @@ impl Metrics {
         for kind in STORE_ERROR_KINDS {
             self.store_errors.with_label_values(&[kind]);
         }
-        for op in ["reset", "refund", "settle"] {
+        for op in ["reset", "refund", "settle", "release", "renew"] {
             for result in ["ok", "error"] {
                 self.adjustments.with_label_values(&[op, result]);
             }

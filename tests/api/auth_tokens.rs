@@ -73,6 +73,11 @@ async fn call(
             "/v1/settle" => {
                 json!({"key": "k", "limit": 10, "window": "1m", "reserved": 1, "actual": 1})
             }
+            // A lease nobody holds: released/renewed false, still a 200.
+            "/v1/release" | "/v1/renew" => json!({
+                "key": "k", "limit": 2, "algorithm": "concurrency", "lease_ttl": "1m",
+                "lease": "0123456789abcdef0123456789abcdef"
+            }),
             _ => check,
         };
         request = request.body(body.to_string());
@@ -102,6 +107,8 @@ const ROUTES: &[(&str, &str, u16, u16)] = &[
     ("POST", "/v1/check", 200, 200),
     ("POST", "/v1/checks", 200, 200),
     ("POST", "/v1/settle", 200, 200),
+    ("POST", "/v1/release", 200, 200),
+    ("POST", "/v1/renew", 200, 200),
     ("GET", "/v1/auth/api", 200, 200),
     ("POST", "/v1/auth/api/orders/1", 200, 200),
     ("GET", "/v1/policies", 403, 200),
@@ -182,8 +189,8 @@ async fn each_route_by_scope() {
     assert_eq!(basic.status(), 401);
     let metrics = app.get("/metrics").await.text().await.unwrap();
     for line in [
-        r#"ratekeeper_auth_failures_total{reason="missing"} 11"#,
-        r#"ratekeeper_auth_failures_total{reason="invalid"} 10"#,
+        r#"ratekeeper_auth_failures_total{reason="missing"} 13"#,
+        r#"ratekeeper_auth_failures_total{reason="invalid"} 12"#,
         r#"ratekeeper_auth_failures_total{reason="scope"} 10"#,
         r#"ratekeeper_auth_failures_total{reason="malformed"} 0"#,
         r#"ratekeeper_auth_tokens{scope="check"} 2"#,

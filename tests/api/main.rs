@@ -19,6 +19,7 @@ mod forward_auth;
 mod forward_auth_keys;
 mod http_adjust;
 mod http_api;
+mod leases;
 mod metrics_startup;
 mod openapi;
 mod policies_api;

@@ -27,6 +27,21 @@ pub fn limit(name: &str, algorithm: Algorithm, n: u64, window: &str, burst: Opti
     }
 }
 
+/// A concurrency limit: `n` in flight, leases living `ttl`.
+pub fn lease_limit(name: &str, n: u64, ttl: &str) -> Limit {
+    let input = RuleInput {
+        limit: n,
+        lease_ttl: Some(WindowInput::Text(ttl.into())),
+        algorithm: Some(Algorithm::Concurrency),
+        ..Default::default()
+    };
+    Limit {
+        name: name.into(),
+        rule: Rule::new(&input, &Bounds::default()).expect("a valid rule"),
+        scope: None,
+    }
+}
+
 pub fn policy(name: &str, limits: Vec<Limit>) -> Policy {
     Policy {
         name: name.into(),

@@ -53,16 +53,23 @@ def _positive(case):
     return mode == "positive"
 
 
+# Release and renew name a lease, so their check needs a concurrency limit.
+LEASED_PATHS = ("/v1/release", "/v1/renew")
+
+
 def _positive_check(case):
-    # Reset, refund and settle take the same forms, with the same rules
-    # (a settle's `reserved` as a cost, its `actual` up to 100 capacities).
-    paths = ("/v1/check", "/v1/reset", "/v1/refund", "/v1/settle")
+    # Reset, refund, settle, release and renew take the same forms, with
+    # the same rules (a settle's `reserved` as a cost, its `actual` up to
+    # 100 capacities).
+    paths = ("/v1/check", "/v1/reset", "/v1/refund", "/v1/settle") + LEASED_PATHS
     return _positive(case) and case.operation.path in paths and isinstance(case.body, dict)
 
 
 @schemathesis.hook
 def map_case(context, case):
     if _positive_check(case):
+        if case.operation.path in LEASED_PATHS:
+            _leased(case.body)
         _within_cross_field_rules(case.body)
     if _positive(case) and case.operation.path == "/v1/top" and isinstance(case.query, dict):
         # Its parameter example (`api`) is a policy of the example file,
@@ -104,15 +111,42 @@ def _within_cross_field_rules(body):
     return body
 
 
+def _leased(body):
+    """A release or renewal: a check with a concurrency limit (the fuzz
+    policy has one)."""
+    if "policy" in body:
+        return
+    limits = body.get("limits")
+    if isinstance(limits, list):
+        if limits and isinstance(limits[0], dict):
+            _make_concurrency(limits[0])
+    else:
+        _make_concurrency(body)
+
+
+def _make_concurrency(rule):
+    rule["algorithm"] = "concurrency"
+    if rule.get("lease_ttl") is None:
+        rule["lease_ttl"] = rule.get("window") or "30s"
+
+
 def _inline_limits(body):
     """Each limit within its own rules; unique (algorithm, window) pairs and
-    names; the cost within the smallest capacity."""
+    names; at most one concurrency limit; the cost within the smallest
+    capacity."""
     kept, pairs = [], set()
+    leased = False
     for item in body["limits"]:
         if not isinstance(item, dict):
             return
+        if item.get("algorithm") == "concurrency":
+            if leased:
+                continue
+            leased = True
         capacity = _rule(item)
-        if item.get("calendar") is not None:
+        if item.get("algorithm") == "concurrency":
+            window = ("lease", _window_us(item.get("lease_ttl")))
+        elif item.get("calendar") is not None:
             window = ("calendar", item.get("calendar"), str(item.get("timezone") or "UTC").lower())
         else:
             window = _window_us(item.get("window"))
@@ -138,7 +172,9 @@ def _inline_limits(body):
         names.add(name)
     capacities = [c for _, c in kept if c is not None]
     if len(capacities) == len(kept):
-        _cost_within(body, min(capacities))
+        # A concurrency limit bounds the cost only when it is alone.
+        rates = [c for c in capacities if c is not LEASE]
+        _cost_within(body, min(rates) if rates else 1)
 
 
 # The most a settle's `actual` may be, in capacities (MAX_SETTLE_CAPACITIES).
@@ -148,6 +184,8 @@ MAX_SETTLE_CAPACITIES = 100
 def _cost_within(body, capacity):
     if capacity is None:
         return
+    if capacity is LEASE:
+        capacity = 1
     for field, most in (("cost", capacity), ("reserved", capacity), ("actual", MAX_SETTLE_CAPACITIES * capacity)):
         value = body.get(field)
         if value is not None and _int(value, 0, 2**64) and value > most:
@@ -159,10 +197,35 @@ ZONES = ("UTC", "Europe/Berlin", "America/New_York", "Asia/Kathmandu")
 CALENDARS = ("day", "week", "month", "year")
 
 
+# Concurrency limits are at most limits.max_concurrency, their leases at
+# most limits.max_lease_ttl.
+MAX_CONCURRENCY = 10_000
+MAX_LEASE_TTL_US = 3_600_000_000
+# The capacity of a concurrency limit: one slot whatever the cost, so it
+# bounds the cost only when it is a check's only limit (then 1).
+LEASE = object()
+
+
 def _rule(body):
     """Adjusts one rule (the single-rule body, or one inline limit) to its
-    cross-field rules; returns its capacity, or None if it is not valid on
-    its own fields anyway."""
+    cross-field rules; returns its capacity (LEASE for a concurrency
+    limit), or None if it is not valid on its own fields anyway."""
+
+    # A concurrency limit: lease_ttl in place of window, no calendar or
+    # burst; every other algorithm takes no lease_ttl.
+    if body.get("algorithm") == "concurrency":
+        for field in ("window", "calendar", "timezone", "burst"):
+            body.pop(field, None)
+        ttl = body.get("lease_ttl")
+        ttl_us = _window_us(ttl)
+        if ttl is None or (ttl_us is not None and not 1_000 <= ttl_us <= MAX_LEASE_TTL_US):
+            body["lease_ttl"] = "30s"
+        limit = body.get("limit")
+        if _int(limit, 1, MAX_LIMIT) and limit > MAX_CONCURRENCY:
+            body["limit"] = MAX_CONCURRENCY
+        return LEASE if _int(body.get("limit"), 1, MAX_LIMIT) else None
+    if "policy" not in body:
+        body.pop("lease_ttl", None)
 
     # Exactly one of window and calendar; timezone only with calendar; a
     # calendar is a fixed window's, without burst.

@@ -40,7 +40,8 @@ fn schemathesis_finds_nothing() {
         &policies,
         "[policies.fuzz]\nlimits = [\n  \
          { name = \"burst\", algorithm = \"gcra\", limit = 1000000, window = \"1s\" },\n  \
-         { name = \"daily\", algorithm = \"fixed_window\", limit = 1000000000000, window = \"1d\" },\n]\n",
+         { name = \"daily\", algorithm = \"fixed_window\", limit = 1000000000000, window = \"1d\" },\n  \
+         { name = \"inflight\", algorithm = \"concurrency\", limit = 10000, lease_ttl = \"1s\" },\n]\n",
     )
     .unwrap();
     // With bearer tokens on, as the document's security says: schemathesis

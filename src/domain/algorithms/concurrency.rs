@@ -1,5 +1,6 @@
-//! Concurrency: at most `limit` in flight per key. A check of cost 1
-//! acquires a lease, which lives `window` (the lease's TTL) unless it is
+//! Concurrency: at most `limit` in flight per key. A check of a cost
+//! above 0 acquires one lease (one request in flight, whatever the cost it
+//! spends on the check's rate limits), which lives `window` (the lease's TTL) unless it is
 //! released or renewed first; a check of cost 0 looks. An expired lease
 //! frees its slot by itself: it simply stops counting, no traffic needed.
 //!
@@ -12,10 +13,6 @@
 //! slot, only the holder of the id can release it, and a slot is one unit.
 
 use crate::domain::{Outcome, Rule};
-
-/// Lease ids are at least 128 random bits as text; an id that arrives
-/// longer than this is not one of ours.
-pub const MAX_LEASE_ID_BYTES: usize = 64;
 
 /// The live leases: `(id, expires_at_us)`, in the order they were taken.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,8 +33,8 @@ impl ConcurrencyState {
     }
 }
 
-/// Acquires the lease `lease` (cost 1) or looks (cost 0). Allowed iff
-/// fewer than `limit` leases are live. A denial's retry_after is when the
+/// Acquires the lease `lease` (any cost above 0: one slot) or looks (cost
+/// 0). Allowed iff fewer than `limit` leases are live. A denial's retry_after is when the
 /// earliest live lease expires: an upper bound, as a release can come
 /// sooner. `reset_after` is when the last live lease expires. Ids are
 /// generated fresh for every acquire, so an id is never taken twice; if
@@ -51,8 +48,9 @@ pub fn check(
 ) -> Outcome {
     let held = state.live(now_us).count() as u64;
     let latest = state.live(now_us).map(|(_, at)| *at).max();
-    let need = cost.max(1);
-    let allowed = held + need <= rule.limit;
+    // A request in flight is one slot, whatever its cost on the check's
+    // rate limits; a look (cost 0) asks whether one would be free.
+    let allowed = held < rule.limit;
     let spends = allowed && cost > 0;
     let until = now_us + rule.window_us();
     let retry_after_us = if allowed {

@@ -15,7 +15,7 @@ use super::raw::{RawFile, RawLimit, RawOverride, RawPolicy};
 use super::{Policy, PolicySet};
 use crate::domain::{
     Algorithm, Bounds, FailureMode, Limit, Rule, RuleInput, ValidationError, validate_count,
-    validate_name,
+    validate_leases, validate_name,
 };
 
 /// Hex SHA-256 of a file's bytes: what identifies a loaded version.
@@ -132,6 +132,9 @@ fn build_policy(
         }
     }
     let forward = build_forward(&path, policy, report);
+    if let Some(key_from) = &policy.key_from {
+        refuse_leases_for_forward_auth(&path, key_from.span(), &limits, &overrides, report);
+    }
     (report.count() == before).then(|| Policy {
         name: Arc::from(name.get_ref().as_str()),
         description: policy.description.clone(),
@@ -141,6 +144,34 @@ fn build_policy(
         overrides,
         forward,
     })
+}
+
+/// Forward-auth cannot release a lease (there is no hook at the end of the
+/// proxied request), so a policy written for it (`key_from`) may not hold
+/// a concurrency limit, in its limits or an override's.
+fn refuse_leases_for_forward_auth(
+    path: &str,
+    span: std::ops::Range<usize>,
+    limits: &[Limit],
+    overrides: &HashMap<String, Arc<[Limit]>>,
+    report: &mut Report,
+) {
+    let leased = limits
+        .iter()
+        .chain(overrides.values().flat_map(|l| l.iter()))
+        .find(|l| l.rule.algorithm == Algorithm::Concurrency);
+    if let Some(limit) = leased {
+        report.add(
+            format!("{path}.key_from"),
+            span,
+            format!(
+                "forward-auth cannot apply a concurrency limit ({:?}): nothing releases its lease \
+                 when the proxied request ends; check it with POST /v1/check and release it with \
+                 POST /v1/release, or drop key_from",
+                &*limit.name
+            ),
+        );
+    }
 }
 
 /// A list of limits: each valid, names unique, 1 to the configured count.
@@ -175,6 +206,13 @@ fn build_limits(
             built.push(limit);
         }
     }
+    if let Err(e) = validate_leases(&built) {
+        report.add(
+            format!("{list_path}{}", &e.field["limits".len()..]),
+            raw.span(),
+            e.message,
+        );
+    }
     built
 }
 
@@ -187,13 +225,13 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
     }
     let algorithm = match &raw.algorithm {
         None => None,
-        Some(a) => match Algorithm::RATES
+        Some(a) => match Algorithm::ALL
             .into_iter()
             .find(|x| x.as_str() == a.get_ref())
         {
             Some(found) => Some(found),
             None => {
-                let names: Vec<&str> = Algorithm::RATES.iter().map(|x| x.as_str()).collect();
+                let names: Vec<&str> = Algorithm::ALL.iter().map(|x| x.as_str()).collect();
                 report.add(
                     format!("{at}.algorithm"),
                     a.span(),
@@ -210,6 +248,7 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
         window: raw.window.as_ref().map(|w| w.get_ref().0.clone()),
         calendar: raw.calendar.as_ref().map(|c| c.get_ref().clone()),
         timezone: raw.timezone.as_ref().map(|t| t.get_ref().clone()),
+        lease_ttl: raw.lease_ttl.as_ref().map(|w| w.get_ref().0.clone()),
         algorithm,
         burst: raw.burst.as_ref().map(|b| whole(*b.get_ref())),
     };
@@ -225,6 +264,7 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
                 "window" => raw.window.as_ref().map_or(raw.name.span(), |w| w.span()),
                 "calendar" => raw.calendar.as_ref().map_or(raw.name.span(), |c| c.span()),
                 "timezone" => raw.timezone.as_ref().map_or(raw.name.span(), |t| t.span()),
+                "lease_ttl" => raw.lease_ttl.as_ref().map_or(raw.name.span(), |t| t.span()),
                 "burst" => raw.burst.as_ref().map_or(raw.limit.span(), |b| b.span()),
                 _ => raw.limit.span(),
             };
@@ -300,5 +340,9 @@ fn build_override(
                 .clone()
         })
         .collect();
+    if let Err(e) = validate_leases(&merged) {
+        report.add(format!("{at}.limits"), raw.span(), e.message);
+        return None;
+    }
     Some(merged.into())
 }

@@ -50,6 +50,8 @@ pub(super) struct RawLimit {
     pub(super) window: Option<Spanned<RawWindow>>,
     pub(super) calendar: Option<Spanned<String>>,
     pub(super) timezone: Option<Spanned<String>>,
+    /// A concurrency limit's lease TTL, in place of a window.
+    pub(super) lease_ttl: Option<Spanned<RawWindow>>,
     pub(super) burst: Option<Spanned<i64>>,
 }
 

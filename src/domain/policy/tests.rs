@@ -345,3 +345,56 @@ limits = [ { name = "m", limit = 5, window = "1m" } ]
     );
     assert!(empty[0].3.contains("1 to 16"), "{empty:?}");
 }
+
+#[test]
+fn a_concurrency_limit_takes_a_lease_ttl_and_is_one_per_policy() {
+    let set = parse(
+        r#"
+[policies.jobs]
+limits = [
+  { name = "minute", algorithm = "fixed_window", limit = 100, window = "1m" },
+  { name = "inflight", algorithm = "concurrency", limit = 5, lease_ttl = "30s" },
+]
+"#,
+    )
+    .unwrap();
+    let inflight = &set.get("jobs").unwrap().limits[1];
+    assert_eq!(inflight.rule.algorithm, Algorithm::Concurrency);
+    assert_eq!(inflight.rule.window_us(), 30_000_000);
+
+    let found = problems(
+        r#"
+[policies.two]
+limits = [
+  { name = "a", algorithm = "concurrency", limit = 5, lease_ttl = "30s" },
+  { name = "b", algorithm = "concurrency", limit = 2, lease_ttl = "1m" },
+]
+
+[policies.windowed]
+limits = [ { name = "a", algorithm = "concurrency", limit = 5, window = "30s" } ]
+
+[policies.proxied]
+key_from = ["ip"]
+limits = [
+  { name = "minute", limit = 100, window = "1m" },
+  { name = "inflight", algorithm = "concurrency", limit = 5, lease_ttl = "30s" },
+]
+"#,
+    );
+    let paths: Vec<&str> = found.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "policies.two.limits[1].algorithm",
+            "policies.windowed.limits[0].window",
+            "policies.proxied.key_from",
+        ],
+        "{found:?}"
+    );
+    assert!(
+        found[0].3.contains("at most one concurrency limit"),
+        "{found:?}"
+    );
+    assert!(found[1].3.contains("lease_ttl"), "{found:?}");
+    assert!(found[2].3.contains("forward-auth"), "{found:?}");
+}

@@ -78,7 +78,11 @@ pub async fn refund(State(state): State<AppState>, request: Request) -> Response
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn adjust(state: &AppState, op: Adjustment, request: Request) -> Result<Response, ApiError> {
+async fn adjust(
+    state: &AppState,
+    op: Adjustment<'_>,
+    request: Request,
+) -> Result<Response, ApiError> {
     let Parsed {
         form,
         mut check,

@@ -65,6 +65,10 @@ pub enum AlgorithmName {
     SlidingLog,
     TokenBucket,
     Gcra,
+    /// At most `limit` in flight: an allowed check takes a lease (answered
+    /// as `lease`), held until released (`POST /v1/release`) or its
+    /// `lease_ttl` passes.
+    Concurrency,
 }
 
 impl From<AlgorithmName> for Algorithm {
@@ -75,6 +79,7 @@ impl From<AlgorithmName> for Algorithm {
             AlgorithmName::SlidingLog => Algorithm::SlidingLog,
             AlgorithmName::TokenBucket => Algorithm::TokenBucket,
             AlgorithmName::Gcra => Algorithm::Gcra,
+            AlgorithmName::Concurrency => Algorithm::Concurrency,
         }
     }
 }

@@ -5,13 +5,15 @@
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
 //! the same forms), `settle` (`POST /v1/settle`: the same forms with
-//! `reserved` and `actual`), `batch` (`POST /v1/checks`: many checks, each parsed
-//! as a body here is), and here the handler and the errors
+//! `reserved` and `actual`), `lease` (`POST /v1/release` and `/v1/renew`: the
+//! same forms with `lease`), `batch` (`POST /v1/checks`: many checks, each
+//! parsed as a body here is), and here the handler and the errors
 //! only it makes (`unknown_policy`).
 
 pub(super) mod adjust;
 pub(super) mod batch;
 mod fields;
+pub(super) mod lease;
 mod request;
 mod response;
 pub(super) mod settle;
@@ -26,12 +28,13 @@ use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
 pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
+pub use lease::{LeaseForms, release, renew};
 pub(crate) use request::window_or_calendar;
 pub use request::{
     AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
     PolicyCheckRequest, ResetForms, WindowSpec,
 };
-pub use response::{CheckResponse, LimitResponse};
+pub use response::{CheckResponse, LeaseResponse, LimitResponse};
 pub use settle::settle;
 
 use super::AppState;

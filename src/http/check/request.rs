@@ -52,6 +52,12 @@ pub struct CheckRequest {
     /// Default: sliding_window (fixed_window with `calendar`).
     #[serde(default)]
     pub algorithm: Option<AlgorithmName>,
+    /// concurrency only, and required there in place of `window`: how long
+    /// a lease lives unless released or renewed, from 1ms to
+    /// `limits.max_lease_ttl` (default 1h), whole milliseconds. The same
+    /// forms as `window`.
+    #[serde(default)]
+    pub lease_ttl: Option<WindowSpec>,
     /// Units this request spends, default 1; 0 reports without spending.
     /// Must be at most `limit` (token_bucket and gcra: at most `burst`);
     /// a larger cost could never be allowed and is answered 422.
@@ -84,6 +90,7 @@ impl From<CheckRequest> for CheckInput {
                 window: r.window.map(|w| w.0),
                 calendar: r.calendar.map(|c| c.as_str().to_owned()),
                 timezone: r.timezone,
+                lease_ttl: r.lease_ttl.map(|w| w.0),
                 algorithm: r.algorithm.map(Algorithm::from),
                 burst: r.burst,
             },
@@ -190,6 +197,12 @@ pub struct LimitSpec {
     /// Default: sliding_window (fixed_window with `calendar`).
     #[serde(default)]
     pub algorithm: Option<AlgorithmName>,
+    /// concurrency only, and required there in place of `window`: how long
+    /// a lease lives unless released or renewed, from 1ms to
+    /// `limits.max_lease_ttl` (default 1h). At most one concurrency limit
+    /// per check.
+    #[serde(default)]
+    pub lease_ttl: Option<WindowSpec>,
     /// token_bucket and gcra only (422 with another algorithm): bucket
     /// capacity, default `limit`. Refilling the whole bucket,
     /// `burst × window / limit`, must take at most 366 days.
@@ -207,6 +220,7 @@ impl From<LimitSpec> for LimitInput {
                 window: l.window.map(|w| w.0),
                 calendar: l.calendar.map(|c| c.as_str().to_owned()),
                 timezone: l.timezone,
+                lease_ttl: l.lease_ttl.map(|w| w.0),
                 algorithm: l.algorithm.map(Algorithm::from),
                 burst: l.burst,
             },
@@ -224,11 +238,12 @@ pub enum Form {
 }
 
 /// The fields only the single-rule form (and an inline form's limits) have.
-const RULE_FIELDS: [&str; 6] = [
+const RULE_FIELDS: [&str; 7] = [
     "limit",
     "window",
     "calendar",
     "timezone",
+    "lease_ttl",
     "algorithm",
     "burst",
 ];
@@ -317,6 +332,7 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
             "window",
             "calendar",
             "timezone",
+            "lease_ttl",
             "algorithm",
             "burst",
         ]),
@@ -331,6 +347,7 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
             "window",
             "calendar",
             "timezone",
+            "lease_ttl",
             "algorithm",
             "burst",
         ]),

@@ -61,6 +61,39 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub waited_ms: Option<u64>,
+    /// Checks with a concurrency limit, when allowed with a cost above 0:
+    /// the lease taken, to pass to `POST /v1/release` when the work is
+    /// done (and to `/v1/renew` to keep it longer). Absent when nothing was
+    /// taken: a denial, a look (cost 0), or an answer of the failure policy
+    /// (`degraded`, except `failure.mode = "local"`, whose local store
+    /// holds a lease of its own).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub lease: Option<LeaseResponse>,
+    /// `POST /v1/release` only: whether the lease was live and is now
+    /// freed; false for one that expired, was released already, or never
+    /// was (nothing changed).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub released: Option<bool>,
+    /// `POST /v1/renew` only: whether the lease was live and now lives
+    /// `lease_ttl` from now (then `lease` says so); false for one that
+    /// expired or was released (it is not brought back: get a new one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub renewed: Option<bool>,
+}
+
+/// A lease on a concurrency limit.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LeaseResponse {
+    /// 32 hex digits (128 random bits): unguessable, so only its holder
+    /// can release it.
+    #[schema(value_type = String, pattern = "^[0-9a-f]{32}$", example = "5f0c6a1e9b3d4c2a8e7f6b5a4c3d2e1f")]
+    pub id: String,
+    /// Milliseconds until it frees itself unless released or renewed: the
+    /// concurrency limit's `lease_ttl`.
+    pub expires_in_ms: u64,
 }
 
 /// One limit's own decision.
@@ -110,6 +143,12 @@ impl CheckResponse {
             shadow: None,
             limits: None,
             waited_ms: None,
+            lease: d.lease.as_ref().map(|l| LeaseResponse {
+                id: l.id.as_str().to_owned(),
+                expires_in_ms: l.expires_in_ms,
+            }),
+            released: None,
+            renewed: None,
         }
     }
 

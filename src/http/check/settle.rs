@@ -140,12 +140,7 @@ async fn settled(state: &AppState, request: Request) -> Result<Response, ApiErro
     let SettleAmounts { reserved, actual } = parse_json(json)?;
     let mut check = parsed.check;
     // Every limit takes the whole amounts, so the smallest capacity bounds them.
-    let capacity = check
-        .limits
-        .iter()
-        .map(|l| l.rule.capacity())
-        .min()
-        .unwrap_or(0);
+    let capacity = check.max_cost();
     if reserved > capacity {
         return Err(ApiError::InvalidRequest(format!(
             "reserved: at most {capacity} (a check's cost: the smallest limit, or burst), got {reserved}"

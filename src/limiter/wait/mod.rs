@@ -20,8 +20,13 @@
 //! - A waiter the line cannot serve before its deadline (one freed unit
 //!   per waiter ahead of it) is answered at once with the head's last
 //!   denial, without a store call ([`queue`]).
-//! - A reset or refund of the key (here, or on another instance through
-//!   the invalidation listener) wakes the head: it tries at once.
+//! - A reset, refund or release of the key (here, or on another instance
+//!   through the invalidation listener) wakes the head: it tries at once.
+//! - A concurrency limit's `retry_after` is only when its earliest lease
+//!   expires at the latest: a release may free the slot sooner. A check
+//!   it denies waits until its deadline (not turned away for a far
+//!   expiry), woken by a release, and asks again at least every 200 ms in
+//!   case the release's message is lost.
 //! - A check smaller than the head's asks the store before joining: it
 //!   may pass now although the head cannot. The head may then be served
 //!   later, but never past its deadline.
@@ -48,7 +53,7 @@ use tokio::sync::oneshot;
 use self::queue::{QueueKey, Refused, Ticket, Turn, Waiters};
 use self::timer::Timer;
 use super::{Limiter, LimiterError};
-use crate::domain::{Check, Decision};
+use crate::domain::{Check, Decision, LimitDecision};
 
 /// A waiting check's answer and how long it waited.
 #[derive(Debug, Clone)]
@@ -129,7 +134,7 @@ impl Limiter {
                 return Ok(answer(decision));
             }
             // The line cannot serve it in time: answered without a try.
-            Err(Refused::TooLate(denial)) => return Ok(answer(first.unwrap_or(denial))),
+            Err(Refused::TooLate(denial)) => return Ok(answer(first.unwrap_or(*denial))),
         };
         let decision = self.wait_in_line(check, ticket, first, deadline).await?;
         let waited = Duration::from_micros(timer.now_us().saturating_sub(started));
@@ -176,13 +181,17 @@ impl Limiter {
             if !worth_waiting(&decision, now, deadline) {
                 return Ok(decision);
             }
-            let at = now + retry_us(&decision);
-            ticket.plan(at, unit_us(check, &decision), &decision, now);
+            ticket.plan(
+                now + earliest_us(&decision),
+                unit_us(check, &decision),
+                &decision,
+                now,
+            );
             tokio::select! {
                 biased;
                 () = ticket.closed() => return Ok(decision),
-                () = timer.sleep_until(at) => {}
-                // A reset or refund of the key: try now.
+                () = timer.sleep_until(next_try_us(&decision, now, deadline)) => {}
+                // A reset, refund or release of the key: try now.
                 () = ticket.woken() => {}
             }
         }
@@ -254,20 +263,67 @@ impl Drop for Pending<'_> {
     }
 }
 
-/// Refunds an allowed answer nobody received.
+/// Refunds an allowed answer nobody received, and releases its lease.
 async fn give_back(limiter: Arc<Limiter>, check: Check, answer: Result<Decision, LimiterError>) {
     let Ok(decision) = answer else { return };
     if !decision.allowed || decision.degraded {
         return;
     }
-    if let Err(error) = limiter.refund(&check).await {
+    if let Some(lease) = &decision.lease
+        && let Err(error) = limiter.release(&check, &lease.id).await
+    {
+        tracing::warn!(%error, "cannot release a lease whose waiter hung up (it expires)");
+    }
+    // A refund moves no lease: only for rate limits.
+    let rates = check
+        .limits
+        .iter()
+        .any(|l| l.rule.algorithm != Algorithm::Concurrency);
+    if rates && let Err(error) = limiter.refund(&check).await {
         tracing::warn!(%error, "cannot give back a unit whose waiter hung up");
     }
 }
 
-/// A denial that time alone can end before `deadline`.
+/// A denial that may end before `deadline`.
 fn worth_waiting(decision: &Decision, now_us: u64, deadline_us: u64) -> bool {
-    !decision.allowed && !decision.degraded && now_us + retry_us(decision) <= deadline_us
+    !decision.allowed && !decision.degraded && now_us + earliest_us(decision) <= deadline_us
+}
+
+/// How often a head denied by a concurrency limit asks again meanwhile:
+/// a release wakes it at once through the invalidation channel, and this
+/// bounds the wait when that message is lost (or no deny cache listens).
+const LEASE_POLL_US: u64 = 200_000;
+
+/// The soonest a denial may end. Its `retry_after` for the rate limits;
+/// but a concurrency limit's `retry_after` (its earliest lease's expiry)
+/// is only the latest its slot frees, since a release may come at any
+/// moment, so with one denying only the rate limits' waits count.
+fn earliest_us(decision: &Decision) -> u64 {
+    let leased = |l: &&LimitDecision| l.algorithm == Algorithm::Concurrency;
+    if !decision.limits.iter().any(|l| !l.allowed && leased(&l)) {
+        return retry_us(decision);
+    }
+    let rates = decision
+        .limits
+        .iter()
+        .filter(|l| !l.allowed && !leased(l))
+        .map(|l| l.retry_after_ms)
+        .max()
+        .unwrap_or(0);
+    rates.max(1).saturating_mul(1_000)
+}
+
+/// When a head denied at `now_us` asks next, unless woken: at its
+/// `retry_after`, but while a concurrency limit denies, at least every
+/// [`LEASE_POLL_US`], and never after the deadline (a last try then).
+fn next_try_us(decision: &Decision, now_us: u64, deadline_us: u64) -> u64 {
+    let earliest = earliest_us(decision);
+    let at = if earliest < retry_us(decision) {
+        earliest.max(LEASE_POLL_US).min(retry_us(decision))
+    } else {
+        earliest
+    };
+    (now_us + at).min(deadline_us)
 }
 
 /// At least 1 ms, so a denial without a wait never spins.

@@ -106,7 +106,7 @@ pub enum Refused {
     /// shutting down (counted in `ratekeeper_wait_rejected_total`).
     Full,
     /// The line is too long to serve it in time: the head's last denial.
-    TooLate(Decision),
+    TooLate(Box<Decision>),
 }
 
 /// Every line, and the bounds on waiters across them and per line.
@@ -178,7 +178,7 @@ impl Waiters {
             l.plan
                 .too_late(ahead.saturating_add(cost), deadline_us, now_us)
         }) {
-            return Err(Refused::TooLate(answer));
+            return Err(Refused::TooLate(Box::new(answer)));
         }
         self.count.fetch_add(1, Ordering::AcqRel);
         self.gauge.inc();

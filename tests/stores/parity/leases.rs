@@ -26,7 +26,8 @@ fn lease_case() -> impl Strategy<Value = Case> {
             1 => Just(1i64),
             1 => -w..0,
         ];
-        let cost = prop_oneof![6 => Just(1u64), 2 => Just(0u64)];
+        // Any cost above 0 is one slot: 3 must act as 1 on both sides.
+        let cost = prop_oneof![6 => Just(1u64), 2 => Just(0u64), 1 => Just(3u64)];
         let steps = prop::collection::vec((step, cost), 1..60);
         let ops = prop::collection::vec(lease_op(), 60);
         (0..=3 * w, steps, ops).prop_map(move |(offset, steps, mut ops)| {
