@@ -52,7 +52,9 @@ while a < #ARGV do
   local ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease)
   if ok then
     local published = -1
-    if publish ~= '' then
+    -- A release of a lease that was not live freed nothing: nobody to tell
+    -- (and a caller cannot flush every instance's cache with made-up ids).
+    if publish ~= '' and not (op == OP_RELEASE and live == 0) then
       published = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
     end
     reply[#reply + 1] = 1

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{Check, Decision, Outcome};
+use super::{Algorithm, Check, Decision, Outcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailureMode {
@@ -57,7 +57,11 @@ impl FailurePolicy {
             .map(|l| match mode {
                 FailureMode::Open | FailureMode::Local => Outcome {
                     allowed: true,
-                    remaining: l.rule.burst.saturating_sub(check.cost),
+                    // A concurrency limit counts a request as one slot.
+                    remaining: match l.rule.algorithm {
+                        Algorithm::Concurrency => l.rule.limit.saturating_sub(check.cost.min(1)),
+                        _ => l.rule.burst.saturating_sub(check.cost),
+                    },
                     retry_after_us: 0,
                     reset_after_us: 0,
                 },

@@ -26,6 +26,7 @@ pub mod rls;
 mod rule;
 pub mod state_key;
 mod window;
+mod window_input;
 
 pub use check::{
     Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_leases,

@@ -3,7 +3,8 @@
 //! key name ([`StateKey::write`]):
 //! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window>`, the
 //!   window in milliseconds or, for calendar periods, `cal.<unit>.<zone>`
-//!   (`cal.day.Europe/Berlin`; zone names hold no `:`);
+//!   (`cal.day.Europe/Berlin`; zone names hold no `:`); a concurrency
+//!   limit's is always `0` (`:cc:0`), its lease TTL left out;
 //! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window>`;
 //! - a limit with a scope of its own (Envoy RLS descriptors):
 //!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window>`
@@ -49,7 +50,18 @@ impl<'a> StateKey<'a> {
             named: check.policy.as_deref().map(|p| (p, &*limit.name)),
             scope: limit.scope.as_deref(),
             algorithm: limit.rule.algorithm,
-            window: limit.rule.window,
+            window: StateKey::window_of(limit),
+        }
+    }
+
+    /// The window part of `limit`'s address: its window, except that a
+    /// concurrency limit's window is its leases' TTL, which must not part
+    /// its state (leases taken before a change of `lease_ttl` still count,
+    /// and can still be released): always 0 there.
+    pub fn window_of(limit: &Limit) -> Window {
+        match limit.rule.algorithm {
+            Algorithm::Concurrency => Window::Length(0),
+            _ => limit.rule.window,
         }
     }
 

@@ -140,14 +140,24 @@ impl Limiter {
             _ => None,
         };
         let result = self.adjust_store(op, check).await;
-        self.metrics.record_adjustment(op.as_str(), result.is_ok());
+        let locally = local.as_ref().and_then(|l| l.lease);
+        let answered_locally = result.is_err() && locally == Some(true);
+        self.metrics
+            .record_adjustment(op.as_str(), result.is_ok() || answered_locally);
         // Even after an error, even one that made no call: the script may
         // have run before the reply was lost, and dropping entries is
-        // cheap and safe. A renewal frees nothing.
-        if !matches!(op, Adjustment::Renew(_)) {
+        // cheap and safe. A renewal frees nothing, nor does a release of a
+        // lease that was not live anywhere.
+        let freed_nothing = match (&result, op) {
+            (_, Adjustment::Renew(_)) => true,
+            (Ok(applied), Adjustment::Release(_)) => {
+                applied.lease != Some(true) && locally != Some(true)
+            }
+            _ => false,
+        };
+        if !freed_nothing {
             self.invalidate_locally(&check.key);
         }
-        let locally = local.as_ref().and_then(|l| l.lease);
         match result {
             Ok(adjusted) => {
                 self.count_published(adjusted.published);
@@ -159,7 +169,7 @@ impl Limiter {
                     },
                 })
             }
-            Err(error) if error.is_transient() && locally == Some(true) => {
+            Err(_) if answered_locally => {
                 // The lease was the local store's own: its answer stands.
                 let local = local.expect("locally is Some");
                 Ok(Adjusted {

@@ -11,13 +11,16 @@
 //! ([`Limiter::check_many`]) takes stages 1 and 2 per check, stage 3 once
 //! for every check the store must answer, and stages 4 and 5 per check.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
+use super::deny_cache::DenyCache;
 use super::domains::Permit;
+use super::wait::queue::Waiters;
 use super::{Limiter, LimiterError, health};
 use crate::domain::{Check, Decision, LeaseId, Outcome};
-use crate::store::{Op, StoreError};
+use crate::store::{Op, Store, StoreError};
 
 impl Limiter {
     /// One check through the stages, without observing it (a waiting check
@@ -31,12 +34,18 @@ impl Limiter {
             return Ok(self.degraded(check, lease));
         };
         let asked = self.asking();
+        let guard = self.guard(check, lease.as_ref());
         let op = op_for(check, lease.as_ref());
         let result = self.store.apply(&[op]).await.pop().unwrap_or_else(|| {
             Err(StoreError::Backend(
                 "a store answered one operation with no answer".into(),
             ))
         });
+        if result.is_ok()
+            && let Some(guard) = guard
+        {
+            guard.disarm();
+        }
         let result = result.map(|applied| applied.outcomes);
         self.answered(check, lease, Some(permit), &asked, result)
     }
@@ -60,6 +69,10 @@ impl Limiter {
         }
         if !to_store.is_empty() {
             let asked = self.asking();
+            let mut guards: Vec<Option<LeaseGuard>> = to_store
+                .iter()
+                .map(|&(i, _)| self.guard(&checks[i], leases[i].as_ref()))
+                .collect();
             let ops: Vec<Op> = to_store
                 .iter()
                 .map(|&(i, _)| op_for(&checks[i], leases[i].as_ref()))
@@ -76,6 +89,14 @@ impl Limiter {
             // and must not open the breaker for everyone as 100 would. It
             // hears a failure if any of the domain's checks met one.
             let mut heard: Vec<(Permit, Option<StoreError>)> = Vec::new();
+            for (guard, result) in guards.iter_mut().zip(&results) {
+                if result.is_ok()
+                    && let Some(guard) = guard.take()
+                {
+                    guard.disarm();
+                }
+            }
+            drop(guards);
             for ((i, permit), result) in to_store.into_iter().zip(results) {
                 let error = result.as_ref().err().filter(|e| e.store_is_down());
                 match heard
@@ -181,6 +202,72 @@ pub(super) fn op_for<'a>(check: &'a Check, lease: Option<&'a LeaseId>) -> Op<'a>
     match lease {
         Some(lease) => Op::acquire(check, lease),
         None => Op::check(check),
+    }
+}
+
+impl Limiter {
+    /// A guard for the store call acquiring `lease` for `check`, if any.
+    fn guard(&self, check: &Check, lease: Option<&LeaseId>) -> Option<LeaseGuard> {
+        lease.map(|lease| LeaseGuard {
+            store: self.store.clone(),
+            cache: self.deny_cache.clone(),
+            waiters: self.waiting.waiters.clone(),
+            held: Some((check.clone(), lease.clone())),
+        })
+    }
+}
+
+/// A lease being acquired, released unless its answer came back. Without
+/// it, a client that hangs up while the store call is under way (hyper
+/// drops the request's future) would leave a lease the store took and
+/// nobody knows the id of, holding a slot for its whole TTL; so would a
+/// call whose reply was lost (a timeout) after the script ran. Either way
+/// the guard drops armed and a release goes out, on its own task, best
+/// effort (a lease the store never took is not there to free).
+const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+struct LeaseGuard {
+    store: Arc<dyn Store>,
+    cache: Option<Arc<DenyCache>>,
+    waiters: Arc<Waiters>,
+    held: Option<(Check, LeaseId)>,
+}
+
+impl LeaseGuard {
+    /// The store answered: the caller gets the lease (or none was taken).
+    fn disarm(mut self) {
+        self.held = None;
+    }
+}
+
+impl Drop for LeaseGuard {
+    fn drop(&mut self) {
+        let Some((check, lease)) = self.held.take() else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (store, cache, waiters) = (self.store.clone(), self.cache.take(), self.waiters.clone());
+        runtime.spawn(async move {
+            // Twice: the acquire may still be queued behind the release
+            // on another connection, or on a store that was slow to
+            // answer; a second try a moment later frees it then.
+            for attempt in 0..2 {
+                if attempt > 0 {
+                    tokio::time::sleep(RELEASE_RETRY).await;
+                }
+                let released = store.apply(&[Op::release(&check, &lease)]).await;
+                if matches!(released.first(), Some(Ok(applied)) if applied.lease == Some(true)) {
+                    tracing::debug!("released a lease whose answer was never delivered");
+                    if let Some(cache) = cache {
+                        cache.invalidate(&check.key);
+                    }
+                    waiters.wake(&check.key);
+                    return;
+                }
+            }
+        });
     }
 }
 

@@ -56,3 +56,56 @@ async fn a_failed_list_of_checks_is_one_failure_to_the_breaker() {
     }
     assert_eq!(metrics.breaker_opened.get(), 1);
 }
+
+/// The embedded store, answering each call only `delay` after applying
+/// it: a Redis reply still on its way when the caller goes.
+struct SlowReply {
+    store: crate::store::memory::MemoryStore,
+    delay: Duration,
+}
+
+#[async_trait]
+impl Store for SlowReply {
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let answers = self.store.apply(ops).await;
+        tokio::time::sleep(self.delay).await;
+        answers
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "slow-reply"
+    }
+}
+
+#[tokio::test]
+async fn a_lease_whose_caller_went_away_is_released() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000_000));
+    let store = crate::store::memory::MemoryStore::new(clock, 1_000);
+    let slow = Arc::new(SlowReply {
+        store: store.clone(),
+        delay: Duration::from_millis(200),
+    });
+    let policy = FailurePolicy {
+        mode: FailureMode::Closed,
+        closed_retry_after: Duration::from_secs(1),
+    };
+    let limiter = Limiter::new(slow, policy, Arc::new(Metrics::new()));
+    let rule = Rule::with_length(Algorithm::Concurrency, 1, 3_600_000_000, 1);
+    let check = Check::single("k", rule, 1);
+    let look = Check::single("k", rule, 0);
+    // The caller hangs up while the reply is on its way: the store took
+    // the lease, and nobody has its id.
+    let gone = tokio::time::timeout(Duration::from_millis(50), limiter.check(&check)).await;
+    assert!(gone.is_err(), "cancelled before the reply");
+    assert_eq!(store.check_now(&look).unwrap()[0].remaining, 0, "taken");
+    // Its guard released it.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.check_now(&look).unwrap()[0].remaining, 1, "released");
+    // A delivered answer keeps its lease.
+    let decision = limiter.check(&check).await.unwrap();
+    assert!(decision.lease.is_some());
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(store.check_now(&look).unwrap()[0].remaining, 0, "held");
+}

@@ -22,6 +22,8 @@ for_each_store!(app:
     a_waiter_gets_the_slot_a_release_frees,
     bad_lease_requests_are_422_naming_the_field,
     forward_auth_refuses_a_policy_with_a_concurrency_limit,
+    a_batch_takes_a_lease_per_allowed_item,
+    a_new_lease_ttl_keeps_the_leases_held,
 );
 
 /// `body` with `fields` added.
@@ -427,4 +429,45 @@ async fn a_release_through_one_instance_wakes_a_waiter_on_the_other() {
         .post("/v1/release", &with(&body, json!({"lease": lease})))
         .await;
     assert_eq!(released["released"], true, "{released}");
+}
+
+/// `POST /v1/checks`: each allowed item of a concurrency limit holds a
+/// lease of its own, in order, and each can be released.
+async fn a_batch_takes_a_lease_per_allowed_item(app: &TestApp) {
+    let body = json!({"key": unique_key("batch"), "algorithm": "concurrency", "limit": 2, "lease_ttl": "1m"});
+    let look = with(&body, json!({"cost": 0}));
+    let checks = json!({"checks": [body, body, body, look]});
+    let (status, answer) = app.post("/v1/checks", &checks).await;
+    assert_eq!(status, 200, "{answer}");
+    let results = answer["results"].as_array().unwrap();
+    let allowed: Vec<bool> = results.iter().map(|r| r["allowed"] == true).collect();
+    assert_eq!(allowed, [true, true, false, false], "{answer}");
+    let a = lease_of(&results[0]);
+    let b = lease_of(&results[1]);
+    assert_ne!(a, b);
+    assert!(results[2].get("lease").is_none() && results[3].get("lease").is_none());
+    for lease in [a, b] {
+        let (_, released) = app
+            .post("/v1/release", &with(&body, json!({"lease": lease})))
+            .await;
+        assert_eq!(released["released"], true, "{released}");
+    }
+    assert_eq!(app.check(look).await.1["remaining"], 2);
+}
+
+/// The lease TTL is not part of the key's state: leases taken under the
+/// old `lease_ttl` still count under a new one, and can still be released.
+async fn a_new_lease_ttl_keeps_the_leases_held(app: &TestApp) {
+    let key = unique_key("ttl");
+    let old = json!({"key": key, "algorithm": "concurrency", "limit": 1, "lease_ttl": "30s"});
+    let new = json!({"key": key, "algorithm": "concurrency", "limit": 1, "lease_ttl": "2m"});
+    let lease = lease_of(&app.check(old).await.1);
+    let (_, denied) = app.check(new.clone()).await;
+    assert_eq!(denied["allowed"], false, "{denied}");
+    let (_, released) = app
+        .post("/v1/release", &with(&new, json!({"lease": lease})))
+        .await;
+    assert_eq!(released["released"], true, "{released}");
+    let (_, taken) = app.check(new).await;
+    assert_eq!(taken["lease"]["expires_in_ms"], 120_000, "{taken}");
 }

@@ -13,6 +13,7 @@ mod breaker_lifecycle;
 mod breaker_states;
 mod dead_connection;
 mod failure;
+mod lease_outage;
 mod local_fallback;
 mod overload;
 mod restart;

@@ -5,7 +5,7 @@
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 
-use super::request::{CheckForms, ResetForms};
+use super::forms::{CheckForms, ResetForms};
 use super::response::CheckResponse;
 use super::{Parsed, parse, respond};
 use crate::domain::validate_wait_ms;

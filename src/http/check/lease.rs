@@ -18,7 +18,7 @@ use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{PartialSchema, ToSchema};
 
-use super::request::forms;
+use super::forms::forms;
 use super::response::CheckResponse;
 use super::{body_for, parse_check};
 use crate::domain::LeaseId;

@@ -1,7 +1,8 @@
 //! `POST /v1/check`: the request in its three forms and the response as
 //! they travel over HTTP, converted to and from the domain's types.
 //!
-//! Layout: `request` (the forms, telling them apart, their schemas),
+//! Layout: `request` (the forms, telling them apart), `forms` (their
+//! documented schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
 //! the same forms), `settle` (`POST /v1/settle`: the same forms with
@@ -13,6 +14,7 @@
 pub(super) mod adjust;
 pub(super) mod batch;
 mod fields;
+mod forms;
 pub(super) mod lease;
 mod request;
 mod response;
@@ -28,11 +30,12 @@ use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
 pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
+pub(crate) use forms::window_or_calendar;
+pub use forms::{CheckForms, ResetForms};
 pub use lease::{LeaseForms, release, renew};
-pub(crate) use request::window_or_calendar;
 pub use request::{
-    AlgorithmName, CheckForms, CheckRequest, Form, InlineCheckRequest, LimitSpec,
-    PolicyCheckRequest, ResetForms, WindowSpec,
+    AlgorithmName, CheckRequest, Form, InlineCheckRequest, LimitSpec, PolicyCheckRequest,
+    WindowSpec,
 };
 pub use response::{CheckResponse, LeaseResponse, LimitResponse};
 pub use settle::settle;

@@ -11,15 +11,11 @@ use std::collections::HashMap;
 
 use serde::Deserialize;
 use serde::de::IgnoredAny;
-use utoipa::openapi::RefOr;
-use utoipa::openapi::extensions::ExtensionsBuilder;
-use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType};
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::ToSchema;
 
 pub use super::fields::{AlgorithmName, WindowSpec};
 use super::fields::{CalendarName, optional_whole_number, whole_number};
 use crate::domain::{Algorithm, CheckInput, LimitInput, RuleInput};
-use crate::http::openapi::NOT_MARKER;
 
 /// May this key spend this much now?
 #[derive(Debug, Deserialize, ToSchema)]
@@ -282,147 +278,4 @@ impl Form {
             conflicts.join(", ")
         ))
     }
-}
-
-/// The request body of `POST /v1/check` as documented: exactly one of the
-/// three forms. Each form's schema forbids the fields that select another,
-/// so that no body is valid for two of them and a mixed body is invalid, as
-/// the server judges it.
-pub struct CheckForms;
-
-impl ToSchema for CheckForms {
-    fn name() -> std::borrow::Cow<'static, str> {
-        "CheckRequest".into()
-    }
-}
-
-impl PartialSchema for CheckForms {
-    fn schema() -> RefOr<Schema> {
-        forms(&[], "Check")
-    }
-}
-
-/// The request body of `POST /v1/reset`: the three forms of a check
-/// without `cost`.
-pub struct ResetForms;
-
-impl ToSchema for ResetForms {
-    fn name() -> std::borrow::Cow<'static, str> {
-        "ResetRequest".into()
-    }
-}
-
-impl PartialSchema for ResetForms {
-    fn schema() -> RefOr<Schema> {
-        forms(&["cost"], "Reset")
-    }
-}
-
-/// The three forms of `operation` (`Check`, `Reset`), each also
-/// forbidding `forbidden`. Each form's title is its own name
-/// (`PolicyCheck`, `InlineReset`, ...): generators name their classes after
-/// titles, so a reset's forms must not share a check's.
-pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
-    let with = |fields: &[&'static str]| [fields, forbidden].concat();
-    let policy = forbid(
-        PolicyCheckRequest::schema(),
-        &with(&[
-            "limits",
-            "limit",
-            "window",
-            "calendar",
-            "timezone",
-            "lease_ttl",
-            "algorithm",
-            "burst",
-        ]),
-        &format!("Policy{operation}"),
-        "The policy form. Takes no limits of its own.",
-    );
-    let inline = forbid(
-        InlineCheckRequest::schema(),
-        &with(&[
-            "policy",
-            "limit",
-            "window",
-            "calendar",
-            "timezone",
-            "lease_ttl",
-            "algorithm",
-            "burst",
-        ]),
-        &format!("Inline{operation}"),
-        "The inline multi-limit form. The rule fields go inside `limits`.",
-    );
-    let single = window_or_calendar(forbid(
-        CheckRequest::schema(),
-        &with(&["policy", "limits"]),
-        &format!("SingleRule{operation}"),
-        "The single-rule form: one limit, named `default` in the headers.",
-    ));
-    OneOfBuilder::new()
-        .item(policy)
-        .item(inline)
-        .item(single)
-        .description(Some(
-            "One of three forms. A body with fields of two forms (`policy` with `limits` or a \
-                 rule field, `limits` with a rule field) is answered 422 with code `mixed_forms`, \
-                 naming the fields.",
-        ))
-        .into()
-}
-
-/// `schema` (an object) with `fields` declared as never valid, a title, and
-/// `what` as its description unless it has one.
-fn forbid(schema: RefOr<Schema>, fields: &[&str], title: &str, what: &str) -> RefOr<Schema> {
-    let RefOr::T(Schema::Object(mut object)) = schema else {
-        unreachable!("a derived struct schema is an inline object")
-    };
-    for field in fields {
-        // `{"not": {}}`: no value is valid, not even null.
-        let never = ObjectBuilder::new()
-            .schema_type(SchemaType::AnyValue)
-            .description(Some("Not allowed in this form (422 `mixed_forms`)."))
-            .extensions(Some(
-                // The builder adds the `x-` itself.
-                ExtensionsBuilder::new()
-                    .add(NOT_MARKER.trim_start_matches("x-"), serde_json::json!({}))
-                    .build(),
-            ))
-            .build();
-        object.properties.insert((*field).to_owned(), never.into());
-    }
-    object.title = Some(title.to_owned());
-    if object.description.is_none() {
-        object.description = Some(what.to_owned());
-    }
-    object.into()
-}
-
-/// `schema` (an object) declaring that `window` and `calendar` are never
-/// both given (`not` both present and not null); that one of them is
-/// required, and the rules of `calendar` (fixed_window, no burst, timezone
-/// only with it) are stated in the fields' descriptions and answered 422.
-pub(crate) fn window_or_calendar(schema: RefOr<Schema>) -> RefOr<Schema> {
-    let RefOr::T(Schema::Object(mut object)) = schema else {
-        unreachable!("a derived struct schema is an inline object")
-    };
-    let not = ExtensionsBuilder::new()
-        .add(
-            NOT_MARKER.trim_start_matches("x-"),
-            // Both present and neither null (a null field is an absent one).
-            serde_json::json!({
-                "required": ["window", "calendar"],
-                "properties": {
-                    "window": {"not": {"type": "null"}},
-                    "calendar": {"not": {"type": "null"}},
-                },
-            }),
-        )
-        .build();
-    match &mut object.extensions {
-        Some(extensions) => extensions.merge(not),
-        None => object.extensions = Some(not),
-    }
-    object.into()
 }

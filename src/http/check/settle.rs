@@ -24,7 +24,7 @@ use utoipa::openapi::schema::Schema;
 use utoipa::{PartialSchema, ToSchema};
 
 use super::fields::whole_number;
-use super::request::forms;
+use super::forms::forms;
 use super::response::CheckResponse;
 use super::{parse_check, respond};
 use crate::domain::algorithms::MAX_SETTLE_CAPACITIES;

@@ -266,13 +266,14 @@ impl Drop for Pending<'_> {
 /// Refunds an allowed answer nobody received, and releases its lease.
 async fn give_back(limiter: Arc<Limiter>, check: Check, answer: Result<Decision, LimiterError>) {
     let Ok(decision) = answer else { return };
-    if !decision.allowed || decision.degraded {
-        return;
-    }
+    // Even a degraded answer's: under `local` its lease is the local store's.
     if let Some(lease) = &decision.lease
         && let Err(error) = limiter.release(&check, &lease.id).await
     {
         tracing::warn!(%error, "cannot release a lease whose waiter hung up (it expires)");
+    }
+    if !decision.allowed || decision.degraded {
+        return;
     }
     // A refund moves no lease: only for rate limits.
     let rates = check

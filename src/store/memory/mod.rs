@@ -56,7 +56,7 @@ impl OwnedStateKey {
                 .map(|p| (p.clone(), limit.name.clone())),
             scope: limit.scope.clone(),
             algorithm: limit.rule.algorithm,
-            window: limit.rule.window,
+            window: StateKey::window_of(limit),
         }
     }
 }

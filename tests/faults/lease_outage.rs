@@ -1,0 +1,91 @@
+//! Concurrency leases while Redis is down: no answer hands out a lease that
+//! no store holds. `failure.mode = "open"` admits without a lease (nothing
+//! to release) and a release is a 503; `"local"` takes real leases in the
+//! instance's own store, and a release frees them there.
+
+use crate::support;
+
+use std::time::Duration;
+
+use ratekeeper::domain::FailureMode;
+use serde_json::{Value, json};
+use support::{RedisServer, TestApp, settings, unique_key};
+
+async fn spawn(redis: &RedisServer, mode: FailureMode) -> TestApp {
+    let mut config = settings(Some(&redis.url()));
+    let r = config.redis.as_mut().unwrap();
+    r.timeout = Duration::from_millis(300);
+    r.probe_interval = Duration::from_millis(50);
+    r.reconnect_max_delay = Duration::from_millis(200);
+    config.failure.mode = mode;
+    TestApp::spawn(config).await
+}
+
+fn with_lease(body: &Value, lease: &str) -> Value {
+    let mut body = body.clone();
+    body["lease"] = json!(lease);
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_open_admits_without_a_lease() {
+    let mut redis = RedisServer::start();
+    let app = spawn(&redis, FailureMode::Open).await;
+    let body = json!({"key": unique_key("open"), "algorithm": "concurrency", "limit": 1, "lease_ttl": "1m"});
+    let (_, held) = app.check(body.clone()).await;
+    let lease = held["lease"]["id"].as_str().unwrap().to_string();
+    redis.kill();
+    for _ in 0..3 {
+        let (status, answer) = app.check(body.clone()).await;
+        assert_eq!(status, 200, "{answer}");
+        assert_eq!(
+            (&answer["allowed"], &answer["degraded"], answer.get("lease")),
+            (&json!(true), &json!(true), None),
+            "admitted by the policy, with no lease to release: {answer}"
+        );
+    }
+    let (status, answer) = app.post("/v1/release", &with_lease(&body, &lease)).await;
+    assert_eq!(status, 503, "{answer}");
+    assert_eq!(answer["error"]["code"], "store_unavailable", "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_local_leases_from_the_local_store_and_releases_there() {
+    let mut redis = RedisServer::start();
+    let app = spawn(&redis, FailureMode::Local).await;
+    redis.kill();
+    let body = json!({"key": unique_key("local"), "algorithm": "concurrency", "limit": 2, "lease_ttl": "1m"});
+    let mut leases = Vec::new();
+    for _ in 0..2 {
+        let (_, answer) = app.check(body.clone()).await;
+        assert_eq!(
+            (&answer["allowed"], &answer["degraded"]),
+            (&json!(true), &json!(true)),
+            "{answer}"
+        );
+        leases.push(answer["lease"]["id"].as_str().unwrap().to_string());
+    }
+    let (_, full) = app.check(body.clone()).await;
+    assert_eq!(
+        (&full["allowed"], full.get("lease")),
+        (&json!(false), None),
+        "the local store's limit: {full}"
+    );
+    let (status, released) = app
+        .post("/v1/release", &with_lease(&body, &leases[0]))
+        .await;
+    assert_eq!(status, 200, "{released}");
+    assert_eq!(
+        (&released["released"], &released["degraded"]),
+        (&json!(true), &json!(true)),
+        "{released}"
+    );
+    let (_, again) = app.check(body.clone()).await;
+    assert_eq!(again["allowed"], true, "the freed local slot: {again}");
+    assert!(again["lease"]["id"].is_string(), "{again}");
+    // A lease no store holds is still an outage's 503, not `released: false`.
+    let (status, answer) = app
+        .post("/v1/release", &with_lease(&body, &"0".repeat(32)))
+        .await;
+    assert_eq!(status, 503, "{answer}");
+}
