@@ -12,11 +12,12 @@
 #   calendar  {"limit": 1000000, "calendar": "day", "timezone": "Europe/Berlin"}
 #   sliding   {"limit": 1000000, "window": "1s"}
 #   gcra      {"limit": 1000000, "window": "1s", "algorithm": "gcra"}
-#   lease     {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
-#             each check followed by POST /v1/release of its lease: one
-#             row is an acquire plus its release
+#   acquire   {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"}:
+#             an acquire alone (the lease expires unreleased)
+#   lease     the same, each check followed by POST /v1/release of its
+#             lease: one row is an acquire plus its release
 #
-#   RULES="fixed lease" bash bench/cost.sh     # a lease's round against a fixed window
+#   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
 # For each store (embedded; Redis), binary and rule, one client sends N
 # checks over one keep-alive connection to the binary running under
 # callgrind; the row reports its instructions per check (startup included,
@@ -47,6 +48,7 @@ rules = {
     "calendar": {"limit": 1000000, "calendar": "day", "timezone": "Europe/Berlin"},
     "sliding": {"limit": 1000000, "window": "1s"},
     "gcra": {"limit": 1000000, "window": "1s", "algorithm": "gcra"},
+    "acquire": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
     "lease": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
 }
 c = http.client.HTTPConnection("127.0.0.1", port)
