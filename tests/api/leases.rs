@@ -471,3 +471,77 @@ async fn a_new_lease_ttl_keeps_the_leases_held(app: &TestApp) {
     let (_, taken) = app.check(new).await;
     assert_eq!(taken["lease"]["expires_in_ms"], 120_000, "{taken}");
 }
+
+/// The test over HTTP: two instances on one Redis, limit 10. 400
+/// acquires at once get exactly 10 leases; then each release lets exactly
+/// one of 20 more acquires in. A sampler reading the sorted set in Redis
+/// never sees more than 10 leases held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_hundred_acquires_on_two_instances_hold_exactly_the_limit() {
+    const LIMIT: usize = 10;
+    let server = RedisServer::start();
+    let apps = [
+        std::sync::Arc::new(TestApp::spawn(settings(Some(&server.url()))).await),
+        std::sync::Arc::new(TestApp::spawn(settings(Some(&server.url()))).await),
+    ];
+    let key = unique_key("four-hundred");
+    let body = json!({"key": key, "algorithm": "concurrency", "limit": LIMIT, "lease_ttl": "1m"});
+    let zset = format!("rk:{{{key}}}:cc:0");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (stop, port, zset) = (stop.clone(), server.port, zset.clone());
+        std::thread::spawn(move || {
+            let mut most = 0usize;
+            let mut samples = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let held: usize = support::redis_cli(port, &["ZCARD", &zset])
+                    .trim()
+                    .parse()
+                    .unwrap();
+                most = most.max(held);
+                samples += 1;
+            }
+            (most, samples)
+        })
+    };
+    // n acquires at once, alternating instances: the leases granted.
+    let acquire = |n: usize| {
+        let (apps, body) = (apps.clone(), body.clone());
+        async move {
+            let tasks: Vec<_> = (0..n)
+                .map(|i| {
+                    let (app, body) = (apps[i % 2].clone(), body.clone());
+                    tokio::spawn(async move { app.check(body).await.1 })
+                })
+                .collect();
+            let mut leases = Vec::new();
+            for task in tasks {
+                let answer = task.await.unwrap();
+                if answer["allowed"] == true {
+                    leases.push(lease_of(&answer));
+                }
+            }
+            leases
+        }
+    };
+    let mut held = acquire(400).await;
+    assert_eq!(held.len(), LIMIT, "400 at once on two instances");
+    for round in 0..LIMIT {
+        let lease = held.remove(0);
+        let (_, released) = apps[round % 2]
+            .post("/v1/release", &with(&body, json!({"lease": lease})))
+            .await;
+        assert_eq!(released["released"], true, "{released}");
+        let granted = acquire(20).await;
+        assert_eq!(granted.len(), 1, "round {round}: one release, one more in");
+        held.extend(granted);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (most, samples) = sampler.join().unwrap();
+    assert!(samples > 10, "the sampler ran: {samples}");
+    assert!(
+        most <= LIMIT,
+        "at most {LIMIT} held at any sample, saw {most}"
+    );
+    assert_eq!(most, LIMIT, "the sampler saw the key full");
+}
