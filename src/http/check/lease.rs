@@ -8,16 +8,14 @@
 //! half of a caller's own check, and a lease id is 128 random bits, so
 //! nobody can name (and free) a lease they were not given.
 
-use std::collections::HashMap;
-
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{PartialSchema, ToSchema};
 
+use super::fields_present::Present;
 use super::forms::forms;
 use super::response::CheckResponse;
 use super::{body_for, parse_check};
@@ -154,9 +152,9 @@ async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Re
     let JsonBody(body) = JsonBody::from_request(request, state).await?;
     let json = body.as_bytes();
     let verb = what.as_str();
-    if let Ok(fields) = parse_json::<HashMap<String, IgnoredAny>>(json) {
+    if let Some(fields) = Present::of(json) {
         for field in ["cost", "wait_ms"] {
-            if fields.contains_key(field) {
+            if fields.has(field) {
                 return Err(ApiError::InvalidRequest(format!(
                     "{field}: to {verb} a lease, send the check's form and its `lease`, without `{field}`"
                 )));

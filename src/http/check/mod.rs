@@ -14,19 +14,18 @@
 pub(super) mod adjust;
 pub(super) mod batch;
 mod fields;
+mod fields_present;
 mod forms;
 pub(super) mod lease;
 mod request;
 mod response;
 pub(super) mod settle;
 
-use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
-use serde::de::IgnoredAny;
 
 pub use adjust::{refund, reset};
 pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
@@ -40,6 +39,7 @@ pub use request::{
 pub use response::{CheckResponse, LeaseResponse, LimitResponse};
 pub use settle::settle;
 
+use self::fields_present::Present;
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
@@ -131,9 +131,9 @@ pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, 
 /// every HTTP front end shares.
 pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiError> {
     // Not an object: the single-rule parser rejects it as it always did.
-    let fields = parse_json::<HashMap<String, IgnoredAny>>(json).ok();
-    let has_cost = fields.as_ref().is_some_and(|f| f.contains_key("cost"));
-    let form = Form::of(fields.as_ref()).map_err(ApiError::MixedForms)?;
+    let fields = Present::of(json);
+    let has_cost = fields.is_some_and(|f| f.has("cost"));
+    let form = Form::of(fields).map_err(ApiError::MixedForms)?;
     let (check, wait_ms) = match form {
         Form::SingleRule => {
             let request: CheckRequest = parse_json(json)?;

@@ -7,14 +7,12 @@
 //!    single-rule form of the first API, parsed exactly as it always was
 //!    (same type, same error messages).
 
-use std::collections::HashMap;
-
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use utoipa::ToSchema;
 
 pub use super::fields::{AlgorithmName, WindowSpec};
 use super::fields::{CalendarName, optional_whole_number, whole_number};
+use super::fields_present::Present;
 use crate::domain::{Algorithm, CheckInput, LimitInput, RuleInput};
 
 /// May this key spend this much now?
@@ -249,11 +247,11 @@ impl Form {
     /// not a JSON object, which the single-rule parser rejects as it always
     /// did). A field counts when present, even as `null`. Fields of two
     /// forms together are an error naming them.
-    pub fn of(fields: Option<&HashMap<String, IgnoredAny>>) -> Result<Form, String> {
+    pub fn of(fields: Option<Present>) -> Result<Form, String> {
         let Some(fields) = fields else {
             return Ok(Form::SingleRule);
         };
-        let has = |name: &str| fields.contains_key(name);
+        let has = |name: &str| fields.has(name);
         let (form, lead, others): (Form, &str, Vec<&str>) = if has("policy") {
             let mut others = vec!["limits"];
             others.extend(RULE_FIELDS);

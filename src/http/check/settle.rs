@@ -13,17 +13,15 @@
 //! is the point. A caller that lies about `reserved` can win back at most
 //! one capacity per call, as a retried check after a lost answer could.
 
-use std::collections::HashMap;
-
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde::de::IgnoredAny;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{PartialSchema, ToSchema};
 
 use super::fields::whole_number;
+use super::fields_present::Present;
 use super::forms::forms;
 use super::response::CheckResponse;
 use super::{parse_check, respond};
@@ -123,14 +121,14 @@ pub async fn settle(State(state): State<AppState>, request: Request) -> Response
 async fn settled(state: &AppState, request: Request) -> Result<Response, ApiError> {
     let JsonBody(body) = JsonBody::from_request(request, state).await?;
     let json = body.as_bytes();
-    if let Ok(fields) = parse_json::<HashMap<String, IgnoredAny>>(json) {
-        if fields.contains_key("cost") {
+    if let Some(fields) = Present::of(json) {
+        if fields.has("cost") {
             return Err(ApiError::InvalidRequest(
                 "cost: a settle takes `reserved` (the cost checked with) and `actual`, not `cost`"
                     .into(),
             ));
         }
-        if fields.contains_key("wait_ms") {
+        if fields.has("wait_ms") {
             return Err(ApiError::InvalidRequest(
                 "wait_ms: a settle never waits".into(),
             ));
