@@ -52,7 +52,8 @@ pub struct Metrics {
     /// `ratekeeper_degraded_total{failure_mode}`, indexed by [`FailureMode`].
     degraded: [IntCounter; FailureMode::ALL.len()],
     store_errors: IntCounterVec,
-    /// `ratekeeper_adjustments_total{op, result}`: resets, refunds and settles.
+    /// `ratekeeper_adjustments_total{op, result}`: resets, refunds, settles,
+    /// releases and renewals.
     adjustments: IntCounterVec,
     pub check_duration: Histogram,
     /// `POST /v1/checks`, once per batch: its checks are counted one by
@@ -154,7 +155,7 @@ impl Metrics {
         let adjustments = IntCounterVec::new(
             Opts::new(
                 "ratekeeper_adjustments_total",
-                "Resets, refunds and settles (op: reset|refund|settle) by result: ok, or error (the store could not apply it; answered 503 or 500).",
+                "Resets, refunds, settles and a lease's releases and renewals (op: reset|refund|settle|release|renew) by result: ok, or error (the store could not apply it; answered 503 or 500).",
             ),
             &["op", "result"],
         )
