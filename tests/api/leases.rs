@@ -35,6 +35,34 @@ fn with(body: &Value, fields: Value) -> Value {
     body
 }
 
+/// `body` sent to `app` with `wait_ms`, on a task of its own: its answer
+/// and how long it took.
+fn spawn_waiting(
+    app: &TestApp,
+    body: &Value,
+    wait_ms: u64,
+) -> tokio::task::JoinHandle<(Value, Duration)> {
+    let (url, http, body) = (app.url("/v1/check"), app.http.clone(), body.clone());
+    tokio::spawn(async move {
+        let started = Instant::now();
+        let answer: Value = http
+            .post(url)
+            .json(&with(&body, json!({"wait_ms": wait_ms})))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (answer, started.elapsed())
+    })
+}
+
+/// `POST path` (`/v1/release` or `/v1/renew`) of `lease` with the check `body`.
+async fn leased(app: &TestApp, path: &str, body: &Value, lease: &str) -> (u16, Value) {
+    app.post(path, &with(body, json!({"lease": lease}))).await
+}
+
 /// The lease id of an allowed answer.
 fn lease_of(answer: &Value) -> String {
     let id = answer["lease"]["id"].as_str().unwrap_or_else(|| {
@@ -75,20 +103,13 @@ async fn a_job_runner_acquires_releases_and_renews(app: &TestApp) {
     assert_eq!((&look["allowed"], look.get("lease")), (&json!(false), None));
 
     // A wrong id changes nothing.
-    let (status, wrong) = app
-        .post(
-            "/v1/release",
-            &with(&body, json!({"lease": "0".repeat(32)})),
-        )
-        .await;
+    let (status, wrong) = leased(app, "/v1/release", &body, &"0".repeat(32)).await;
     assert_eq!(status, 200, "{wrong}");
     assert_eq!(
         (&wrong["released"], &wrong["remaining"]),
         (&json!(false), &json!(0))
     );
-    let (status, released) = app
-        .post("/v1/release", &with(&body, json!({"lease": a})))
-        .await;
+    let (status, released) = leased(app, "/v1/release", &body, &a).await;
     assert_eq!(status, 200, "{released}");
     assert_eq!(
         (
@@ -100,37 +121,27 @@ async fn a_job_runner_acquires_releases_and_renews(app: &TestApp) {
         "{released}"
     );
     // Idempotent.
-    let (_, again) = app
-        .post("/v1/release", &with(&body, json!({"lease": a})))
-        .await;
+    let (_, again) = leased(app, "/v1/release", &body, &a).await;
     assert_eq!(again["released"], false, "{again}");
     // The freed slot, and no more.
     let (_, taken) = app.check(body.clone()).await;
     let c = lease_of(&taken);
     assert_eq!(app.check(body.clone()).await.1["allowed"], false);
 
-    let (status, renewed) = app
-        .post("/v1/renew", &with(&body, json!({"lease": b})))
-        .await;
+    let (status, renewed) = leased(app, "/v1/renew", &body, &b).await;
     assert_eq!(status, 200, "{renewed}");
     assert_eq!(renewed["renewed"], true, "{renewed}");
     assert_eq!(renewed["lease"]["id"], json!(b), "{renewed}");
     assert_eq!(renewed["lease"]["expires_in_ms"], 30_000, "{renewed}");
-    let (_, released) = app
-        .post("/v1/release", &with(&body, json!({"lease": b})))
-        .await;
+    let (_, released) = leased(app, "/v1/release", &body, &b).await;
     assert_eq!(released["released"], true);
-    let (_, gone) = app
-        .post("/v1/renew", &with(&body, json!({"lease": b})))
-        .await;
+    let (_, gone) = leased(app, "/v1/renew", &body, &b).await;
     assert_eq!(
         (&gone["renewed"], gone.get("lease")),
         (&json!(false), None),
         "a released lease is not brought back: {gone}"
     );
-    let (_, last) = app
-        .post("/v1/release", &with(&body, json!({"lease": c})))
-        .await;
+    let (_, last) = leased(app, "/v1/release", &body, &c).await;
     assert_eq!(
         (&last["released"], &last["remaining"]),
         (&json!(true), &json!(2))
@@ -173,9 +184,7 @@ async fn every_form_takes_one_slot_whatever_the_cost(app: &TestApp) {
         let (_, second) = app.check(with(&body, json!({"cost": 30}))).await;
         assert_eq!(second["allowed"], false, "{second}");
         assert_eq!(second["limits"][0]["remaining"], 70, "{second}");
-        let (status, released) = app
-            .post("/v1/release", &with(&body, json!({"lease": lease})))
-            .await;
+        let (status, released) = leased(app, "/v1/release", &body, &lease).await;
         assert_eq!(status, 200, "{released}");
         assert_eq!(released["released"], true, "{released}");
         assert_eq!(
@@ -217,13 +226,9 @@ async fn leases_free_themselves_at_expiry(app: &TestApp) {
         taken.elapsed()
     );
     // The expired lease is gone: neither released nor renewed.
-    let (_, renewed) = app
-        .post("/v1/renew", &with(&body, json!({"lease": lease})))
-        .await;
+    let (_, renewed) = leased(app, "/v1/renew", &body, &lease).await;
     assert_eq!(renewed["renewed"], false);
-    let (_, released) = app
-        .post("/v1/release", &with(&body, json!({"lease": lease})))
-        .await;
+    let (_, released) = leased(app, "/v1/release", &body, &lease).await;
     assert_eq!(released["released"], false);
     assert_eq!(released["remaining"], 0, "the live lease still holds");
 }
@@ -233,30 +238,13 @@ async fn leases_free_themselves_at_expiry(app: &TestApp) {
 async fn a_waiter_gets_the_slot_a_release_frees(app: &TestApp) {
     let body = json!({"key": unique_key("wait"), "algorithm": "concurrency", "limit": 1, "lease_ttl": "1m"});
     let held = lease_of(&app.check(body.clone()).await.1);
-    let waiting = {
-        let (base, http, body) = (app.url("/v1/check"), app.http.clone(), body.clone());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let answer: Value = http
-                .post(base)
-                .json(&with(&body, json!({"wait_ms": 5000})))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            (answer, started.elapsed())
-        })
-    };
+    let waiting = spawn_waiting(app, &body, 5000);
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         !waiting.is_finished(),
         "waits although the expiry is 1 min away"
     );
-    let (_, released) = app
-        .post("/v1/release", &with(&body, json!({"lease": held})))
-        .await;
+    let (_, released) = leased(app, "/v1/release", &body, &held).await;
     assert_eq!(released["released"], true);
     let (answer, took) = waiting.await.unwrap();
     assert_eq!(answer["allowed"], true, "{answer}");
@@ -398,26 +386,9 @@ async fn a_release_through_one_instance_wakes_a_waiter_on_the_other() {
     let body = json!({"key": unique_key("two"), "algorithm": "concurrency", "limit": 1, "lease_ttl": "1m"});
     let held = lease_of(&a.check(body.clone()).await.1);
     assert_eq!(b.check(body.clone()).await.1["allowed"], false);
-    let waiting = {
-        let (url, http, body) = (b.url("/v1/check"), b.http.clone(), body.clone());
-        tokio::spawn(async move {
-            let started = Instant::now();
-            let answer: Value = http
-                .post(url)
-                .json(&with(&body, json!({"wait_ms": 5000})))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            (answer, started.elapsed())
-        })
-    };
+    let waiting = spawn_waiting(&b, &body, 5000);
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let (_, released) = a
-        .post("/v1/release", &with(&body, json!({"lease": held})))
-        .await;
+    let (_, released) = leased(&a, "/v1/release", &body, &held).await;
     assert_eq!(released["released"], true);
     let (answer, took) = waiting.await.unwrap();
     assert_eq!(answer["allowed"], true, "{answer}");
@@ -425,9 +396,7 @@ async fn a_release_through_one_instance_wakes_a_waiter_on_the_other() {
     assert!(took < Duration::from_secs(2), "{took:?}");
     // B's lease holds the slot on A too, and A can release it.
     assert_eq!(a.check(body.clone()).await.1["allowed"], false);
-    let (_, released) = a
-        .post("/v1/release", &with(&body, json!({"lease": lease})))
-        .await;
+    let (_, released) = leased(&a, "/v1/release", &body, &lease).await;
     assert_eq!(released["released"], true, "{released}");
 }
 
@@ -447,9 +416,7 @@ async fn a_batch_takes_a_lease_per_allowed_item(app: &TestApp) {
     assert_ne!(a, b);
     assert!(results[2].get("lease").is_none() && results[3].get("lease").is_none());
     for lease in [a, b] {
-        let (_, released) = app
-            .post("/v1/release", &with(&body, json!({"lease": lease})))
-            .await;
+        let (_, released) = leased(app, "/v1/release", &body, &lease).await;
         assert_eq!(released["released"], true, "{released}");
     }
     assert_eq!(app.check(look).await.1["remaining"], 2);
@@ -464,9 +431,7 @@ async fn a_new_lease_ttl_keeps_the_leases_held(app: &TestApp) {
     let lease = lease_of(&app.check(old).await.1);
     let (_, denied) = app.check(new.clone()).await;
     assert_eq!(denied["allowed"], false, "{denied}");
-    let (_, released) = app
-        .post("/v1/release", &with(&new, json!({"lease": lease})))
-        .await;
+    let (_, released) = leased(app, "/v1/release", &new, &lease).await;
     assert_eq!(released["released"], true, "{released}");
     let (_, taken) = app.check(new).await;
     assert_eq!(taken["lease"]["expires_in_ms"], 120_000, "{taken}");
@@ -537,9 +502,7 @@ async fn four_hundred_acquires_on_two_instances_hold_exactly_the_limit() {
     assert_eq!(held.len(), LIMIT, "400 at once on two instances");
     for round in 0..LIMIT {
         let lease = held.remove(0);
-        let (_, released) = apps[round % 2]
-            .post("/v1/release", &with(&body, json!({"lease": lease})))
-            .await;
+        let (_, released) = leased(&apps[round % 2], "/v1/release", &body, &lease).await;
         assert_eq!(released["released"], true, "{released}");
         let granted = acquire(20).await;
         assert_eq!(granted.len(), 1, "round {round}: one release, one more in");

@@ -10,7 +10,9 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-/// The names [`Present`] records, in bit order.
+/// The names [`Present`] records, in bit order: the two lead fields, every
+/// one of `request::RULE_FIELDS` (`Present::has` asserts, in debug builds,
+/// that a name asked for is here), and the two a handler may refuse.
 const NAMES: [&str; 11] = [
     "policy",
     "limits",

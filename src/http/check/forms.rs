@@ -7,7 +7,7 @@ use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest};
+use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest, RULE_FIELDS};
 use crate::http::openapi::NOT_MARKER;
 
 /// The request body of `POST /v1/check` as documented: exactly one of the
@@ -49,34 +49,19 @@ impl PartialSchema for ResetForms {
 /// (`PolicyCheck`, `InlineReset`, ...): generators name their classes after
 /// titles, so a reset's forms must not share a check's.
 pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
+    // The policy and inline forms forbid the other's lead field and every
+    // rule field; every form forbids `forbidden`.
     let with = |fields: &[&'static str]| [fields, forbidden].concat();
+    let leading = |other: &'static str| with(&[&[other][..], &RULE_FIELDS[..]].concat());
     let policy = forbid(
         PolicyCheckRequest::schema(),
-        &with(&[
-            "limits",
-            "limit",
-            "window",
-            "calendar",
-            "timezone",
-            "lease_ttl",
-            "algorithm",
-            "burst",
-        ]),
+        &leading("limits"),
         &format!("Policy{operation}"),
         "The policy form. Takes no limits of its own.",
     );
     let inline = forbid(
         InlineCheckRequest::schema(),
-        &with(&[
-            "policy",
-            "limit",
-            "window",
-            "calendar",
-            "timezone",
-            "lease_ttl",
-            "algorithm",
-            "burst",
-        ]),
+        &leading("policy"),
         &format!("Inline{operation}"),
         "The inline multi-limit form. The rule fields go inside `limits`.",
     );

@@ -232,7 +232,7 @@ pub enum Form {
 }
 
 /// The fields only the single-rule form (and an inline form's limits) have.
-const RULE_FIELDS: [&str; 7] = [
+pub(super) const RULE_FIELDS: [&str; 7] = [
     "limit",
     "window",
     "calendar",
