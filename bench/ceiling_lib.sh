@@ -5,6 +5,8 @@
 #
 # Rows:
 #   one:<algorithm>  one limit of <algorithm>, 100000 per minute
+#   batch            BATCH_CHECKS (15) one-limit fixed_window checks in
+#                    one call, as the micro-batcher sends them
 #   two              two limits in one call: gcra 1000000/s (burst 1000000)
 #                    and fixed_window 1000000000/day, the pair of the HTTP
 #                    two-limit scenario; ÷ one:gcra is the Redis-side cost
@@ -19,13 +21,27 @@
 # usec_per_call of EVALSHA), which other load on the machine disturbs far
 # less than throughput.
 declare -A CEILING CEILING_P50 CEILING_US
+# Checks per call of the `batch` row (the micro-batcher's calls carry about
+# 15 at 64 connections: 0.067 calls per check in docs/benchmarks.md).
+BATCH_CHECKS=${BATCH_CHECKS:-15}
 
 ceiling_args() { # row -> numkeys keys... argv...
-  local row=$1 tag
+  local row=$1 tag i keys="" ops=""
+  if [ "$row" = batch ]; then
+    # BATCH_CHECKS one-limit fixed_window checks in one call, as the
+    # micro-batcher sends them (each key drawn on its own).
+    for i in $(seq "$BATCH_CHECKS"); do
+      keys="$keys bench:{__rand_int__}:fw:60000"
+      ops="$ops 1 1 1 '' '' fw 100000 60000000 100000"
+    done
+    echo "$BATCH_CHECKS$keys '' 0 ''$ops"
+    return
+  fi
   if [ "$row" = two ]; then
     # ARGV as src/store/redis/wire.rs writes it: now (''), padding, channel
-    # (''), then one check operation (code 1) of 2 limits at cost 1.
-    echo "2 bench:{__rand_int__}:gcra:1000 bench:{__rand_int__}:fw:86400000 '' 0 '' 1 2 1 ''" \
+    # (''), then one check operation (code 1) of 2 limits at cost 1, with
+    # nothing to publish ('') and no lease ('').
+    echo "2 bench:{__rand_int__}:gcra:1000 bench:{__rand_int__}:fw:86400000 '' 0 '' 1 2 1 '' ''" \
       "gcra 1000000 1000000 1000000 fw 1000000000 86400000000 1000000000"
     return
   fi
@@ -35,7 +51,7 @@ ceiling_args() { # row -> numkeys keys... argv...
     token_bucket) tag=tb;; gcra) tag=gcra;;
     *) echo "unknown algorithm ${row#one:}" >&2; exit 1;;
   esac
-  echo "1 bench:{__rand_int__}:$tag:60000 '' 0 '' 1 1 1 '' $tag 100000 60000000 100000"
+  echo "1 bench:{__rand_int__}:$tag:60000 '' 0 '' 1 1 1 '' '' $tag 100000 60000000 100000"
 }
 
 measure_ceiling() { # connections rows...
@@ -69,6 +85,7 @@ measure_ceiling() { # connections rows...
 ceiling_label() { # row
   case $1 in
     two) echo "redis-benchmark EVALSHA check, 2 limits (gcra + fixed_window)";;
+    batch) echo "redis-benchmark EVALSHA of $BATCH_CHECKS checks, 1 limit fixed_window each";;
     *) echo "redis-benchmark EVALSHA check, 1 limit ${1#one:}";;
   esac
 }

@@ -14,7 +14,7 @@ local function reset_all(k, a, n, now, pad_ms, reply)
   for i = 1, n do
     redis.call('DEL', KEYS[k + i])
   end
-  return check_all(k, a, n, now, 0, pad_ms, reply)
+  return check_all(k, a, n, now, 0, pad_ms, reply, 0)
 end
 
 -- Gives back up to `cost` on every limit, each on its own: a refund only
@@ -27,7 +27,7 @@ local function refund_all(k, a, n, now, cost, pad_ms, reply)
         window_arg(ARGV[s + 3]), cost, tonumber(ARGV[s + 4]), pad_ms)
     end
   end
-  return check_all(k, a, n, now, 0, pad_ms, reply)
+  return check_all(k, a, n, now, 0, pad_ms, reply, 0)
 end
 
 -- Spends `cost` more on every limit without a check (settle.rs,
@@ -55,7 +55,7 @@ local function spend_all(k, a, n, now, cost, pad_ms)
       limit = limit * OVERDRAFT_CAPACITIES
     end
     if f ~= nil then
-      local room = f(KEYS[k + i], now, limit, window, 0, burst, pad_ms, false)[2]
+      local _, room = f(KEYS[k + i], now, limit, window, 0, burst, pad_ms, false)
       local take = math.min(cost, room)
       if take > 0 then
         f(KEYS[k + i], now, limit, window, take, burst, pad_ms, false)
@@ -74,7 +74,7 @@ local function settle_all(k, a, n, now, delta, pad_ms, reply)
   if delta > 0 then
     spend_all(k, a, n, now, delta, pad_ms)
   end
-  return check_all(k, a, n, now, 0, pad_ms, reply)
+  return check_all(k, a, n, now, 0, pad_ms, reply, 0)
 end
 
 -- Releases (`renew` false) or renews `lease` on the concurrency limits
@@ -99,5 +99,5 @@ local function lease_all(k, a, n, now, lease, renew, pad_ms, reply)
       end
     end
   end
-  return check_all(k, a, n, now, 0, pad_ms, reply), live
+  return check_all(k, a, n, now, 0, pad_ms, reply, 0), live
 end

@@ -44,7 +44,7 @@ local function concurrency(key, now, limit, window, cost, burst, pad_ms, dry, le
     reset = latest - now
   end
   -- max(0, ...): the limit may have been lowered while leases were held.
-  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
+  return allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit
 end
 
 -- A refund moves no lease: only a release frees one (concurrency.rs).

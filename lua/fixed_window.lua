@@ -5,6 +5,16 @@
 -- The window index lives in the hash rather than in the key name so the
 -- script touches only the key it was given (a requirement in Redis Cluster).
 
+-- The write of a spend: `count` units in period `index`. The expiry is the
+-- window's end: the first write in this window set it already (HSET keeps
+-- it), so later ones save a command.
+local function fixed_window_write(key, index, count, same_window, until_next, pad_ms)
+  redis.call('HSET', key, 'i', int(index), 'c', int(count))
+  if not same_window then
+    redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+  end
+end
+
 local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local index, until_next = period(now, window)
@@ -19,17 +29,12 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local commit = nil
   if allowed and cost > 0 then
     count = count + cost
-    local spent = count
-    commit = function()
-      redis.call('HSET', key, 'i', int(index), 'c', int(spent))
-      -- The expiry is the window's end: the first write in this window set
-      -- it already (HSET keeps it), so later ones save a command.
-      if not same_window then
-        redis.call('PEXPIRE', key, ttl_ms(until_next, pad_ms))
+    if dry then
+      commit = function()
+        fixed_window_write(key, index, count, same_window, until_next, pad_ms)
       end
-    end
-    if not dry then
-      commit()
+    else
+      fixed_window_write(key, index, count, same_window, until_next, pad_ms)
     end
   end
 
@@ -42,7 +47,7 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
     reset = until_next
   end
   -- max(0, ...): the limit may have been lowered since the count was made.
-  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
+  return allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit
 end
 
 -- Refund (fixed_window.rs, refund): the current window's count down by up

@@ -33,6 +33,13 @@ local function gcra_tat(raw, now, interval, burst)
   return math.max(at, now), converted
 end
 
+-- The write of a TAT `reset` ahead of now, with the units it holds.
+local function gcra_write(key, tat, interval, reset, pad_ms)
+  local used = idiv(reset + interval - 1, interval)
+  local value = int(tat) .. ':' .. int(interval) .. ':' .. int(used)
+  redis.call('SET', key, value, 'PX', ttl_ms(reset, pad_ms))
+end
+
 local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
@@ -53,20 +60,19 @@ local function gcra(key, now, limit, window, cost, burst, pad_ms, dry)
   end
   local commit = nil
   if allowed and cost > 0 then
-    commit = function()
-      local used = idiv(reset + interval - 1, interval)
-      local value = int(tat_after) .. ':' .. int(interval) .. ':' .. int(used)
-      redis.call('SET', key, value, 'PX', ttl_ms(reset, pad_ms))
-    end
-    if not dry then
-      commit()
+    if dry then
+      commit = function()
+        gcra_write(key, tat_after, interval, reset, pad_ms)
+      end
+    else
+      gcra_write(key, tat_after, interval, reset, pad_ms)
     end
   end
   local retry = 0
   if not allowed then
     retry = tat + need * interval - tolerance - now
   end
-  return {allowed and 1 or 0, idiv(math.max(0, tolerance - reset), interval), retry, reset, commit}
+  return allowed and 1 or 0, idiv(math.max(0, tolerance - reset), interval), retry, reset, commit
 end
 
 -- Refund (gcra.rs, refund): the TAT back by `cost` intervals, not before
@@ -81,10 +87,7 @@ local function gcra_refund(key, now, limit, window, cost, burst, pad_ms)
   local tat = gcra_tat(raw, now, interval, burst)
   local back = math.max(now, tat - cost * interval)
   if back > now then
-    local reset = back - now
-    local used = idiv(reset + interval - 1, interval)
-    local value = int(back) .. ':' .. int(interval) .. ':' .. int(used)
-    redis.call('SET', key, value, 'PX', ttl_ms(reset, pad_ms))
+    gcra_write(key, back, interval, back - now, pad_ms)
   else
     redis.call('DEL', key)
   end

@@ -12,17 +12,26 @@
 --
 -- Every algorithm is a function
 --   name(key, now, limit, window, cost, burst, pad_ms, dry)
---     -> {allowed, remaining, retry_after_us, reset_after_us, commit}
--- With `dry` set it writes nothing (not even a sliding log's trim of
--- expired entries: a clock stepping back would see them again), answers
--- what it would have answered writing, and, when it allows a positive
--- cost, returns as `commit` a function making the writes it left out.
+--     -> allowed, remaining, retry_after_us, reset_after_us, commit
+-- (five values, not a table: a table per limit per check is garbage the
+-- collector then walks). With `dry` set it writes nothing (not even a
+-- sliding log's trim of expired entries: a clock stepping back would see
+-- them again), answers what it would have answered writing, and, when it
+-- allows a positive cost, returns as `commit` a function making the writes
+-- it left out. Without `dry` it makes no such function: each algorithm's
+-- writes are a function of their own (`<name>_write`), called directly.
 
 -- All numbers are integers below 2^53, where Lua's doubles are exact. Redis
 -- converts Lua numbers to strings with '%.14g', which would round a
 -- microsecond timestamp, so every number sent to Redis goes through int().
 
 local function int(x)
+  -- Below 1e14 '%.14g' is exact, and Redis and `..` print a number so:
+  -- the common small numbers skip string.format, the costliest step of a
+  -- check after the redis.calls themselves.
+  if x % 1 == 0 and x < 1e14 and x > -1e14 then
+    return x
+  end
   return string.format('%.0f', x)
 end
 

@@ -24,12 +24,11 @@ local now = clock(ARGV[1])
 local pad_ms = tonumber(ARGV[2])
 local channel = ARGV[3]
 
--- Returns the operation's answer and whether its lease was live (-1: not
--- a release or renewal, or no concurrency limit).
+-- Any operation but a check: its answer (4 values per limit, in a table of
+-- its own) and whether its lease was live (-1: not a release or renewal,
+-- or no concurrency limit).
 local function apply(op, k, a, n, cost, lease)
-  if op == OP_CHECK then
-    return check_all(k, a, n, now, cost, pad_ms, {}, lease), -1
-  elseif op == OP_RELEASE then
+  if op == OP_RELEASE then
     return lease_all(k, a, n, now, lease, false, pad_ms, {})
   elseif op == OP_RENEW then
     return lease_all(k, a, n, now, lease, true, pad_ms, {})
@@ -44,33 +43,49 @@ local function apply(op, k, a, n, cost, lease)
   error('unknown operation ' .. tostring(op))
 end
 
-local reply = {}
-local k, a = 0, HEADER_ARGS
-while a < #ARGV do
+-- `m` counts what `reply` holds: appending by a counter rather than by
+-- `#reply`, which Lua finds by a binary search each time.
+local reply, m = {}, 0
+local k, a, argc = 0, HEADER_ARGS, #ARGV
+while a < argc do
   local op, n, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local publish, lease = ARGV[a + 4], ARGV[a + 5]
-  local ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease)
+  -- The operation's three leading values first, so that a check writes its
+  -- answer straight after them into `reply` (no table of its own), in
+  -- order (Lua keeps a table's array part only while it fills in order).
+  reply[m + 1], reply[m + 2], reply[m + 3] = 1, -1, -1
+  local ok, result, live
+  if op == OP_CHECK then
+    ok, result = pcall(check_all, k, a + OP_ARGS, n, now, cost, pad_ms, reply, m + 3, lease)
+  else
+    ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease)
+  end
   if ok then
-    local published = -1
     -- A release of a lease that was not live freed nothing: nobody to tell
     -- (and a caller cannot flush every instance's cache with made-up ids).
     if publish ~= '' and not (op == OP_RELEASE and live == 0) then
-      published = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
+      reply[m + 2] = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
     end
-    reply[#reply + 1] = 1
-    reply[#reply + 1] = published
-    reply[#reply + 1] = live
-    for j = 1, #result do
-      reply[#reply + 1] = result[j]
+    if op ~= OP_CHECK then
+      reply[m + 3] = live
+      for j = 1, 4 * n do
+        reply[m + 3 + j] = result[j]
+      end
     end
+    m = m + 3 + 4 * n
   else
     -- redis.call raises a table {err = ...}; Lua itself raises strings.
     local message = result
     if type(message) == 'table' and message.err then
       message = message.err
     end
-    reply[#reply + 1] = -1
-    reply[#reply + 1] = tostring(message)
+    -- A check may have written part of its answer before it failed: Redis
+    -- reads the reply up to its first nil, so none of it may stay.
+    for j = m + 3, m + 3 + 4 * n do
+      reply[j] = nil
+    end
+    reply[m + 1], reply[m + 2] = -1, tostring(message)
+    m = m + 2
   end
   k, a = k + n, a + OP_ARGS + LIMIT_ARGS * n
 end

@@ -146,7 +146,7 @@ local function sliding_log(key, now, limit, window, cost, burst, pad_ms, dry)
     end
   end
   -- max(0, ...): the limit may have been lowered since these were logged.
-  return {allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit}
+  return allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit
 end
 
 -- Refund (sliding_log.rs, refund): removes the `cost` newest units still in

@@ -4,6 +4,16 @@
 -- weighted() must stay operation-for-operation equal to the Rust version:
 -- both round the same IEEE doubles in the same order.
 
+-- The write of a spend. The expiry (`lives_us` from now) is two windows
+-- after this one starts: the first write in this window set it already
+-- (HSET keeps it), so later ones save a command.
+local function sliding_window_write(key, index, prev, curr, first, lives_us, pad_ms)
+  redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr))
+  if first then
+    redis.call('PEXPIRE', key, ttl_ms(lives_us, pad_ms))
+  end
+end
+
 local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local index = idiv(now, window)
@@ -34,18 +44,13 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local remaining = math.max(0, limit - math.floor(used))
   local commit = nil
   if allowed and cost > 0 then
-    local p, c = prev, curr
-    commit = function()
-      redis.call('HSET', key, 'i', int(index), 'p', int(p), 'c', int(c))
-      -- The expiry is two windows after this one starts: the first write
-      -- in this window set it already (HSET keeps it), so later ones save
-      -- a command.
-      if stored ~= index then
-        redis.call('PEXPIRE', key, ttl_ms((index + 2) * window - now, pad_ms))
+    if dry then
+      local p, c = prev, curr
+      commit = function()
+        sliding_window_write(key, index, p, c, stored ~= index, (index + 2) * window - now, pad_ms)
       end
-    end
-    if not dry then
-      commit()
+    else
+      sliding_window_write(key, index, prev, curr, stored ~= index, (index + 2) * window - now, pad_ms)
     end
   end
 
@@ -82,7 +87,7 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   elseif prev > 0 then
     reset = (index + 1) * window - now
   end
-  return {allowed and 1 or 0, remaining, retry, reset, commit}
+  return allowed and 1 or 0, remaining, retry, reset, commit
 end
 
 -- Refund (sliding_window.rs, refund): up to `cost` from the current

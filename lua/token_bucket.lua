@@ -13,6 +13,16 @@
 -- Only a check that consumes writes: refilling is a pure function of time,
 -- so the stored state and the refilled one give the same future answers.
 
+-- The write of a spend: `used` tokens at `credited` refilling every
+-- `interval`, dropping a previous version's `t` (see above).
+local function token_bucket_write(key, used, credited, interval, drop_left, reset, pad_ms)
+  redis.call('HSET', key, 'u', int(used), 'a', int(credited), 'i', int(interval))
+  if drop_left then
+    redis.call('HDEL', key, 't')
+  end
+  redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
+end
+
 local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local interval = idiv(window, limit)
@@ -59,18 +69,15 @@ local function token_bucket(key, now, limit, window, cost, burst, pad_ms, dry)
   end
   local commit = nil
   if allowed and cost > 0 then
-    commit = function()
-      redis.call('HSET', key, 'u', int(burst - tokens), 'a', int(credited), 'i', int(interval))
-      if left ~= nil then
-        redis.call('HDEL', key, 't')
+    if dry then
+      commit = function()
+        token_bucket_write(key, burst - tokens, credited, interval, left ~= nil, reset, pad_ms)
       end
-      redis.call('PEXPIRE', key, ttl_ms(reset, pad_ms))
-    end
-    if not dry then
-      commit()
+    else
+      token_bucket_write(key, burst - tokens, credited, interval, left ~= nil, reset, pad_ms)
     end
   end
-  return {allowed and 1 or 0, math.max(0, tokens), retry, reset, commit}
+  return allowed and 1 or 0, math.max(0, tokens), retry, reset, commit
 end
 
 -- Refund (token_bucket.rs, refund): up to `cost` tokens back, up to `burst`
