@@ -323,6 +323,7 @@ pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
         batch_window: redis.batch_window,
         clock: None,
         ttl_pad_ms: 0,
+        legacy_keys: redis.legacy_keys,
     }
 }
 

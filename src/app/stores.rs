@@ -115,7 +115,9 @@ pub(super) fn build_limiter(
     }
     if settings.deny_cache_capacity > 0 {
         let clock = Arc::new(MonotonicClock::default());
-        limiter = limiter.with_deny_cache(DenyCache::new(settings.deny_cache_capacity, clock));
+        let shared = settings.redis.as_ref().is_some_and(|r| r.legacy_keys);
+        let cache = DenyCache::new(settings.deny_cache_capacity, clock);
+        limiter = limiter.with_deny_cache(cache.with_shared_inline_buckets(shared));
     }
     if settings.top.capacity > 0 {
         let clock = Arc::new(MonotonicClock::default());

@@ -203,6 +203,7 @@ const KNOWN_KEYS: &[&str] = &[
     "redis.probe_interval",
     "redis.batch_window",
     "redis.max_in_flight",
+    "redis.legacy_keys",
     "failure.mode",
     "failure.closed_retry_after",
     "breaker.consecutive_failures",

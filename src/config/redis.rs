@@ -22,6 +22,9 @@ pub struct RedisSettings {
     /// Most operations sent to Redis and not yet answered; more are
     /// answered by the failure policy without being sent.
     pub max_in_flight: usize,
+    /// Also read and write inline buckets under the name earlier versions
+    /// gave them, for a rolling upgrade (`store::redis::wire`).
+    pub legacy_keys: bool,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -36,6 +39,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("probe_interval", &self.probe_interval)
             .field("batch_window", &self.batch_window)
             .field("max_in_flight", &self.max_in_flight)
+            .field("legacy_keys", &self.legacy_keys)
             .finish()
     }
 }
@@ -99,6 +103,11 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
             .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
     });
     let max_in_flight = r.parse("redis.max_in_flight", |s| int_in(s, 1, 1_000_000));
+    let legacy_keys = r.parse("redis.legacy_keys", |s| match s {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err("must be true or false".into()),
+    });
     let url = with_password_file(r, url?, password_file?)?;
     let settings = RedisSettings {
         url,
@@ -110,6 +119,7 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         probe_interval: probe_interval?,
         batch_window: batch_window?,
         max_in_flight: max_in_flight? as usize,
+        legacy_keys: legacy_keys?,
     };
     Some((!settings.url.is_empty()).then_some(settings))
 }

@@ -4,7 +4,9 @@
 //! - inline checks: `<prefix>{<client key>}:<algorithm tag>:<window>`, the
 //!   window in milliseconds or, for calendar periods, `cal.<unit>.<zone>`
 //!   (`cal.day.Europe/Berlin`; zone names hold no `:`); a concurrency
-//!   limit's is always `0` (`:cc:0`), its lease TTL left out;
+//!   limit's is always `0` (`:cc:0`), its lease TTL left out; an inline
+//!   bucket's (`token_bucket`, `gcra`) ends with its rule,
+//!   `:<limit>:<burst>` (see below);
 //! - a policy's limits: `<prefix>{<client key>}:p:<policy>:<limit>:<algorithm tag>:<window>`;
 //! - a limit with a scope of its own (Envoy RLS descriptors):
 //!   `<prefix>{<client key>}:p:<policy>:<limit>:s:<scope>:<algorithm tag>:<window>`
@@ -17,6 +19,18 @@
 //! changed `limit` or `burst` keeps its counters. Policy and limit names
 //! hold no `:`, `{` or `}`, so what follows the tag's `}` tells the two
 //! forms and every policy apart.
+//!
+//! An inline bucket's name holds its `limit` and `burst` too. A bucket's
+//! state is units used as of an instant, which a rule refilling faster
+//! credits more than a slower one would, so two inline rules sharing one
+//! bucket could each undo the other's denials: the deny cache could not
+//! answer for either (`limiter::deny_cache`), and a flood on an inline
+//! `gcra` key reached Redis on every check. Inline, another `limit` is
+//! another rule (the caller names its rule on every check), so it gets a
+//! bucket of its own; a policy's limit keeps its name, and its state, when
+//! its `limit` changes. Versions before this one kept inline buckets under
+//! `…:<tag>:<window>`; `redis.legacy_keys` reads and writes that name too,
+//! for a rolling upgrade (`store::redis::wire`, docs/operations.md).
 //!
 //! In the tag, `%` is written `%25` and `}` is written `%7D` (and nothing
 //! else changes). A raw `}` would end the tag early, and a key starting
@@ -41,6 +55,8 @@ pub struct StateKey<'a> {
     pub scope: Option<&'a str>,
     pub algorithm: Algorithm,
     pub window: Window,
+    /// An inline bucket's `limit` and `burst` (see the module doc).
+    pub rule: Option<(u64, u64)>,
 }
 
 impl<'a> StateKey<'a> {
@@ -51,7 +67,23 @@ impl<'a> StateKey<'a> {
             scope: limit.scope.as_deref(),
             algorithm: limit.rule.algorithm,
             window: StateKey::window_of(limit),
+            rule: StateKey::rule_of(check, limit),
         }
+    }
+
+    /// The rule part of `limit`'s address: an inline bucket's `limit` and
+    /// `burst`, nothing for the others.
+    pub fn rule_of(check: &Check, limit: &Limit) -> Option<(u64, u64)> {
+        (check.policy.is_none() && limit.rule.algorithm.has_burst())
+            .then_some((limit.rule.limit, limit.rule.burst))
+    }
+
+    /// The name versions before the rule part used: this address without it.
+    pub fn legacy(&self) -> Option<StateKey<'a>> {
+        self.rule.map(|_| StateKey {
+            rule: None,
+            ..*self
+        })
     }
 
     /// The window part of `limit`'s address: its window, except that a
@@ -92,6 +124,9 @@ impl<'a> StateKey<'a> {
             Window::Length(us) => write!(key, ":{}", us / 1_000),
             Window::Calendar(c) => write!(key, ":cal.{}.{}", c.unit, c.zone.name()),
         };
+        if let Some((limit, burst)) = self.rule {
+            let _ = write!(key, ":{limit}:{burst}");
+        }
         key
     }
 }
@@ -129,6 +164,7 @@ mod tests {
             scope,
             algorithm: Algorithm::Gcra,
             window: Window::Length(60_000_000),
+            rule: None,
         };
         key.write("rk:")
     }
@@ -145,6 +181,7 @@ mod tests {
             scope: None,
             algorithm: Algorithm::FixedWindow,
             window: Window::Calendar(calendar),
+            rule: None,
         };
         assert_eq!(
             key.write("rk:"),
@@ -164,5 +201,35 @@ mod tests {
             "rk:{edge}:p:rls.edge:global:s:client=a:gcra:60000"
         );
         assert_eq!(key(None, None, "}50%"), "rk:{%7D50%25}:gcra:60000");
+    }
+
+    fn check(policy: Option<&str>, algorithm: Algorithm, limit: u64, burst: u64) -> Check {
+        let rule = crate::domain::Rule::with_length(algorithm, limit, 60_000_000, burst);
+        Check {
+            policy: policy.map(Into::into),
+            ..Check::single("user:42", rule, 1)
+        }
+    }
+
+    #[test]
+    fn an_inline_bucket_is_written_with_its_rule_and_a_policy_limit_without() {
+        let inline = check(None, Algorithm::TokenBucket, 100, 20);
+        let key = StateKey::of(&inline, &inline.limits[0]);
+        assert_eq!(key.write("rk:"), "rk:{user:42}:tb:60000:100:20");
+        assert_eq!(
+            key.legacy().map(|k| k.write("rk:")).as_deref(),
+            Some("rk:{user:42}:tb:60000")
+        );
+        // Another limit inline is another bucket; a window algorithm's
+        // counters stay shared by every limit, as a policy limit's do.
+        let other = check(None, Algorithm::TokenBucket, 10, 20);
+        assert_ne!(key, StateKey::of(&other, &other.limits[0]));
+        let window = check(None, Algorithm::SlidingWindow, 100, 100);
+        let key = StateKey::of(&window, &window.limits[0]);
+        assert_eq!(key.write("rk:"), "rk:{user:42}:sw:60000");
+        assert_eq!(key.legacy(), None);
+        let policy = check(Some("api"), Algorithm::Gcra, 100, 20);
+        let key = StateKey::of(&policy, &policy.limits[0]);
+        assert_eq!(key.rule, None);
     }
 }

@@ -46,23 +46,24 @@
 //!   so no entry lives longer than [`MAX_AGE`]: at worst a check is denied
 //!   for that long after the store would have allowed it, and a flooding key
 //!   still costs one store call per second per instance.
-//! - An inline check's bucket denial (`token_bucket`, `gcra`) is never
-//!   cached. Inline state is shared by every rule on the same key,
-//!   algorithm and window, and a bucket's state (units used, the instant
+//! - A bucket's state (`token_bucket`, `gcra`: units used, the instant
 //!   they were counted) read by a rule with a faster refill is credited
-//!   units that a slower rule can then spend, so its denials are not
-//!   monotone across rules. (Both keep the units used when a rule's `limit`
-//!   changes, which is what makes them so; gcra used to keep time, which
-//!   is monotone but rescaled the usage.) The other three only get harder
-//!   to pass when other traffic arrives, whatever its rule. A policy's
-//!   limit has state of its own (policy and limit name in the key), read
-//!   by that one rule, so its bucket denials are cached: only a reload
-//!   that changes the limit brings another rule to that state, and the
-//!   new rule is another cache key (during a rolling reload, instances on
-//!   the old rule can deny for at most [`MAX_AGE`] after the new rule's
-//!   traffic freed units). A check denied by other limits while a bucket
-//!   limit allowed is cached: whatever that bucket does meanwhile, the
-//!   check stays denied.
+//!   units that a slower rule can then spend, so a bucket's denials are
+//!   monotone only while one rule reads it. (Both keep the units used when
+//!   a rule's `limit` changes, which is what makes them so; gcra used to
+//!   keep time, which is monotone but rescaled the usage.) The other three
+//!   only get harder to pass when other traffic arrives, whatever its rule.
+//!   So every bucket's state is read by one rule: an inline bucket's key
+//!   holds its `limit` and `burst` (`domain::state_key`), a policy's limit
+//!   its policy and limit name. Only a reload that changes a policy's limit
+//!   brings another rule to that state, and the new rule is another cache
+//!   key (during a rolling reload, instances on the old rule can deny for
+//!   at most [`MAX_AGE`] after the new rule's traffic freed units). Under
+//!   `redis.legacy_keys` an inline bucket is also spent on its old name,
+//!   which every rule on that key, algorithm and window shares: then its
+//!   denials are not cached ([`DenyCache::with_shared_inline_buckets`]).
+//!   A check denied by other limits while a bucket limit allowed is
+//!   cached: whatever that bucket does meanwhile, the check stays denied.
 //! - With several rules on one key, another rule can be allowed during a
 //!   cached denial and push the key's `reset_after` later than the cached
 //!   one; the decision and `retry_after` stay safe.
@@ -89,6 +90,7 @@ use quick_cache::Equivalent;
 use quick_cache::sync::Cache;
 
 use self::invalidation::Invalidations;
+use crate::domain::state_key::StateKey;
 use crate::domain::{Check, Clock, Limit, Outcome};
 
 mod invalidation;
@@ -155,6 +157,9 @@ pub struct DenyCache {
     entries: Cache<DenyKey, Denial>,
     clock: Arc<dyn Clock>,
     invalidations: Invalidations,
+    /// Inline buckets share state across rules (`redis.legacy_keys`), so
+    /// their denials are not recorded.
+    shared_inline_buckets: bool,
 }
 
 impl DenyCache {
@@ -164,7 +169,16 @@ impl DenyCache {
             entries: Cache::new(capacity.max(1)),
             clock,
             invalidations: Invalidations::new(),
+            shared_inline_buckets: false,
         }
+    }
+
+    /// For a store whose inline buckets are shared by every rule on the
+    /// same key, algorithm and window (the old key names, read and spent
+    /// under `redis.legacy_keys`): their denials are then never recorded.
+    pub fn with_shared_inline_buckets(mut self, shared: bool) -> DenyCache {
+        self.shared_inline_buckets = shared;
+        self
     }
 
     /// The local time to pass to [`record`](Self::record): take it just
@@ -204,8 +218,8 @@ impl DenyCache {
     }
 
     /// Remembers the store's `outcomes` for `check`, asked at
-    /// `asked_at_us`, if they deny a one-unit check and, for an inline
-    /// check, no denying limit is a bucket (token_bucket or gcra).
+    /// `asked_at_us`, if they deny a one-unit check and, with shared
+    /// inline buckets, no denying limit is one.
     pub fn record(&self, check: &Check, asked_at_us: u64, outcomes: &[Outcome]) {
         if check.cost > 1 || outcomes.iter().all(|o| o.allowed) {
             return;
@@ -218,7 +232,7 @@ impl DenyCache {
         let mut valid_until_us = asked_at_us + MAX_AGE.as_micros() as u64;
         for (limit, outcome) in check.limits.iter().zip(outcomes) {
             if !outcome.allowed {
-                if check.policy.is_none() && limit.rule.algorithm.has_burst() {
+                if self.shared_inline_buckets && StateKey::rule_of(check, limit).is_some() {
                     return;
                 }
                 valid_until_us = valid_until_us.min(asked_at_us + outcome.retry_after_us);

@@ -50,6 +50,7 @@ async fn batches_and_limits(cluster: &RedisCluster) {
         batch_window: Duration::ZERO,
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms: 600_000,
+        legacy_keys: false,
     })
     .unwrap();
     assert!(redis.wait_connected(Duration::from_secs(10)).await);
@@ -127,6 +128,7 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
             batch_window: Duration::from_micros(200),
             clock: None,
             ttl_pad_ms: 0,
+            legacy_keys: false,
         })
         .unwrap();
         assert!(store.wait_connected(Duration::from_secs(10)).await);

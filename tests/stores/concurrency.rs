@@ -200,6 +200,7 @@ mod multi_limit {
                 batch_window,
                 clock: None,
                 ttl_pad_ms: 0,
+                legacy_keys: false,
             })
             .unwrap();
             store.ping().await.unwrap();

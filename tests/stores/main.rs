@@ -14,6 +14,7 @@ mod concurrency_leases;
 mod invalidation;
 mod invalidation_cluster;
 mod invalidation_sentinel;
+mod legacy_keys;
 mod multi_parity;
 mod parity;
 mod policy_concurrency;

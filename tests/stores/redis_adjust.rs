@@ -101,6 +101,7 @@ async fn reset_and_refund_of_several_limits_on_a_cluster() {
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,
+        legacy_keys: false,
     })
     .unwrap();
     assert!(store.wait_connected(Duration::from_secs(10)).await);
@@ -161,7 +162,7 @@ async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() 
         store.refund(&check(1)).await.unwrap();
         assert!(store.check(&check(1)).await.unwrap()[0].allowed);
         let reset_ms = store.check(&check(0)).await.unwrap()[0].reset_after_us / 1_000;
-        let name = format!("rk:{{{key}}}:{}:10000", algorithm.key_tag());
+        let name = store.key_for(&check(0));
         let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
         // Real time passed since the PEXPIRE: a second is plenty.
         assert!(
@@ -172,9 +173,11 @@ async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() 
     store.quit().await;
 }
 
-/// Two inline token buckets of one window share a key: a refund by the
-/// rule that refills faster must not shorten the expiry the slower one's
-/// spend set (its usage would vanish before it refilled).
+/// A policy's token bucket keeps its key when its limit changes (an inline
+/// one does not: its key holds the limit), so during a rolling reload two
+/// rules share it: a refund by the rule that refills faster must not
+/// shorten the expiry the slower one's spend set (its usage would vanish
+/// before it refilled).
 #[tokio::test]
 async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
     let server = RedisServer::start();
@@ -192,15 +195,15 @@ async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
         },
         scope: None,
     };
+    let in_policy = |limit, cost| Check {
+        policy: Some("api".into()),
+        ..Check::multi(&key, vec![bucket(limit)], cost)
+    };
     // 1 a minute: 10 used take 10 minutes to refill.
-    let slow = Check::multi(&key, vec![bucket(1)], 10);
-    assert!(store.check(&slow).await.unwrap()[0].allowed);
+    assert!(store.check(&in_policy(1, 10)).await.unwrap()[0].allowed);
     // 600 a minute (10 per second) gives one back.
-    store
-        .refund(&Check::multi(&key, vec![bucket(600)], 1))
-        .await
-        .unwrap();
-    let name = format!("rk:{{{key}}}:tb:60000");
+    store.refund(&in_policy(600, 1)).await.unwrap();
+    let name = format!("rk:{{{key}}}:p:api:l:tb:60000");
     let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
     assert!(pttl > 590_000, "PTTL {pttl} ms: shortened by the refund");
     store.quit().await;

@@ -24,6 +24,7 @@ fn store(url: String) -> RedisStore {
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,
+        legacy_keys: false,
     })
     .unwrap()
 }

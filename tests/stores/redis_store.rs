@@ -29,6 +29,7 @@ fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> 
         batch_window: Duration::ZERO,
         clock: Some(std::sync::Arc::new(clock.clone())),
         ttl_pad_ms,
+        legacy_keys: false,
     }
 }
 
@@ -51,7 +52,12 @@ async fn redis_keys_are_tagged_prefixed_and_expire() {
     for algorithm in Algorithm::RATES {
         let c = check("user:42", algorithm, 10, "30s", 2);
         let key = store.key_for(&c);
-        assert_eq!(key, format!("rk:{{user:42}}:{}:30000", algorithm.key_tag()));
+        // An inline bucket's name ends with its limit and burst.
+        let rule = if algorithm.has_burst() { ":10:10" } else { "" };
+        assert_eq!(
+            key,
+            format!("rk:{{user:42}}:{}:30000{rule}", algorithm.key_tag())
+        );
         let outcome = store.check(&c).await.unwrap();
         let ttl: i64 = redis.pttl(&key).await.unwrap();
         let reset_ms = outcome[0].reset_after_us.div_ceil(MS) as i64;
@@ -171,6 +177,7 @@ fn batching_store(server: &RedisServer) -> RedisStore {
         batch_window: Duration::from_micros(200),
         clock: None,
         ttl_pad_ms: 0,
+        legacy_keys: false,
     })
     .unwrap()
 }
@@ -334,6 +341,7 @@ impl PasswordServer {
             batch_window: Duration::ZERO,
             clock: None,
             ttl_pad_ms: 0,
+            legacy_keys: false,
         })
         .unwrap()
     }

@@ -196,7 +196,7 @@ async fn a_settled_key_outlives_its_debt_on_redis() {
         let after = settle(&store, &c, 5, 400).await;
         assert!(!after[0].allowed);
         let reset_ms = after[0].reset_after_us / MS;
-        let name = format!("rk:{{{key}}}:{}:10000", algorithm.key_tag());
+        let name = store.key_for(&c);
         let pttl: i64 = server.cli(&["PTTL", &name]).trim().parse().unwrap();
         assert!(
             pttl + 1_000 >= reset_ms as i64,
@@ -224,7 +224,8 @@ async fn a_token_bucket_of_the_previous_version_settles_from_its_usage() {
         burst: 10,
     };
     let key = unique_key("settle-tb-upgrade");
-    let redis_key = format!("rk:{{{key}}}:tb:1000");
+    // An inline bucket's name ends with its limit and burst.
+    let redis_key = format!("rk:{{{key}}}:tb:1000:10:10");
     // 3 of 10 left, credited up to 150 ms ago: one more token earned.
     let credited = (T0 - 150 * MS).to_string();
     server.cli(&["HSET", &redis_key, "t", "3", "a", &credited]);

@@ -165,6 +165,7 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,
+        legacy_keys: false,
     })
     .unwrap();
     let limits = [

@@ -39,6 +39,7 @@ pub fn options(url: String) -> RedisOptions {
         batch_window: Duration::ZERO,
         clock: None,
         ttl_pad_ms: 0,
+        legacy_keys: false,
     }
 }
 

@@ -42,6 +42,7 @@ struct OwnedStateKey {
     scope: Option<Arc<str>>,
     algorithm: Algorithm,
     window: Window,
+    rule: Option<(u64, u64)>,
 }
 
 impl OwnedStateKey {
@@ -57,6 +58,7 @@ impl OwnedStateKey {
             scope: limit.scope.clone(),
             algorithm: limit.rule.algorithm,
             window: StateKey::window_of(limit),
+            rule: StateKey::rule_of(check, limit),
         }
     }
 }
@@ -65,6 +67,7 @@ impl Equivalent<OwnedStateKey> for StateKey<'_> {
     fn equivalent(&self, k: &OwnedStateKey) -> bool {
         self.algorithm == k.algorithm
             && self.window == k.window
+            && self.rule == k.rule
             && self.client == &*k.client
             && self.scope == k.scope.as_deref()
             && match (&self.named, &k.named) {

@@ -126,6 +126,7 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
                 client: format!("k{i}").into(),
                 named: None,
                 scope: None,
+                rule: None,
             };
             let state = State::fresh(Algorithm::FixedWindow);
             map.insert(

@@ -121,6 +121,6 @@ impl Inner {
             self.check_calls.fetch_add(1, Ordering::Relaxed);
         }
         let reply: Vec<Value> = self.run(ops[0].check, || self.encode(ops)).await?;
-        wire::decode(ops, &reply)
+        wire::decode(ops, &reply, self.options.legacy_keys)
     }
 }

@@ -205,6 +205,7 @@ mod url_tests {
                 batch_window: Duration::ZERO,
                 clock: None,
                 ttl_pad_ms: 0,
+                legacy_keys: false,
             };
             let error = RedisStore::connect(options).err().expect("rejected");
             assert!(!error.to_string().contains("hunter2"), "{url}: {error}");

@@ -82,6 +82,7 @@ mod tests {
                 batch_window: Duration::ZERO,
                 clock: None,
                 ttl_pad_ms: 0,
+                legacy_keys: false,
             })
             .unwrap();
             for key in [
@@ -117,6 +118,7 @@ mod tests {
             batch_window: Duration::ZERO,
             clock: None,
             ttl_pad_ms: 0,
+            legacy_keys: false,
         })
         .unwrap();
         let rule = limit("x", Algorithm::Gcra, 1_000_000).rule;
@@ -126,11 +128,12 @@ mod tests {
             .collect();
         let distinct: std::collections::HashSet<_> = keys.iter().collect();
         assert_eq!(distinct.len(), keys.len(), "{keys:?}");
+        // An inline bucket's name ends with its limit and burst (1 and 1).
         assert_eq!(
-            keys[5], "rk:{user:42}:gcra:1000",
+            keys[5], "rk:{user:42}:gcra:1000:1:1",
             "plain keys are unchanged"
         );
-        assert_eq!(keys[0], "rk:{a%7Db}:gcra:1000");
+        assert_eq!(keys[0], "rk:{a%7Db}:gcra:1000:1:1");
         let mut scoped = Check::multi(
             "edge",
             vec![limit("login", Algorithm::FixedWindow, 1_000_000)],

@@ -70,6 +70,10 @@ pub struct RedisOptions {
     /// Extra key lifetime. 0 in production; tests that drive a simulated clock
     /// set it so real-time expiry cannot race simulated time.
     pub ttl_pad_ms: u64,
+    /// Inline buckets are also read and written under the name earlier
+    /// versions gave them (`StateKey::legacy`), so instances of both
+    /// versions count together during a rolling upgrade (`wire.rs`).
+    pub legacy_keys: bool,
 }
 
 /// A store backed by a Redis server (or a cluster, via a `redis-cluster://` URL).

@@ -120,6 +120,7 @@ mod tests {
             batch_window: Duration::ZERO,
             clock: None,
             ttl_pad_ms: 0,
+            legacy_keys: false,
         };
         let nodes = Nodes::new(Config::default(), options);
         let gone = Server::new("127.0.0.1", 1);

@@ -31,7 +31,8 @@ use fred::prelude::Value;
 use super::Inner;
 use super::errors::classify_message;
 use crate::domain::algorithms::settle::OVERDRAFT_CAPACITIES;
-use crate::domain::{Algorithm, Check, Clock, Outcome, SystemClock, Window};
+use crate::domain::state_key::StateKey;
+use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, SystemClock, Window};
 use crate::store::{Applied, Op, OpKind, StoreError};
 
 /// Values of `ARGV` before the first operation.
@@ -118,9 +119,8 @@ impl Inner {
         args.push(self.channel.clone());
         for op in ops {
             let check = op.check;
-            keys.extend(check.limits.iter().map(|l| self.key_for(check, l)));
             args.push(code(op.kind).to_string());
-            args.push(check.limits.len().to_string());
+            args.push(wire_len(check, self.options.legacy_keys).to_string());
             args.push(amount(op));
             args.push(if op.kind.invalidates() {
                 check.key.clone()
@@ -128,10 +128,63 @@ impl Inner {
                 String::new()
             });
             args.push(op.lease_str().to_string());
-            push_limits(&mut args, check, now_us);
+            for limit in check.limits.iter() {
+                let key = StateKey::of(check, limit);
+                keys.push(key.write(&self.options.key_prefix));
+                push_limit(&mut args, limit, now_us);
+                if let Some(legacy) = key.legacy().filter(|_| self.options.legacy_keys) {
+                    // The same limit again on the old name, right after it:
+                    // the script applies the two all or nothing like any
+                    // two limits of a check (see `fold_legacy`).
+                    keys.push(legacy.write(&self.options.key_prefix));
+                    push_limit(&mut args, limit, now_us);
+                }
+            }
         }
         (keys, args)
     }
+}
+
+/// How many limits `check` sends: its own, plus with `legacy_keys` a second
+/// copy of each inline bucket on its old name.
+fn wire_len(check: &Check, legacy_keys: bool) -> usize {
+    let legacy = match legacy_keys {
+        true => check
+            .limits
+            .iter()
+            .filter(|l| StateKey::rule_of(check, l).is_some())
+            .count(),
+        false => 0,
+    };
+    check.limits.len() + legacy
+}
+
+/// With `legacy_keys`, each inline bucket is sent twice, on its name and on
+/// the name earlier versions used, and both are spent or neither: an
+/// instance of either version sees every unit spent by both, and this one
+/// answers by the more used of the two. Folds each such pair of `outcomes`
+/// back into one per limit of `check`: allowed only if both were, the
+/// fewer remaining, the later retry and reset.
+fn fold_legacy(check: &Check, outcomes: Vec<Outcome>) -> Vec<Outcome> {
+    let mut wire = outcomes.into_iter();
+    let mut folded = Vec::with_capacity(check.limits.len());
+    for limit in check.limits.iter() {
+        let Some(mut outcome) = wire.next() else {
+            break;
+        };
+        if StateKey::rule_of(check, limit).is_some()
+            && let Some(old) = wire.next()
+        {
+            outcome = Outcome {
+                allowed: outcome.allowed && old.allowed,
+                remaining: outcome.remaining.min(old.remaining),
+                retry_after_us: outcome.retry_after_us.max(old.retry_after_us),
+                reset_after_us: outcome.reset_after_us.max(old.reset_after_us),
+            };
+        }
+        folded.push(outcome);
+    }
+    folded
 }
 
 /// An operation's amount: its cost, or a settle's signed difference.
@@ -142,38 +195,38 @@ fn amount(op: &Op<'_>) -> String {
     }
 }
 
-/// Each limit's algorithm tag, limit, window and burst. A window is its
+/// A limit's algorithm tag, limit, window and burst. A window is its
 /// length in microseconds or, for calendar periods, the boundaries of three
 /// periods around our clock (`now_us`, or the wall clock when the script
 /// reads Redis's), `b0,b1,b2,b3`: Redis's clock picks the period it is in
 /// (`period` in `lua/lib.lua`), so a boundary never depends on ours, as
 /// long as the two clocks are less than a period apart.
-fn push_limits(args: &mut Vec<String>, check: &Check, now_us: Option<u64>) {
-    for limit in check.limits.iter() {
-        let rule = &limit.rule;
-        args.push(rule.algorithm.key_tag().to_string());
-        args.push(rule.limit.to_string());
-        args.push(match rule.window {
-            Window::Length(us) => us.to_string(),
-            Window::Calendar(calendar) => {
-                let now = now_us.unwrap_or_else(|| SystemClock.now_us());
-                let [b0, b1, b2, b3] = calendar.boundaries(now);
-                format!("{b0},{b1},{b2},{b3}")
-            }
-        });
-        args.push(rule.burst.to_string());
-    }
+fn push_limit(args: &mut Vec<String>, limit: &Limit, now_us: Option<u64>) {
+    let rule = &limit.rule;
+    args.push(rule.algorithm.key_tag().to_string());
+    args.push(rule.limit.to_string());
+    args.push(match rule.window {
+        Window::Length(us) => us.to_string(),
+        Window::Calendar(calendar) => {
+            let now = now_us.unwrap_or_else(|| SystemClock.now_us());
+            let [b0, b1, b2, b3] = calendar.boundaries(now);
+            format!("{b0},{b1},{b2},{b3}")
+        }
+    });
+    args.push(rule.burst.to_string());
 }
 
 /// Each operation's answer from the reply of the call that carried `ops`.
+/// `legacy_keys` as the call was encoded with.
 pub(super) fn decode(
     ops: &[Op<'_>],
     reply: &[Value],
+    legacy_keys: bool,
 ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
     let mut rest = reply;
     let mut answers = Vec::with_capacity(ops.len());
     for op in ops {
-        let n = op.check.limits.len();
+        let n = wire_len(op.check, legacy_keys);
         let (answer, after) = match rest {
             [Value::Integer(-1), message, after @ ..] => {
                 // The reply's own words, so its code classifies it as any
@@ -193,7 +246,10 @@ pub(super) fn decode(
                     Some(flag) => Some(flag == 1),
                     None => return Err(unexpected(reply)),
                 };
-                let outcomes = outcomes(mine).ok_or_else(|| unexpected(reply))?;
+                let mut outcomes = outcomes(mine).ok_or_else(|| unexpected(reply))?;
+                if n != op.check.limits.len() {
+                    outcomes = fold_legacy(op.check, outcomes);
+                }
                 (
                     Ok(Applied {
                         outcomes,

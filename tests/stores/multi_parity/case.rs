@@ -222,6 +222,7 @@ pub fn simulated_redis(
             // Simulated time runs ahead of and behind real time: keep keys
             // alive so Redis's own expiry cannot interfere.
             ttl_pad_ms: 3_600_000,
+            legacy_keys: false,
         })
         .unwrap();
         store.ping().await.unwrap();

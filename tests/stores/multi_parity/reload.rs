@@ -145,8 +145,14 @@ fn a_reloaded_limit_lua_matches_rust() {
             let key = unique_key("r");
             for (i, ((rule, now, cost), want)) in case.timeline().zip(&expected).enumerate() {
                 clock.set_us(now);
+                // A policy's limit: its state outlives a change of limit
+                // (an inline bucket's key holds its limit and burst).
+                let check = Check {
+                    policy: Some("reloaded".into()),
+                    ..Check::single(key.clone(), rule, cost)
+                };
                 let got = runtime
-                    .block_on(store.check(&Check::single(key.clone(), rule, cost)))
+                    .block_on(store.check(&check))
                     .map_err(|e| TestCaseError::fail(e.to_string()))?;
                 prop_assert_eq!(
                     &got,
