@@ -75,10 +75,10 @@ metric() { # port name: the sum of its series
   curl -s "http://127.0.0.1:$1/metrics" | awk -v m="$2{" 'index($0, m) == 1 { s += $2 } END { printf "%d", s }'
 }
 redis_calls() {
-  rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval):/ { s += $3 } END { print s + 0 }'
+  rcli info commandstats | tr -d '\r' | awk -F'[:=,]' '/^cmdstat_(evalsha|eval|fcall):/ { s += $3 } END { print s + 0 }'
 }
 redis_usec() {
-  rcli info commandstats | tr -d '\r' | awk -F'usec=' '/^cmdstat_(evalsha|eval):/ { split($2, v, ","); s += v[1] } END { print s + 0 }'
+  rcli info commandstats | tr -d '\r' | awk -F'usec=' '/^cmdstat_(evalsha|eval|fcall):/ { split($2, v, ","); s += v[1] } END { print s + 0 }'
 }
 
 # One wrk run; prints: checks/s answered, checks/s decided by the store (not
@@ -126,7 +126,7 @@ OUT=bench/results/batch-$(date -u +%Y%m%dT%H%M%SZ).md
   echo "ones, answered by the failure policy because the store did not answer within \`redis.timeout\`"
   echo "(\`ratekeeper_degraded_total\`), and \`÷ single\` compares those. \`p50 µs\` is a request's (a"
   echo "batch's: all $BATCH answers). CPU is µs of user+system time: ratekeeper's per answered check,"
-  echo "redis-server's per decided check; Redis calls and µs are commandstats' EVALSHA calls and time"
+  echo "redis-server's per decided check; Redis calls and µs are commandstats' FCALL (or EVALSHA) calls and time"
   echo "per decided check."
   echo
   echo "| store | algorithm | conns | form | answered/s | decided/s | degraded | ÷ single | p50 µs | ratekeeper CPU µs/check | redis CPU µs/check | Redis calls/check | Redis µs/check | errors |"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The Redis ceiling alone (the first table of bench/run.sh), without wrk
-# or a release build: what one EVALSHA of the check script costs Redis with
+# or a release build: what one call of the check script (FCALL, or EVALSHA
+# for a build without the function library) costs Redis with
 # one limit of each algorithm, with two limits, and with a batch of 15
 # checks in one call; for one build, or for several side by side (each
 # binary's own script, rounds interleaved).
@@ -37,11 +38,12 @@ ROWS="$ROWS two batch"
 
 # Rounds interleave the rows, so a burst of other load on the machine
 # touches every row alike; the table keeps each row's median.
-declare -A ALL ALL_P50 ALL_US
+declare -A ALL ALL_P50 ALL_US CALL_OF
 for round in $(seq "$ROUNDS"); do
   for i in "${!BINARIES[@]}"; do
     BIN=${BINARIES[$i]}
     measure_ceiling "$CONNECTIONS" $ROWS
+    CALL_OF[$i]=$CEILING_CALL
     for row in $ROWS; do for c in $CONNECTIONS; do
       ALL[$i,$row,$c]="${ALL[$i,$row,$c]:-} ${CEILING[$row,$c]}"
       ALL_P50[$i,$row,$c]="${ALL_P50[$i,$row,$c]:-} ${CEILING_P50[$row,$c]}"
@@ -60,11 +62,11 @@ OUT=bench/results/ceiling-$(date -u +%Y%m%dT%H%M%SZ).md
   echo "redis-benchmark, no pipelining, 100k random keys, every check allowed; median of $ROUNDS interleaved rounds"
   echo "(30k calls per round at 1 connection, 300k at 64). Produced by \`bash bench/ceiling.sh\`."
   echo
-  echo "\`µs in Redis\` is Redis's own time per call (INFO commandstats, usec_per_call of EVALSHA): the"
+  echo "\`µs in Redis\` is Redis's own time per call (INFO commandstats, usec_per_call of FCALL or EVALSHA): the"
   echo "script's cost, which the other load on this machine disturbs far less than calls/s. Ratios are"
   echo "over the one-limit gcra row (the two-limit call's first limit) at the same concurrency."
   echo
-  for i in "${!BINARIES[@]}"; do echo "- binary $i: \`${BINARIES[$i]}\`"; done
+  for i in "${!BINARIES[@]}"; do echo "- binary $i: \`${BINARIES[$i]}\`, called with ${CALL_OF[$i]}"; done
   echo
   echo "\`µs per check\` divides a call's µs in Redis by the checks it carries ($BATCH_CHECKS for the batch row)."
   echo

@@ -1,6 +1,7 @@
-# The Redis ceiling, sourced by bench/run.sh and bench/ceiling.sh: EVALSHA
-# of the check script exactly as ratekeeper loads it (`ratekeeper script
-# check`), with the arguments ratekeeper sends, at a given concurrency, no
+# The Redis ceiling, sourced by bench/run.sh and bench/ceiling.sh: the check
+# script exactly as ratekeeper calls it (FCALL of `ratekeeper script
+# --function`, or EVALSHA of `ratekeeper script` for a build without it),
+# with the arguments ratekeeper sends, at a given concurrency, no
 # pipelining, over 100k random keys with every check allowed.
 #
 # Rows:
@@ -56,14 +57,23 @@ ceiling_args() { # row -> numkeys keys... argv...
 
 measure_ceiling() { # connections rows...
   local conns=$1; shift
-  "$BIN" script > "$TMP/check.lua"
-  local sha row c n csv args reply
-  sha=$(rcli -x script load < "$TMP/check.lua")
+  local sha row c n csv args reply call
+  # As ratekeeper calls it: FCALL of its function library where the build
+  # has one (`ratekeeper script --function`), else EVALSHA of the script.
+  if "$BIN" script --function > "$TMP/library.lua" 2>/dev/null; then
+    rcli -x function load replace < "$TMP/library.lua" >/dev/null
+    call="FCALL $(head -1 "$TMP/library.lua" | sed 's/.*name=//')"
+  else
+    "$BIN" script > "$TMP/check.lua"
+    sha=$(rcli -x script load < "$TMP/check.lua")
+    call="EVALSHA $sha"
+  fi
+  CEILING_CALL=${call%% *}
   for row in "$@"; do
     args=$(ceiling_args "$row")
     # One call by hand first: redis-benchmark counts error replies as
     # answered, so a wrong argument list would pass for a fast one.
-    reply=$(eval "rcli evalsha $sha ${args//__rand_int__/probe}" | head -1)
+    reply=$(eval "rcli $call ${args//__rand_int__/probe}" | head -1)
     if [ "$reply" != 1 ]; then
       echo "ceiling $row: the check script answered '$reply', not an allowed check" >&2
       exit 1
@@ -71,12 +81,12 @@ measure_ceiling() { # connections rows...
     for c in $conns; do
       n=$(( c == 1 ? 30000 : 300000 ))
       rcli config resetstat >/dev/null
-      csv=$(eval "redis-benchmark -h 127.0.0.1 -p $REDIS_PORT -c $c -n $n -r 100000 --csv EVALSHA $sha $args" \
+      csv=$(eval "redis-benchmark -h 127.0.0.1 -p $REDIS_PORT -c $c -n $n -r 100000 --csv $call $args" \
         | tail -1 | tr -d '"')
       CEILING[$row,$c]=$(echo "$csv" | cut -d, -f2 | cut -d. -f1)
       CEILING_P50[$row,$c]=$(echo "$csv" | awk -F, '{ printf "%d", $5 * 1000 }')
       CEILING_US[$row,$c]=$(rcli info commandstats | tr -d '\r' \
-        | awk -F'usec_per_call=' '/^cmdstat_evalsha:/ { split($2, v, ","); print v[1] }')
+        | awk -F'usec_per_call=' '/^cmdstat_(evalsha|fcall):/ { split($2, v, ","); print v[1] }')
     done
   done
   rcli flushall >/dev/null
@@ -84,8 +94,8 @@ measure_ceiling() { # connections rows...
 
 ceiling_label() { # row
   case $1 in
-    two) echo "redis-benchmark EVALSHA check, 2 limits (gcra + fixed_window)";;
-    batch) echo "redis-benchmark EVALSHA of $BATCH_CHECKS checks, 1 limit fixed_window each";;
-    *) echo "redis-benchmark EVALSHA check, 1 limit ${1#one:}";;
+    two) echo "redis-benchmark check, 2 limits (gcra + fixed_window)";;
+    batch) echo "redis-benchmark call of $BATCH_CHECKS checks, 1 limit fixed_window each";;
+    *) echo "redis-benchmark check, 1 limit ${1#one:}";;
   esac
 }

@@ -21,7 +21,7 @@
 # For each store (embedded; Redis), binary and rule, one client sends N
 # checks over one keep-alive connection to the binary running under
 # callgrind; the row reports its instructions per check (startup included,
-# the same in every row) and, on Redis, EVALSHA's total usec over N (Redis's
+# the same in every row) and, on Redis, FCALL's (EVALSHA's) total usec over N (Redis's
 # clock, not valgrind's): a check's script time, or for `lease` the
 # acquire's and the release's together. Writes bench/results/cost-<UTC time>.md.
 set -euo pipefail
@@ -83,7 +83,7 @@ run() {
   local total usec
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   usec=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' \
-    | awk -F'usec=' '/^cmdstat_evalsha:/ { split($2, a, ","); print a[1] }')
+    | awk -F'usec=' '/^cmdstat_(evalsha|fcall):/ { split($2, a, ","); s += a[1] } END { print s + 0 }')
   echo "$total ${usec:-0}"
 }
 
@@ -93,7 +93,7 @@ OUT=bench/results/cost-$(date -u +%Y%m%dT%H%M%SZ).md
   echo
   echo "$N checks of distinct keys over one connection, ratekeeper under callgrind (\`bash bench/cost.sh\`)."
   echo "Instructions are the whole program's divided by $N (startup included, the same in every row);"
-  echo "Redis µs / check is EVALSHA's total usec from Redis's commandstats over $N (for \`lease\`, an acquire and its release). \`×\`: against the store's first row."
+  echo "Redis µs / check is FCALL's (or EVALSHA's) total usec from Redis's commandstats over $N (for \`lease\`, an acquire and its release). \`×\`: against the store's first row."
   echo
   echo "| store | binary | rule | instructions / check | × | Redis µs / check | × |"
   echo "|---|---|---|---|---|---|---|"

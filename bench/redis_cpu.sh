@@ -20,7 +20,7 @@
 #                nanoseconds): the script, the commands it runs, reading
 #                requests and writing replies; what the issue calls Redis
 #                CPU per check
-#   script µs    commandstats usec of EVALSHA/EVAL: the script's own time
+#   script µs    commandstats usec of FCALL/EVALSHA/EVAL: the script's own time
 #   calls        script calls (round trips) per check
 set -euo pipefail
 cd "$(dirname "$0")/.."

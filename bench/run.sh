@@ -12,7 +12,7 @@
 # twice (Redis store, embedded store) and a bare axum handler (the HTTP
 # ceiling); drives them with wrk over keep-alive connections at 1 connection
 # (latency) and 64 (throughput); measures the Redis ceiling with
-# redis-benchmark running EVALSHA of the same script at the same concurrency
+# redis-benchmark running the same script (FCALL) at the same concurrency
 # (bench/ceiling_lib.sh); compares checks of two limits with checks of one;
 # measures forward-auth through a real nginx (examples/nginx/ratekeeper.conf)
 # against nginx proxying straight to the upstream, and Envoy RLS
@@ -111,7 +111,7 @@ redis_calls() {
 
 # Redis's own time in those calls, in µs (commandstats usec).
 redis_usec() {
-  rcli info commandstats | tr -d '\r' | awk -F'usec=' '/^cmdstat_(evalsha|eval):/ { split($2, v, ","); s += v[1] } END { print s + 0 }'
+  rcli info commandstats | tr -d '\r' | awk -F'usec=' '/^cmdstat_(evalsha|eval|fcall):/ { split($2, v, ","); s += v[1] } END { print s + 0 }'
 }
 
 # wrk against one target; sets R_* variables.
@@ -135,7 +135,7 @@ run_wrk() { # name scenario algorithm connections [rate_hint]
   R_redis_us=$(awk -v u="$(redis_usec)" -v n="$((allowed + denied))" 'BEGIN { printf "%.1f", n ? u / n : 0 }')
 }
 
-# The Redis ceiling (bench/ceiling_lib.sh): EVALSHA of the check script,
+# The Redis ceiling (bench/ceiling_lib.sh): FCALL of the check script,
 # as ratekeeper loads it, with one limit of each algorithm and with the two
 # limits of the two-limit scenario, at the same concurrency.
 source bench/ceiling_lib.sh
@@ -175,10 +175,10 @@ if [ -n "$SCENARIOS" ]; then {
   echo "Stores: \`memory\` is the embedded store, \`redis\` the Redis store with batching off, \`batched\` the"
   echo "Redis store with \`redis.batch_window = $BATCH_WINDOW\`. The deny cache is on (the default) for all three."
   echo
-  echo "Ratios: \`÷ redis\` is checks/s over the redis-benchmark EVALSHA ceiling at the same concurrency;"
+  echo "Ratios: \`÷ redis\` is checks/s over the redis-benchmark FCALL ceiling at the same concurrency;"
   echo "\`÷ embedded\` is the Redis store over the embedded store in the same scenario; \`÷ bare\` is the"
   echo "embedded store over the bare axum handler. CPU is ratekeeper's user+system seconds per 100k checks."
-  echo "Redis cmds/check counts the calls ratekeeper makes (EVALSHA, EVAL, SCRIPT), not the commands a script runs inside."
+  echo "Redis cmds/check counts the calls ratekeeper makes (FCALL, EVALSHA, EVAL, SCRIPT), not the commands a script runs inside."
   echo
   echo "| scenario | algorithm | conns | store | checks/s | p50 µs | p99 µs | p99.9 µs | denied | Redis cmds/check | CPU s/100k | ÷ redis | ÷ embedded | ÷ bare | errors |"
   echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"

@@ -40,7 +40,13 @@ pub enum Command {
     /// every call (a check, a reset, a refund, a batch of them), e.g. to
     /// pre-load it or to benchmark it on its own. Its KEYS and ARGV are
     /// documented in src/store/redis/wire.rs.
-    Script,
+    Script {
+        /// Print the same code as the Redis function library ratekeeper
+        /// loads (FUNCTION LOAD; its first line names the library and its
+        /// one function), called with FCALL and the same keys and arguments.
+        #[arg(long)]
+        function: bool,
+    },
     /// Work with a policies file offline.
     Policies {
         #[command(subcommand)]
@@ -148,8 +154,11 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Policies {
             command: PoliciesCommand::Show(args),
         } => remote_exit(client::show(args).await),
-        Command::Script => {
-            print!("{}", crate::store::scripts::OPS.as_str());
+        Command::Script { function } => {
+            match function {
+                true => print!("{}", crate::store::scripts::LIBRARY.1),
+                false => print!("{}", crate::store::scripts::OPS.as_str()),
+            }
             ExitCode::SUCCESS
         }
         Command::Policies {

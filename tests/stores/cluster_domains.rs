@@ -140,7 +140,7 @@ async fn one_lost_connection_does_not_degrade_a_healthy_node() {
     // may have run the first check).
     let mut ids: Vec<u64> = clients
         .lines()
-        .filter(|line| line.contains(" cmd=evalsha "))
+        .filter(|line| line.contains(" cmd=fcall ") || line.contains(" cmd=evalsha "))
         .filter_map(|line| line.strip_prefix("id=")?.split(' ').next()?.parse().ok())
         .collect();
     ids.sort_unstable();

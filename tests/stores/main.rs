@@ -11,6 +11,7 @@ mod cluster;
 mod cluster_domains;
 mod concurrency;
 mod concurrency_leases;
+mod functions;
 mod invalidation;
 mod invalidation_cluster;
 mod invalidation_sentinel;

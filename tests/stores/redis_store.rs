@@ -379,12 +379,21 @@ async fn refused_credentials_are_reported_as_auth_errors() {
         assert_auth(store.check(&c).await, credentials);
         store.quit().await;
     }
-    // A user who may connect but not run scripts: NOPERM.
+    // A user who may connect but not run scripts (nor functions): NOPERM.
     let admin = server.store(":sekrit@");
     admin.ping().await.unwrap();
     assert!(admin.check(&c).await.unwrap()[0].allowed);
     let acl = vec![
-        "SETUSER", "limited", "on", ">hunter2", "~*", "+@all", "-evalsha", "-eval",
+        "SETUSER",
+        "limited",
+        "on",
+        ">hunter2",
+        "~*",
+        "+@all",
+        "-evalsha",
+        "-eval",
+        "-fcall",
+        "-function",
     ];
     let raw = Builder::from_config(
         Config::from_url(&format!("redis://:sekrit@127.0.0.1:{}", server.port)).unwrap(),

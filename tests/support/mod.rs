@@ -390,8 +390,8 @@ pub fn check(
     .unwrap()
 }
 
-/// EVALSHA and EVAL calls Redis has served (commandstats also counts the
-/// commands scripts run inside, so only the entry points are summed).
+/// FCALL, EVALSHA and EVAL calls Redis has served (commandstats also counts
+/// the commands scripts run inside, so only the entry points are summed).
 pub async fn script_calls(redis: &RedisServer) -> u64 {
     use fred::prelude::*;
     let client = Builder::from_config(Config::from_url(&redis.url()).unwrap())
@@ -403,7 +403,11 @@ pub async fn script_calls(redis: &RedisServer) -> u64 {
         .await
         .unwrap();
     info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter(|l| {
+            ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"]
+                .iter()
+                .any(|c| l.starts_with(c))
+        })
         .filter_map(|l| {
             l.split("calls=")
                 .nth(1)?

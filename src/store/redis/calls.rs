@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use fred::prelude::*;
 
 use super::errors::{classify, is_moved, is_noscript};
-use super::{CallGuard, Inner, wire};
+use super::{CallGuard, Inner, function, wire};
 use crate::domain::Check;
 use crate::store::{Applied, Op, OpKind, StoreError, scripts};
 
@@ -23,18 +23,23 @@ impl Inner {
             .map_or(String::new(), |c| c.now_us().to_string())
     }
 
+    /// The script into every primary's cache, and the same code as a
+    /// function library where the server and the ACL allow it
+    /// (`function.rs`).
     pub(super) async fn load_scripts(&self) -> Result<(), StoreError> {
-        self.script
-            .load(self.pool.next_connected())
-            .await
-            .map_err(classify)?;
+        let client = self.pool.next_connected();
+        self.script.load(client).await.map_err(classify)?;
+        self.load_function(client).await;
         self.scripts_loaded.store(true, Ordering::Release);
         Ok(())
     }
 
+    /// FCALL of the function where it can be used (`function.rs`), else
     /// EVALSHA, and after a Redis restart or failover emptied its script
     /// cache, EVAL: it runs the call and caches the script in one round trip,
     /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
+    /// A function found missing is loaded again while this call, and any
+    /// meanwhile, goes by EVALSHA.
     /// `call` builds the keys and arguments; fred consumes them, and building
     /// them again on the rare NOSCRIPT is cheaper than cloning them always.
     /// In a cluster the call goes to the pool of the node owning the slot
@@ -64,13 +69,22 @@ impl Inner {
         // still reconnecting waits for it, or fails, while another could
         // answer now.
         let client = pool.next_connected();
-        let result = match client.evalsha(self.script.sha1().clone(), keys, args).await {
-            Err(e) if is_noscript(&e) => {
-                self.scripts_loaded.store(false, Ordering::Release);
-                let (keys, args) = call();
-                client.eval(scripts::OPS.as_str(), keys, args).await
+        let result = if self.functions.usable() {
+            match client.fcall(self.function_name(), keys, args).await {
+                Err(e) if function::is_missing(&e) => {
+                    self.reload_function(client).await;
+                    let (keys, args) = call();
+                    self.evalsha(client, keys, args, &call).await
+                }
+                Err(e) if function::is_refused(&e) => {
+                    self.refused(&e);
+                    let (keys, args) = call();
+                    self.evalsha(client, keys, args, &call).await
+                }
+                other => other,
             }
-            other => other,
+        } else {
+            self.evalsha(client, keys, args, &call).await
         };
         self.liveness.observe(client, &result);
         if let (Err(e), Some(domains)) = (&result, &self.domains)
@@ -79,6 +93,28 @@ impl Inner {
             domains.suspect(&self.pool);
         }
         result.map_err(classify)
+    }
+
+    /// EVALSHA, or EVAL when the script cache lost it (see `run`).
+    async fn evalsha<K, R>(
+        &self,
+        client: &Client,
+        keys: K,
+        args: Vec<String>,
+        call: impl Fn() -> (K, Vec<String>),
+    ) -> Result<R, Error>
+    where
+        K: Into<fred::types::MultipleKeys> + Send,
+        R: FromValue,
+    {
+        match client.evalsha(self.script.sha1().clone(), keys, args).await {
+            Err(e) if is_noscript(&e) => {
+                self.scripts_loaded.store(false, Ordering::Release);
+                let (keys, args) = call();
+                client.eval(scripts::OPS.as_str(), keys, args).await
+            }
+            other => other,
+        }
     }
 
     /// PUBLISH `message` on `channel`. In a cluster through the pool of a

@@ -28,6 +28,7 @@ mod batch;
 mod calls;
 mod domains;
 mod errors;
+mod function;
 mod invalidation;
 mod keys;
 mod liveness;
@@ -93,6 +94,8 @@ pub(super) struct Inner {
     /// The invalidation channel, which every call names.
     channel: String,
     scripts_loaded: AtomicBool,
+    /// The same code as a function: whether calls use it.
+    functions: function::Functions,
     /// Redis calls under way, direct or batched: with none, a check skips
     /// the batcher entirely, so a lone request pays nothing for batching.
     calls_in_flight: AtomicUsize,
@@ -247,6 +250,7 @@ impl RedisStore {
             script: Script::from_lua(scripts::OPS.as_str()),
             channel: format!("{}invalidate", options.key_prefix),
             scripts_loaded: AtomicBool::new(false),
+            functions: function::Functions::default(),
             calls_in_flight: AtomicUsize::new(0),
             check_calls: AtomicU64::new(0),
             ops_in_flight: InFlight::new(DEFAULT_MAX_IN_FLIGHT),
@@ -422,6 +426,8 @@ impl Store for RedisStore {
         pong.map_err(|e| self.inner.auth.explain(classify(e)))?;
         if !self.inner.scripts_loaded.load(Ordering::Acquire) {
             self.inner.load_scripts().await?;
+        } else if self.inner.functions.should_retry() {
+            self.inner.load_function(client).await;
         }
         Ok(())
     }
