@@ -16,6 +16,8 @@
 #             an acquire alone (the lease expires unreleased)
 #   lease     the same, each check followed by POST /v1/release of its
 #             lease: one row is an acquire plus its release
+#   two       gcra 1000000/1s and fixed_window 1000000000/1d inline, the
+#             two-limit shape of bench/scenario.lua (SHAPE=two)
 #
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
 # For each store (embedded; Redis), binary and rule, one client sends N
@@ -50,6 +52,9 @@ rules = {
     "gcra": {"limit": 1000000, "window": "1s", "algorithm": "gcra"},
     "acquire": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
     "lease": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
+    "two": {"limits": [
+        {"name": "burst", "algorithm": "gcra", "limit": 1000000, "window": "1s"},
+        {"name": "daily", "algorithm": "fixed_window", "limit": 1000000000, "window": "1d"}]},
 }
 c = http.client.HTTPConnection("127.0.0.1", port)
 def post(path, body):

@@ -280,6 +280,12 @@ impl JsonBytes {
 /// bytes, not from an intermediate `Value`, so they keep their line and
 /// column (counted from the start of `json`); trailing bytes are a 400.
 pub fn parse_json<'de, T: serde::Deserialize<'de>>(json: &'de [u8]) -> Result<T, ApiError> {
+    // Tracking the path costs on every field of every check, and only an
+    // error needs it: parse without it first (the same result, trailing
+    // bytes refused alike), and again with it only to word a refusal.
+    if let Ok(value) = serde_json::from_slice(json) {
+        return Ok(value);
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(json);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
         let path = error.path().to_string();

@@ -51,8 +51,9 @@ async fn checks_go_by_fcall_and_survive_the_library_s_loss() {
     assert!(allowed(&store, &key).await);
     assert_eq!((calls(&server, "fcall"), calls(&server, "evalsha")), (1, 0));
 
-    // Lost, as after a restart without persistence: the next call finds it
-    // missing, loads it again, and is answered from the same counts.
+    // Lost, as after a restart without persistence: the next calls find it
+    // missing and go by EVALSHA, answered from the same counts, until the
+    // probe (a ping) loads it again.
     server.cli(&["FUNCTION", "FLUSH"]);
     assert!(allowed(&store, &key).await);
     assert!(allowed(&store, &key).await);
@@ -60,6 +61,8 @@ async fn checks_go_by_fcall_and_survive_the_library_s_loss() {
         !allowed(&store, &key).await,
         "3 of 3 spent across the reload"
     );
+    assert!(!server.cli(&["FUNCTION", "LIST"]).contains(name.as_str()));
+    store.ping().await.unwrap();
     assert!(server.cli(&["FUNCTION", "LIST"]).contains(name.as_str()));
     server.cli(&["CONFIG", "RESETSTAT"]);
     assert!(!allowed(&store, &key).await);
@@ -110,4 +113,36 @@ async fn a_user_whose_acl_refuses_functions_gets_evalsha() {
         );
         store.quit().await;
     }
+}
+
+/// At maxmemory Redis refuses an FCALL as a whole, where it lets EVAL run
+/// and refuses only its writes: the store runs it again by EVALSHA, so a
+/// denied check is still answered by the store, not by the failure policy.
+#[tokio::test]
+async fn at_maxmemory_a_denied_check_is_still_answered() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = RedisStore::connect(redis_options(&server, &clock, 60_000)).unwrap();
+    store.ping().await.unwrap();
+    let key = unique_key("oom");
+    for _ in 0..3 {
+        assert!(allowed(&store, &key).await);
+    }
+    server.cli(&["CONFIG", "SET", "maxmemory-policy", "noeviction"]);
+    server.cli(&["CONFIG", "SET", "maxmemory", "1"]);
+    let answer = store
+        .check(&check(&key))
+        .await
+        .expect("answered by the store");
+    assert!(!answer[0].allowed);
+    server.cli(&["CONFIG", "SET", "maxmemory", "0"]);
+    store.ping().await.unwrap();
+    server.cli(&["CONFIG", "RESETSTAT"]);
+    assert!(!allowed(&store, &key).await);
+    assert_eq!(
+        calls(&server, "fcall"),
+        1,
+        "FCALL again once the probe reloaded"
+    );
+    store.quit().await;
 }

@@ -89,7 +89,8 @@ async fn every_phase_of_a_rolling_upgrade_admits_exactly_the_limit() {
             "{algorithm}: the old instance saw the new one's spend"
         );
 
-        // Phase 2: legacy_keys on and off side by side (the second rollout).
+        // Phase 2: legacy_keys on and off side by side (the second rollout,
+        // after what old instances spent has refilled: a fresh key here).
         let key = unique_key("phase2");
         for _ in 0..3 {
             assert!(allows(&legacy, &key, algorithm).await);

@@ -6,7 +6,7 @@ use std::sync::atomic::Ordering;
 use fred::prelude::*;
 
 use super::errors::{classify, is_moved, is_noscript};
-use super::{CallGuard, Inner, function, wire};
+use super::{CallGuard, Inner, wire};
 use crate::domain::Check;
 use crate::store::{Applied, Op, OpKind, StoreError, scripts};
 
@@ -38,8 +38,8 @@ impl Inner {
     /// EVALSHA, and after a Redis restart or failover emptied its script
     /// cache, EVAL: it runs the call and caches the script in one round trip,
     /// so this costs one extra call, not two (SCRIPT LOAD + EVALSHA).
-    /// A function found missing is loaded again while this call, and any
-    /// meanwhile, goes by EVALSHA.
+    /// A function found missing, or refused as a whole (OOM, READONLY), is
+    /// run again by EVALSHA (`function.rs`).
     /// `call` builds the keys and arguments; fred consumes them, and building
     /// them again on the rare NOSCRIPT is cheaper than cloning them always.
     /// In a cluster the call goes to the pool of the node owning the slot
@@ -71,13 +71,7 @@ impl Inner {
         let client = pool.next_connected();
         let result = if self.functions.usable() {
             match client.fcall(self.function_name(), keys, args).await {
-                Err(e) if function::is_missing(&e) => {
-                    self.reload_function(client).await;
-                    let (keys, args) = call();
-                    self.evalsha(client, keys, args, &call).await
-                }
-                Err(e) if function::is_refused(&e) => {
-                    self.refused(&e);
+                Err(e) if self.fcall_failed(&e) => {
                     let (keys, args) = call();
                     self.evalsha(client, keys, args, &call).await
                 }

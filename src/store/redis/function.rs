@@ -7,8 +7,12 @@
 //! keeps calling the script with EVALSHA, which needs nothing more than it
 //! always did. A library is kept by Redis like data: replicated, saved with
 //! RDB and AOF, so a failover keeps it; a restart without persistence, or a
-//! `FUNCTION FLUSH`, loses it, and the next call that finds it missing
-//! loads it again while calls go on with EVALSHA meanwhile.
+//! `FUNCTION FLUSH`, loses it: the call that finds it missing goes by
+//! EVALSHA, and so do the next ones until the probe has loaded it again.
+//! Redis refuses a function that may write as a whole at maxmemory and on
+//! a replica, where it lets EVAL run and refuses only its writes (a release
+//! or a denied check writes nothing, or frees memory): such a call is run
+//! again by EVALSHA, so those answers stay what they were.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -18,15 +22,14 @@ use super::Inner;
 use super::errors::classify;
 use crate::store::{StoreError, scripts};
 
-/// Whether calls use the function; whether loading it failed for a reason
-/// that may pass (a timeout, OOM, a replica), so the next probe tries
-/// again; whether a reload is under way; and whether the log has said that
-/// functions cannot be used.
+/// Whether calls use the function; whether it is off for a reason that
+/// may pass (a timeout, OOM, a replica, a library lost with the data), so
+/// the probe loads it again; and whether the log has said that functions
+/// cannot be used.
 #[derive(Default)]
 pub(super) struct Functions {
     usable: AtomicBool,
     retry: AtomicBool,
-    loading: AtomicBool,
     warned: AtomicBool,
 }
 
@@ -35,21 +38,53 @@ impl Functions {
         self.usable.load(Ordering::Acquire)
     }
 
-    /// Not usable, for a reason that may pass: the probe loads it again.
+    /// Off, for a reason that may pass: the probe loads it again.
     pub(super) fn should_retry(&self) -> bool {
         !self.usable() && self.retry.load(Ordering::Acquire)
     }
+
+    /// Off until the probe loads it again.
+    fn pause(&self) {
+        self.usable.store(false, Ordering::Release);
+        self.retry.store(true, Ordering::Release);
+    }
 }
 
-/// FCALL of a function the server does not hold.
-pub(super) fn is_missing(error: &Error) -> bool {
-    error.details().contains("Function not found")
+/// What an FCALL's failure means for the function.
+pub(super) enum Failed {
+    /// The server does not hold it (a restart without persistence,
+    /// `FUNCTION FLUSH`, a new node), or refused this call as a whole where
+    /// EVAL would have run it (OOM: a script that may write is refused
+    /// whole at maxmemory, where EVAL only refuses the writes; READONLY on
+    /// a replica): EVALSHA for this call, and the probe loads it again.
+    Paused,
+    /// Refused for good (an ACL without FCALL, a server without it).
+    Refused,
+    /// Anything else: the call's own error.
+    Other,
 }
 
-/// FCALL refused by the user's ACL (which allowed FUNCTION LOAD).
-pub(super) fn is_refused(error: &Error) -> bool {
+pub(super) fn failed(error: &Error) -> Failed {
     let details = error.details();
-    details.starts_with("NOPERM") && details.contains("'fcall'")
+    if details.contains("Function not found")
+        || details.starts_with("OOM")
+        || details.starts_with("READONLY")
+    {
+        Failed::Paused
+    } else if refuses_functions(details) {
+        Failed::Refused
+    } else {
+        Failed::Other
+    }
+}
+
+/// A refusal no retry will change: an ACL without the command, a server
+/// without it, a library it cannot compile.
+fn refuses_functions(details: &str) -> bool {
+    details.starts_with("NOPERM")
+        || details.contains("unknown command")
+        || details.contains("unknown subcommand")
+        || details.contains("Error compiling")
 }
 
 impl Inner {
@@ -61,28 +96,46 @@ impl Inner {
     /// Loads the library through `client` (every primary of a cluster).
     /// Never fails its caller, since EVALSHA still works: a refusal
     /// (NOPERM, an unknown command before Redis 7) turns the function off
-    /// for this process; an outage (a timeout, OOM, a read-only replica)
-    /// turns it off until the next probe loads it again. An ACL that allows
-    /// the load but not FCALL is found by the first call (`refused`).
+    /// for this process; anything else (a timeout, OOM, a read-only
+    /// replica) turns it off until the next probe loads it again. An ACL
+    /// that allows the load but not FCALL is found by the first call.
     pub(super) async fn load_function(&self, client: &Client) {
         let code = scripts::LIBRARY.1.as_str();
         let loaded: Result<Value, Error> = client.function_load_cluster(true, code).await;
-        match loaded.map_err(classify) {
+        match loaded {
             Ok(_) => {
                 self.functions.retry.store(false, Ordering::Release);
                 self.functions.usable.store(true, Ordering::Release);
             }
-            Err(e @ (StoreError::Timeout(_) | StoreError::Unavailable(_))) => {
-                tracing::debug!(error = %e, "loading the Redis function failed; the next probe retries");
-                self.functions.usable.store(false, Ordering::Release);
-                self.functions.retry.store(true, Ordering::Release);
+            Err(e) if refuses_functions(e.details()) => self.refused(&classify(e)),
+            Err(e) => {
+                tracing::debug!(error = %classify(e), "loading the Redis function failed; the next probe retries");
+                self.functions.pause();
             }
-            Err(e) => self.refused(&e),
+        }
+    }
+
+    /// After an FCALL that failed as `failed` says: whether to run the
+    /// call again by EVALSHA. A paused function is loaded again by the
+    /// probe (`RedisStore::ping`), not by this call: loading inline would
+    /// make the call wait for it, and a call dropped meanwhile (a client
+    /// hanging up) would leave the load half done.
+    pub(super) fn fcall_failed(&self, error: &Error) -> bool {
+        match failed(error) {
+            Failed::Paused => {
+                self.functions.pause();
+                true
+            }
+            Failed::Refused => {
+                self.refused(&classify(error.clone()));
+                true
+            }
+            Failed::Other => false,
         }
     }
 
     /// Functions cannot be used here (`e` says why): EVALSHA from now on.
-    pub(super) fn refused(&self, e: &dyn std::fmt::Display) {
+    fn refused(&self, e: &StoreError) {
         self.functions.usable.store(false, Ordering::Release);
         self.functions.retry.store(false, Ordering::Release);
         if !self.functions.warned.swap(true, Ordering::AcqRel) {
@@ -93,18 +146,5 @@ impl Inner {
                  per call"
             );
         }
-    }
-
-    /// After an FCALL found the function missing (a restart without
-    /// persistence, `FUNCTION FLUSH`, a new node): calls use EVALSHA until
-    /// one reload, by the first call that noticed, puts it back.
-    pub(super) async fn reload_function(&self, client: &Client) {
-        self.functions.usable.store(false, Ordering::Release);
-        self.functions.retry.store(true, Ordering::Release);
-        if self.functions.loading.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        self.load_function(client).await;
-        self.functions.loading.store(false, Ordering::Release);
     }
 }
