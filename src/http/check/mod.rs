@@ -41,7 +41,7 @@ pub use settle::settle;
 
 use self::fields_present::Present;
 use super::AppState;
-use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use super::error::{ApiError, ErrorBody, RawJsonBody, parse_json};
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
@@ -122,8 +122,8 @@ pub(super) struct Parsed {
 }
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
-    let JsonBody(body) = JsonBody::from_request(request, state).await?;
-    parse_check(state, body.as_bytes())
+    let body = RawJsonBody::from_request(request, state).await?;
+    body.parse_with(|json| parse_check(state, json))
 }
 
 /// One check's JSON (a whole body, or one item of a batch) in any of the
