@@ -18,7 +18,7 @@
 //!   never probed: it is reconnecting already (Redis down or restarting),
 //!   and fred queues a forced reconnect behind the one under way, so each
 //!   would tear down the next fresh connection.
-//! - **The kernel** (`TCP_USER_TIMEOUT`, `tcp_config` in `mod.rs`): data
+//! - **The kernel** (`TCP_USER_TIMEOUT`, `tcp_config` in `client.rs`): data
 //!   written and not acknowledged for `unresponsive_timeout` (at least 1 s)
 //!   closes the socket, which fred sees as a dropped connection and
 //!   reconnects. This catches a dead path even when the client is stuck

@@ -1,4 +1,4 @@
-//! The Redis store: every call is one `EVALSHA` of the one script
+//! The Redis store: every call is one `FCALL` (or `EVALSHA`) of the one script
 //! (`lua/ops.lua` and its parts), carrying the operations of one cluster
 //! slot: a lone check, a reset or a refund, or a micro-batch of them
 //! (`batch.rs`), or the slot's share of a list of operations, the lists'
@@ -9,8 +9,10 @@
 //! of every caller shares one exact limit per key.
 //!
 //! Layout: `keys.rs` (key names and cluster slots), `wire.rs` (operations
-//! to `KEYS`/`ARGV` and the reply back), `calls.rs` (one EVALSHA),
-//! `batch.rs` (the micro-batcher task),
+//! to `KEYS`/`ARGV` and the reply back), `calls.rs` (one FCALL or
+//! EVALSHA), `function.rs` (the script as a Redis function),
+//! `batch.rs` (the micro-batcher task), `client.rs` (how every client is
+//! built), `in_flight.rs` (the `redis.max_in_flight` cap),
 //! `errors.rs` (outage or bug), `auth.rs` (refused credentials),
 //! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
 //! pool per cluster node, so one dead node stalls only its own keys) and
@@ -26,9 +28,11 @@
 mod auth;
 mod batch;
 mod calls;
+mod client;
 mod domains;
 mod errors;
 mod function;
+mod in_flight;
 mod invalidation;
 mod keys;
 mod liveness;
@@ -46,7 +50,10 @@ use tokio::sync::mpsc;
 
 use super::{Applied, Op, Store, StoreError, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
+use client::{build_pool, client_config, reconnect_policy, tcp_config};
 use errors::classify;
+pub use in_flight::DEFAULT_MAX_IN_FLIGHT;
+use in_flight::InFlight;
 pub use invalidation::{InvalidationListener, MAX_MESSAGE_BYTES};
 
 /// How to reach Redis and how to lay out keys.
@@ -111,115 +118,6 @@ pub(super) struct Inner {
     /// Replaces connections that stopped answering, in every pool.
     liveness: Arc<liveness::Liveness>,
     options: RedisOptions,
-}
-
-/// `redis.max_in_flight`'s default.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 4096;
-
-/// Operations sent to Redis and not yet answered, and how many may be.
-/// Redis applies them one after another; past what it can answer within
-/// `redis.timeout`, more only queue to time out, and still run (and
-/// spend) after their callers were answered by the failure policy, taking
-/// Redis's time from the ones that could still be answered. A batch of
-/// 100 checks on each of 64 connections is 6 400 operations at once.
-///
-/// A call past the cap waits for room (in order of arrival) rather than
-/// being refused at once: callers that send again as soon as they are
-/// answered would otherwise spin, and on a shared host take the CPU Redis
-/// needs. It waits at most `redis.timeout`, then is refused.
-pub(super) struct InFlight {
-    permits: tokio::sync::Semaphore,
-    cap: AtomicUsize,
-}
-
-impl InFlight {
-    fn new(cap: usize) -> InFlight {
-        InFlight {
-            permits: tokio::sync::Semaphore::new(cap),
-            cap: AtomicUsize::new(cap),
-        }
-    }
-
-    fn set_cap(&self, cap: usize) {
-        let before = self.cap.swap(cap, Ordering::AcqRel);
-        if cap > before {
-            self.permits.add_permits(cap - before);
-        } else {
-            self.permits.forget_permits(before - cap);
-        }
-    }
-
-    /// Room for `n` operations (a call larger than the cap takes all of
-    /// it), waiting up to `wait`; `None` if there was none by then.
-    pub(super) async fn admit(
-        &self,
-        n: usize,
-        wait: std::time::Duration,
-    ) -> Option<tokio::sync::SemaphorePermit<'_>> {
-        let n = n.clamp(1, self.cap.load(Ordering::Relaxed)) as u32;
-        if let Ok(permit) = self.permits.try_acquire_many(n) {
-            return Some(permit);
-        }
-        tokio::time::timeout(wait, self.permits.acquire_many(n))
-            .await
-            .ok()?
-            .ok()
-    }
-}
-
-#[cfg(test)]
-#[path = "in_flight_tests.rs"]
-mod in_flight_tests;
-
-/// A pool of `options.pool_size` clients for `config`, with the timeouts,
-/// attempts and reconnect policy described in the module doc. Connecting
-/// is left to the caller.
-pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool, StoreError> {
-    let max_delay = options
-        .reconnect_max_delay
-        .as_millis()
-        .min(u32::MAX as u128) as u32;
-    Builder::from_config(config)
-        .with_performance_config(|p| p.default_command_timeout = options.timeout)
-        .with_connection_config(|c| {
-            c.max_command_attempts = 1;
-            c.connection_timeout = options.timeout.max(Duration::from_millis(500));
-            c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
-            c.tcp = tcp_config(options);
-        })
-        .set_policy(reconnect_policy(max_delay))
-        .build_pool(options.pool_size.max(1))
-        .map_err(|e| StoreError::Backend(e.to_string()))
-}
-
-/// Without this, data sent down a path that silently died sits
-/// unacknowledged until TCP's own retransmissions give up, 15 minutes by
-/// default on Linux; with it the kernel closes the socket and fred
-/// reconnects. A backstop to `liveness.rs` (which sees a silent connection
-/// first) for a client stuck writing into a full socket buffer; at least
-/// a second, so one lost packet's retransmission never cuts a connection.
-pub(super) fn tcp_config(options: &RedisOptions) -> fred::types::config::TcpConfig {
-    fred::types::config::TcpConfig {
-        user_timeout: Some(options.unresponsive_timeout.max(Duration::from_secs(1))),
-        ..Default::default()
-    }
-}
-
-/// The client configuration `options.url` describes, for every client of
-/// the store.
-pub(super) fn client_config(options: &RedisOptions) -> Result<Config, StoreError> {
-    let mut config = Config {
-        fail_fast: false,
-        ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
-    };
-    // Rediscover a cluster through every node it last knew, not only the
-    // URL's: with the default, a client whose URL node dies stays down
-    // for good, even after a replica has taken over (fred only retries
-    // the configured endpoint). Not a cluster: nothing to set.
-    let _ = config
-        .server
-        .set_cluster_discovery_policy(fred::types::config::ClusterDiscoveryPolicy::UseCache);
-    Ok(config)
 }
 
 /// Counts one Redis call for as long as it lives, error paths included.
@@ -388,18 +286,6 @@ impl Inner {
 /// checks gathered by micro-batching): a call holds Redis for all of them,
 /// about 1 ms for 128 checks, so a longer list goes as several calls.
 pub(super) const MAX_OPS_PER_CALL: usize = 128;
-
-/// Reconnect soon after a drop, then back off: a restart is over in tens of
-/// milliseconds, and every check sent meanwhile waits for its connection
-/// (or times out). fred's defaults, a 50 ms first delay plus up to 100 ms of
-/// jitter, kept checks waiting 50–150 ms after a 25 ms restart, long enough
-/// for the queued ones to time out; some jitter still spreads the
-/// reconnects of many instances.
-pub(super) fn reconnect_policy(max_delay_ms: u32) -> ReconnectPolicy {
-    let mut policy = ReconnectPolicy::new_exponential(0, 10, max_delay_ms.max(10), 2);
-    policy.set_jitter(10);
-    policy
-}
 
 #[async_trait]
 impl Store for RedisStore {
