@@ -82,6 +82,15 @@ impl Reader<'_> {
             .ok()
     }
 
+    /// `true` or `false` (a TOML boolean, or the word in a variable).
+    pub(super) fn boolean(&mut self, key: &str) -> Option<bool> {
+        self.parse(key, |s| match s {
+            "true" => Ok(true),
+            "false" => Ok(false),
+            _ => Err("must be true or false".into()),
+        })
+    }
+
     pub(super) fn duration(&mut self, key: &str) -> Option<Duration> {
         self.parse(key, |s| match parse_duration_us(s) {
             Ok(0) => Err("must be longer than zero".into()),

@@ -103,11 +103,7 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
             .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
     });
     let max_in_flight = r.parse("redis.max_in_flight", |s| int_in(s, 1, 1_000_000));
-    let legacy_keys = r.parse("redis.legacy_keys", |s| match s {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err("must be true or false".into()),
-    });
+    let legacy_keys = r.boolean("redis.legacy_keys");
     let url = with_password_file(r, url?, password_file?)?;
     let settings = RedisSettings {
         url,

@@ -51,11 +51,7 @@ pub(super) fn read_auth(r: &mut Reader) -> Option<AuthSettings> {
     let tokens_file = r.parse("auth.tokens_file", |s| {
         Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
     });
-    let protect_metrics = r.parse("auth.protect_metrics", |s| match s {
-        "true" => Ok(true),
-        "false" => Ok(false),
-        _ => Err("must be true or false".into()),
-    });
+    let protect_metrics = r.boolean("auth.protect_metrics");
     let (tokens_file, protect_metrics) = (tokens_file?, protect_metrics?);
     if protect_metrics && tokens_file.is_none() {
         // Without tokens nothing is protected: refuse rather than leave

@@ -10,22 +10,27 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
+use super::request::RULE_FIELDS;
+
 /// The names [`Present`] records, in bit order: the two lead fields, every
-/// one of `request::RULE_FIELDS` (`Present::has` asserts, in debug builds,
-/// that a name asked for is here), and the two a handler may refuse.
-const NAMES: [&str; 11] = [
-    "policy",
-    "limits",
-    "limit",
-    "window",
-    "calendar",
-    "timezone",
-    "lease_ttl",
-    "algorithm",
-    "burst",
-    "cost",
-    "wait_ms",
-];
+/// one of [`RULE_FIELDS`] (one list, so a new rule field is recorded too),
+/// and the two a handler may refuse.
+const NAMES: [&str; 4 + RULE_FIELDS.len()] = {
+    let mut names = [""; 4 + RULE_FIELDS.len()];
+    names[0] = "policy";
+    names[1] = "limits";
+    let mut i = 0;
+    while i < RULE_FIELDS.len() {
+        names[2 + i] = RULE_FIELDS[i];
+        i += 1;
+    }
+    names[2 + RULE_FIELDS.len()] = "cost";
+    names[3 + RULE_FIELDS.len()] = "wait_ms";
+    names
+};
+
+// One bit per name in `Present`'s u16.
+const _: () = assert!(NAMES.len() <= 16);
 
 /// The fields of [`NAMES`] a JSON object has. A field counts when present,
 /// even as `null`, and a field given twice counts once.

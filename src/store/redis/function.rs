@@ -51,7 +51,7 @@ impl Functions {
 }
 
 /// What an FCALL's failure means for the function.
-pub(super) enum Failed {
+enum Failed {
     /// The server does not hold it (a restart without persistence,
     /// `FUNCTION FLUSH`, a new node), or refused this call as a whole where
     /// EVAL would have run it (OOM: a script that may write is refused
@@ -64,7 +64,7 @@ pub(super) enum Failed {
     Other,
 }
 
-pub(super) fn failed(error: &Error) -> Failed {
+fn failed(error: &Error) -> Failed {
     let details = error.details();
     if details.contains("Function not found")
         || details.starts_with("OOM")
