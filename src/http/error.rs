@@ -223,55 +223,35 @@ impl ApiError {
 }
 
 /// Like `axum::Json`, but strict about the content type, with our error
-/// bodies, and untyped until [`parse_json`], so a handler can look at
-/// the body before choosing what to parse it as: 415 without
+/// bodies, and untyped until [`JsonBody::parse_with`], so a handler can
+/// look at the body before choosing what to parse it as: 415 without
 /// `application/json`, 413 past the body limit, 400 for malformed JSON;
-/// `parse` answers 422 naming the field for a wrong type or missing field.
-pub struct JsonBody(pub JsonBytes);
+/// [`parse_json`] answers 422 naming the field for a wrong type or missing
+/// field. The body is read once on the way to an answer: its syntax is
+/// checked on its own only when the handler's parse fails (that pass cost
+/// about 8 % of an embedded check when every body had it).
+pub struct JsonBody(Bytes);
 
-/// Bytes known to hold exactly one well-formed JSON value.
-pub struct JsonBytes(Bytes);
-
-/// A [`JsonBody`] whose syntax is not checked up front: a check's body is
-/// parsed once, by [`RawJsonBody::parse_with`], where `JsonBody` read it
-/// twice (the syntax pass cost about 8 % of an embedded check).
-pub struct RawJsonBody(Bytes);
-
-impl RawJsonBody {
+impl JsonBody {
     /// `parse` of the bytes. A parse that succeeds read one well-formed
     /// value and nothing after it; on any error, malformed JSON is a 400
-    /// first, as `JsonBody` answers, and only then `parse`'s own error.
-    pub fn parse_with<T>(
-        &self,
-        parse: impl FnOnce(&[u8]) -> Result<T, ApiError>,
+    /// first, even when its first value would also have a missing field,
+    /// and only then `parse`'s own error.
+    pub fn parse_with<'a, T>(
+        &'a self,
+        parse: impl FnOnce(&'a [u8]) -> Result<T, ApiError>,
     ) -> Result<T, ApiError> {
-        parse(&self.0).map_err(|error| match syntax(&self.0) {
-            Err(malformed) => malformed,
-            Ok(()) => error,
+        parse(&self.0).map_err(|error| {
+            // `from_slice` also rejects trailing bytes after the value.
+            match serde_json::from_slice::<serde::de::IgnoredAny>(&self.0) {
+                Err(e) => ApiError::InvalidJson(e.to_string()),
+                Ok(_) => error,
+            }
         })
     }
 }
 
-/// Syntax only, without building anything, so that malformed JSON is a 400
-/// even when its first value would also have a missing field.
-/// (`from_slice` also rejects trailing bytes after the value.)
-fn syntax(bytes: &[u8]) -> Result<(), ApiError> {
-    serde_json::from_slice::<serde::de::IgnoredAny>(bytes)
-        .map(drop)
-        .map_err(|e| ApiError::InvalidJson(e.to_string()))
-}
-
 impl<S: Send + Sync> FromRequest<S> for JsonBody {
-    type Rejection = ApiError;
-
-    async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
-        let RawJsonBody(bytes) = RawJsonBody::from_request(request, state).await?;
-        syntax(&bytes)?;
-        Ok(JsonBody(JsonBytes(bytes)))
-    }
-}
-
-impl<S: Send + Sync> FromRequest<S> for RawJsonBody {
     type Rejection = ApiError;
 
     async fn from_request(request: Request, state: &S) -> Result<Self, ApiError> {
@@ -298,14 +278,7 @@ impl<S: Send + Sync> FromRequest<S> for RawJsonBody {
                 ApiError::InvalidJson(rejection.body_text())
             }
         })?;
-        Ok(RawJsonBody(bytes))
-    }
-}
-
-impl JsonBytes {
-    /// The bytes, for [`parse_json`].
-    pub fn as_bytes(&self) -> &[u8] {
-        &self.0
+        Ok(JsonBody(bytes))
     }
 }
 

@@ -54,6 +54,48 @@ fn the_script_subcommand_prints_the_one_script() {
     assert!(printed.contains("local function reset_all(") && printed.contains("refund_by_tag"));
 }
 
+/// `ratekeeper script --function` prints the library the store loads, and
+/// a real Redis takes it and answers a check by FCALL (as bench/ceiling.sh
+/// calls it).
+#[test]
+fn the_script_subcommand_prints_the_function_library_redis_loads() {
+    let out = ratekeeper()
+        .args(["script", "--function"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let printed = String::from_utf8(out.stdout).unwrap();
+    let (name, code) = &*scripts::LIBRARY;
+    assert_eq!(printed, *code);
+    let server = RedisServer::start();
+    assert_eq!(
+        server.cli(&["FUNCTION", "LOAD", &printed]).trim(),
+        name.as_str()
+    );
+    // ARGV as wire.rs writes it: now, padding, channel, then one check of
+    // one fixed-window limit (3 a minute) at cost 1.
+    let reply = server.cli(&[
+        "FCALL",
+        name,
+        "1",
+        "rk:{cli}:fw:60000",
+        "",
+        "0",
+        "",
+        "1",
+        "1",
+        "1",
+        "",
+        "",
+        "fw",
+        "3",
+        "60000000",
+        "3",
+    ]);
+    let values: Vec<&str> = reply.lines().collect();
+    assert_eq!(values[..5], ["1", "-1", "-1", "1", "2"], "{reply}");
+}
+
 /// SCRIPT FLUSH (what a restart or failover does): the next reset and
 /// refund still work, in one extra round trip, and leave the scripts cached.
 #[tokio::test]

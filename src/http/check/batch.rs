@@ -83,17 +83,16 @@ pub async fn checks(State(state): State<AppState>, request: Request) -> Response
 }
 
 async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, ApiError> {
-    let JsonBody(body) =
-        JsonBody::from_request(request, state)
-            .await
-            .map_err(|error| match error {
-                // This route's cap, not the one every other route has.
-                ApiError::PayloadTooLarge(_) => {
-                    ApiError::PayloadTooLarge(batch_body_limit(state.max_batch))
-                }
-                other => other,
-            })?;
-    let BatchRequest { checks } = BatchRequest::parse(body.as_bytes())?;
+    let body = JsonBody::from_request(request, state)
+        .await
+        .map_err(|error| match error {
+            // This route's cap, not the one every other route has.
+            ApiError::PayloadTooLarge(_) => {
+                ApiError::PayloadTooLarge(batch_body_limit(state.max_batch))
+            }
+            other => other,
+        })?;
+    let BatchRequest { checks } = body.parse_with(BatchRequest::parse)?;
     if checks.total > state.max_batch {
         return Err(ApiError::InvalidRequest(format!(
             "checks: at most {} checks in a batch (limits.max_batch), got {}",

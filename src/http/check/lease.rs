@@ -149,20 +149,20 @@ impl Lifetime {
 }
 
 async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Response, ApiError> {
-    let JsonBody(body) = JsonBody::from_request(request, state).await?;
-    let json = body.as_bytes();
+    let body = JsonBody::from_request(request, state).await?;
     let verb = what.as_str();
-    if let Some(fields) = Present::of(json) {
-        for field in ["cost", "wait_ms"] {
-            if fields.has(field) {
-                return Err(ApiError::InvalidRequest(format!(
-                    "{field}: to {verb} a lease, send the check's form and its `lease`, without `{field}`"
-                )));
+    let (parsed, LeaseField { lease }) = body.parse_with(|json| {
+        if let Some(fields) = Present::of(json) {
+            for field in ["cost", "wait_ms"] {
+                if fields.has(field) {
+                    return Err(ApiError::InvalidRequest(format!(
+                        "{field}: to {verb} a lease, send the check's form and its `lease`, without `{field}`"
+                    )));
+                }
             }
         }
-    }
-    let parsed = parse_check(state, json)?;
-    let LeaseField { lease } = parse_json(json)?;
+        Ok((parse_check(state, json)?, parse_json(json)?))
+    })?;
     let Some(lease) = LeaseId::parse(&lease) else {
         return Err(ApiError::InvalidRequest(
             "lease: must be the lease.id a check was answered: 32 lowercase hex digits".into(),

@@ -41,7 +41,7 @@ pub use settle::settle;
 
 use self::fields_present::Present;
 use super::AppState;
-use super::error::{ApiError, ErrorBody, RawJsonBody, parse_json};
+use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 
 /// Check rate limits and, if every one allows, spend from each.
@@ -122,7 +122,7 @@ pub(super) struct Parsed {
 }
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
-    let body = RawJsonBody::from_request(request, state).await?;
+    let body = JsonBody::from_request(request, state).await?;
     body.parse_with(|json| parse_check(state, json))
 }
 

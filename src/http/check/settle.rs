@@ -119,23 +119,23 @@ pub async fn settle(State(state): State<AppState>, request: Request) -> Response
 }
 
 async fn settled(state: &AppState, request: Request) -> Result<Response, ApiError> {
-    let JsonBody(body) = JsonBody::from_request(request, state).await?;
-    let json = body.as_bytes();
-    if let Some(fields) = Present::of(json) {
-        if fields.has("cost") {
-            return Err(ApiError::InvalidRequest(
-                "cost: a settle takes `reserved` (the cost checked with) and `actual`, not `cost`"
-                    .into(),
-            ));
+    let body = JsonBody::from_request(request, state).await?;
+    let (parsed, SettleAmounts { reserved, actual }) = body.parse_with(|json| {
+        if let Some(fields) = Present::of(json) {
+            if fields.has("cost") {
+                return Err(ApiError::InvalidRequest(
+                    "cost: a settle takes `reserved` (the cost checked with) and `actual`, not `cost`"
+                        .into(),
+                ));
+            }
+            if fields.has("wait_ms") {
+                return Err(ApiError::InvalidRequest(
+                    "wait_ms: a settle never waits".into(),
+                ));
+            }
         }
-        if fields.has("wait_ms") {
-            return Err(ApiError::InvalidRequest(
-                "wait_ms: a settle never waits".into(),
-            ));
-        }
-    }
-    let parsed = parse_check(state, json)?;
-    let SettleAmounts { reserved, actual } = parse_json(json)?;
+        Ok((parse_check(state, json)?, parse_json(json)?))
+    })?;
     let mut check = parsed.check;
     // Every limit takes the whole amounts, so the smallest capacity bounds them.
     let capacity = check.max_cost();
