@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, LazyLock};
 
-use super::FailureMode;
+use super::{FailureMode, LeaseMode};
 use super::rule::{Algorithm, Bounds, Rule, RuleInput, ValidationError, validate_name};
 
 /// One limit of a check: a named rule.
@@ -49,6 +49,9 @@ pub struct Check {
     pub shadow: bool,
     /// The policy's own failure mode; `None`: the service's.
     pub failure_mode: Option<FailureMode>,
+    /// The policy's lease mode: a hot key may be answered from a chunk of
+    /// its capacity this instance reserved (`limiter::lease`).
+    pub lease: Option<LeaseMode>,
 }
 
 /// The single-rule form, as it arrives from a transport.
@@ -150,6 +153,7 @@ impl Check {
             policy: None,
             shadow: false,
             failure_mode: None,
+            lease: None,
         }
     }
 
@@ -162,6 +166,7 @@ impl Check {
             policy: None,
             shadow: false,
             failure_mode: None,
+            lease: None,
         }
     }
 
@@ -203,6 +208,7 @@ impl Check {
             policy,
             shadow: false,
             failure_mode: None,
+            lease: None,
         })
     }
 

@@ -21,6 +21,7 @@ mod duration;
 pub mod failure;
 pub mod forward;
 mod lease;
+pub mod lease_mode;
 pub mod policy;
 pub mod rls;
 mod rule;
@@ -37,6 +38,7 @@ pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, format_duration_us, parse_duration_us};
 pub use failure::{FailureMode, FailurePolicy};
 pub use lease::{Lease, LeaseId};
+pub use lease_mode::LeaseMode;
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,

@@ -164,6 +164,8 @@ impl RlsService {
                     policy: Some(domain.policy.clone()),
                     shadow,
                     failure_mode: None,
+                    // RLS descriptors do not lease (policy files only).
+                    lease: None,
                 };
                 (shadow, members, at, check)
             })

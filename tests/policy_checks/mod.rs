@@ -51,6 +51,7 @@ pub fn policy(name: &str, limits: Vec<Limit>) -> Policy {
         limits: limits.into(),
         overrides: HashMap::new(),
         forward: Default::default(),
+        lease: None,
     }
 }
 

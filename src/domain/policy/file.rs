@@ -132,6 +132,10 @@ fn build_policy(
         }
     }
     let forward = build_forward(&path, policy, report);
+    let lease = policy
+        .lease
+        .as_ref()
+        .and_then(|raw| super::lease::build_lease(&path, raw, &limits, &overrides, report));
     if let Some(key_from) = &policy.key_from {
         refuse_leases_for_forward_auth(&path, key_from.span(), &limits, &overrides, report);
     }
@@ -143,6 +147,7 @@ fn build_policy(
         limits: limits.into(),
         overrides,
         forward,
+        lease,
     })
 }
 

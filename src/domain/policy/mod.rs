@@ -5,8 +5,11 @@
 
 mod file;
 mod forward;
+mod lease;
 mod problem;
 mod raw;
+#[cfg(test)]
+mod lease_tests;
 #[cfg(test)]
 mod tests;
 
@@ -18,7 +21,7 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use super::forward::ForwardAuth;
-use super::{Bounds, Check, FailureMode, Limit, ValidationError};
+use super::{Bounds, Check, FailureMode, LeaseMode, Limit, ValidationError};
 
 /// One named policy, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +40,8 @@ pub struct Policy {
     pub overrides: HashMap<String, Arc<[Limit]>>,
     /// How `/v1/auth/{policy}` keys a request and what it answers.
     pub forward: ForwardAuth,
+    /// Hot keys lease chunks of their capacity (`lease = { ... }`).
+    pub lease: Option<LeaseMode>,
 }
 
 impl Policy {
@@ -56,6 +61,7 @@ impl Policy {
         let mut check = Check::for_policy(key, self.name.clone(), limits, cost, bounds)?;
         check.shadow = self.shadow;
         check.failure_mode = self.failure_mode;
+        check.lease = self.lease;
         Ok(check)
     }
 }

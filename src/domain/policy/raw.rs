@@ -31,6 +31,16 @@ pub(super) struct RawPolicy {
     pub(super) key_from: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) deny_status: Option<Spanned<i64>>,
     pub(super) missing_key_status: Option<Spanned<i64>>,
+    /// Hot-key leasing (`domain::lease_mode`).
+    pub(super) lease: Option<Spanned<RawLease>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLease {
+    pub(super) max_units: Spanned<i64>,
+    pub(super) ttl: Option<Spanned<RawWindow>>,
+    pub(super) hot_rate: Option<Spanned<i64>>,
 }
 
 #[derive(Deserialize)]

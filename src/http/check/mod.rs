@@ -252,6 +252,7 @@ mod tests {
             }]),
             overrides: Default::default(),
             forward: Default::default(),
+            lease: None,
         });
         PolicySet::from_policies(policies, String::new(), None)
     }
