@@ -7,8 +7,8 @@
 
 use std::sync::{Arc, LazyLock};
 
-use super::{FailureMode, LeaseMode};
 use super::rule::{Algorithm, Bounds, Rule, RuleInput, ValidationError, validate_name};
+use super::{FailureMode, LeaseMode};
 
 /// One limit of a check: a named rule.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -101,9 +101,17 @@ mod tests {
     #[test]
     fn a_chunk_lasts_half_a_ttl_at_the_key_rate_within_its_caps() {
         let m = mode();
-        assert_eq!(m.chunk(400, 100_000, 1), Some(200), "half a second at 400/s");
+        assert_eq!(
+            m.chunk(400, 100_000, 1),
+            Some(200),
+            "half a second at 400/s"
+        );
         assert_eq!(m.chunk(100_000, 100_000, 1), Some(500), "max_units");
-        assert_eq!(m.chunk(100_000, 1_000, 1), Some(250), "a quarter of what is left");
+        assert_eq!(
+            m.chunk(100_000, 1_000, 1),
+            Some(250),
+            "a quarter of what is left"
+        );
     }
 
     #[test]
@@ -111,16 +119,17 @@ mod tests {
         let m = mode();
         assert_eq!(m.chunk(100_000, 7, 1), Some(1));
         assert_eq!(m.chunk(100_000, 3, 1), None);
-        assert_eq!(m.chunk(100_000, 40, 20), None, "the chunk must hold a check");
+        assert_eq!(
+            m.chunk(100_000, 40, 20),
+            None,
+            "the chunk must hold a check"
+        );
         assert_eq!(m.chunk(1, 100_000, 1), None, "too slow to need one");
     }
 
     #[test]
     fn only_windows_lease() {
-        let leasing: Vec<Algorithm> = Algorithm::ALL
-            .into_iter()
-            .filter(|a| a.leases())
-            .collect();
+        let leasing: Vec<Algorithm> = Algorithm::ALL.into_iter().filter(|a| a.leases()).collect();
         assert_eq!(
             leasing,
             [Algorithm::FixedWindow, Algorithm::SlidingWindow],

@@ -55,17 +55,20 @@ pub(super) fn build_lease(
         }
         us
     });
-    let hot_rate = lease.hot_rate.as_ref().map_or(Some(DEFAULT_HOT_RATE), |rate| {
-        let found = u64::try_from(*rate.get_ref()).ok().filter(|r| *r >= 1);
-        if found.is_none() {
-            report.add(
-                format!("{path}.hot_rate"),
-                rate.span(),
-                format!("must be at least 1 unit per second, got {}", rate.get_ref()),
-            );
-        }
-        found
-    });
+    let hot_rate = lease
+        .hot_rate
+        .as_ref()
+        .map_or(Some(DEFAULT_HOT_RATE), |rate| {
+            let found = u64::try_from(*rate.get_ref()).ok().filter(|r| *r >= 1);
+            if found.is_none() {
+                report.add(
+                    format!("{path}.hot_rate"),
+                    rate.span(),
+                    format!("must be at least 1 unit per second, got {}", rate.get_ref()),
+                );
+            }
+            found
+        });
     let unleasable = limits
         .iter()
         .chain(overrides.values().flat_map(|l| l.iter()))

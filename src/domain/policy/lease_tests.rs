@@ -39,7 +39,10 @@ limits = [
     let text = "[policies.t]\nlease = { max_units = 5, ttl = \"250ms\", hot_rate = 40 }\n\
                 limits = [{ name = \"a\", limit = 10, window = 1 }]\n";
     let lease = parse(text).unwrap().get("t").unwrap().lease.unwrap();
-    assert_eq!((lease.max_units, lease.ttl_us, lease.hot_rate), (5, 250_000, 40));
+    assert_eq!(
+        (lease.max_units, lease.ttl_us, lease.hot_rate),
+        (5, 250_000, 40)
+    );
 }
 
 #[test]
@@ -51,16 +54,37 @@ fn a_policy_without_lease_never_leases() {
 #[test]
 fn bad_values_and_limits_that_cannot_give_back_are_refused() {
     let bad = [
-        ("lease = { max_units = 0 }", "policies.t.lease.max_units", "must be 1 to"),
-        ("lease = { max_units = 5, ttl = \"1ms\" }", "policies.t.lease.ttl", "from 10ms"),
-        ("lease = { max_units = 5, ttl = \"2m\" }", "policies.t.lease.ttl", "to 1m"),
-        ("lease = { max_units = 5, hot_rate = 0 }", "policies.t.lease.hot_rate", "at least 1"),
-        ("lease = { ttl = \"1s\" }", "policies.t.lease", "max_units"),
-        ("lease = { max_units = 5, size = 3 }", "policies.t.lease", "size"),
+        (
+            "lease = { max_units = 0 }",
+            "policies.t.lease.max_units",
+            "must be 1 to",
+        ),
+        (
+            "lease = { max_units = 5, ttl = \"1ms\" }",
+            "policies.t.lease.ttl",
+            "from 10ms",
+        ),
+        (
+            "lease = { max_units = 5, ttl = \"2m\" }",
+            "policies.t.lease.ttl",
+            "to 1m",
+        ),
+        (
+            "lease = { max_units = 5, hot_rate = 0 }",
+            "policies.t.lease.hot_rate",
+            "at least 1",
+        ),
+        ("lease = { ttl = \"1s\" }", "", "missing field `max_units`"),
+        (
+            "lease = { max_units = 5, size = 3 }",
+            "",
+            "unknown field `size`",
+        ),
     ];
     for (lease, path, message) in bad {
-        let text =
-            format!("[policies.t]\n{lease}\nlimits = [{{ name = \"a\", limit = 10, window = 1 }}]\n");
+        let text = format!(
+            "[policies.t]\n{lease}\nlimits = [{{ name = \"a\", limit = 10, window = 1 }}]\n"
+        );
         let found = problems(&text);
         assert_eq!(found.len(), 1, "{lease}: {found:?}");
         assert!(found[0].0.starts_with(path), "{lease}: {found:?}");

@@ -6,10 +6,10 @@
 mod file;
 mod forward;
 mod lease;
-mod problem;
-mod raw;
 #[cfg(test)]
 mod lease_tests;
+mod problem;
+mod raw;
 #[cfg(test)]
 mod tests;
 
