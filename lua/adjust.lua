@@ -1,8 +1,10 @@
--- adjust: reset, refund and settle of one operation's limits
--- (src/domain/algorithms/mod.rs, reset_all and refund_all;
--- src/domain/algorithms/settle.rs, settle_all), on the limits
+-- adjust: reset, refund, settle, release, renewal and give-back of one
+-- operation's limits (src/domain/algorithms/mod.rs, reset_all, refund_all
+-- and lease_all; src/domain/algorithms/settle.rs, settle_all;
+-- src/domain/algorithms/give_back.rs, give_back_all), on the limits
 -- at KEYS[k + 1 .. k + n] and ARGV[a + 1 ..] as check_all takes them. The
--- algorithm functions, their refunds (`refund_by_tag`, generated) and
+-- algorithm functions, their refunds (`refund_by_tag`, generated), their
+-- give-backs (`give_back_by_tag`, generated, the windows only) and
 -- check_all are defined before this file. Each answers like a check of cost
 -- 0 afterwards, appended to `reply`.
 --
@@ -25,6 +27,27 @@ local function refund_all(k, a, n, now, cost, pad_ms, reply)
       local s = a + LIMIT_ARGS * (i - 1)
       refund_by_tag[ARGV[s + 1]](KEYS[k + i], now, tonumber(ARGV[s + 2]),
         window_arg(ARGV[s + 3]), cost, tonumber(ARGV[s + 4]), pad_ms)
+    end
+  end
+  return check_all(k, a, n, now, 0, pad_ms, reply, 0)
+end
+
+-- Gives back up to `cost` units that a check of these limits counted at
+-- store time `at`, each limit on its own (give_back.rs says why this is
+-- exact). Every limit's algorithm must have a give-back: all are looked at
+-- before any is written, so one without fails the operation (under the
+-- pcall of ops.lua) with nothing written, as in the Rust.
+local function give_back_all(k, a, n, now, at, cost, pad_ms, reply)
+  for i = 1, n do
+    local tag = ARGV[a + LIMIT_ARGS * (i - 1) + 1]
+    if give_back_by_tag[tag] == nil then
+      error('give back is only defined for fixed_window and sliding_window, not the algorithm tagged ' .. tag, 0)
+    end
+  end
+  if cost > 0 then
+    for i = 1, n do
+      local s = a + LIMIT_ARGS * (i - 1)
+      give_back_by_tag[ARGV[s + 1]](KEYS[k + i], now, at, window_arg(ARGV[s + 3]), cost)
     end
   end
   return check_all(k, a, n, now, 0, pad_ms, reply, 0)

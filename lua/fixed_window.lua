@@ -63,3 +63,30 @@ local function fixed_window_refund(key, now, limit, window, cost, burst, pad_ms)
     redis.call('HSET', key, 'c', int(count - taken))
   end
 end
+
+-- Give-back (fixed_window.rs, give_back): up to `cost` of what a check at
+-- store time `at` counted, not below 0, only while the stored count is of
+-- that check's period and that period is now's; otherwise its count is
+-- gone with its period and nothing else may be taken instead. `at` is in
+-- now's period iff it lies within its bounds: asked of `period` itself, a
+-- calendar `at` before the boundaries the instance sent (an old check)
+-- would raise CLOCKSKEW. The window's end stays the key's expiry.
+local function fixed_window_give_back(key, now, at, window, cost)
+  local index, until_next = period(now, window)
+  local start = index
+  if type(window) == 'number' then
+    start = index * window
+  end
+  if at < start or at >= now + until_next then
+    return
+  end
+  local state = redis.call('HMGET', key, 'i', 'c')
+  if tonumber(state[1]) ~= index then
+    return
+  end
+  local count = tonumber(state[2])
+  local taken = math.min(cost, count)
+  if taken > 0 then
+    redis.call('HSET', key, 'c', int(count - taken))
+  end
+end

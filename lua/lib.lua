@@ -1,14 +1,17 @@
 -- lib.lua: helpers shared by every part of the one script Redis runs.
 -- src/store/scripts.rs builds it from a generated prelude (the calling
 -- convention's numbers, src/store/redis/wire.rs), this file, the algorithm
--- functions, a generated table from algorithm tag to function, check.lua
--- (one check's limits, all or nothing), adjust.lua (reset, refund, settle) and
--- ops.lua, the entry point that applies a list of operations, so every
--- call stays one self-contained EVALSHA. wire.rs documents KEYS, ARGV and
+-- functions, generated tables from algorithm tag to function, check.lua
+-- (one check's limits, all or nothing), adjust.lua (reset, refund, settle,
+-- release, renewal, give-back) and ops.lua, the entry point that applies a
+-- list of operations, so every call stays one self-contained EVALSHA. wire.rs documents KEYS, ARGV and
 -- the reply.
 --
 -- Each algorithm file also defines `<name>_refund(key, now, limit, window,
--- cost, burst, pad_ms)`, which writes the refund and returns nothing.
+-- cost, burst, pad_ms)`, which writes the refund and returns nothing; the
+-- two windows also `<name>_give_back(key, now, at, window, cost)`, which
+-- gives back what a check at store time `at` counted (adjust.lua,
+-- give_back_all) and returns nothing.
 --
 -- Every algorithm is a function
 --   name(key, now, limit, window, cost, burst, pad_ms, dry)

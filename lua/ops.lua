@@ -1,5 +1,5 @@
 -- ops: the one entry point. A call carries a list of operations (checks,
--- resets, refunds, settles, releases, renewals), applied in order, each exactly as it would run alone;
+-- resets, refunds, settles, releases, renewals, give-backs), applied in order, each exactly as it would run alone;
 -- src/store/redis/wire.rs encodes them and documents KEYS, ARGV and the
 -- reply. check.lua, adjust.lua and the algorithm functions are defined
 -- before this file.
@@ -12,8 +12,9 @@
 -- sliding log's expired entries while it reads, as the Rust function does;
 -- a check of several writes nothing at all unless every limit allows.)
 --
--- A reset, refund or settle tells every instance's deny cache that the client
--- key's state changed (src/store/redis/invalidation.rs): from here rather
+-- A reset, refund, settle, release or give-back tells every instance's deny
+-- cache that the client key's state changed (src/store/redis/invalidation.rs;
+-- wire.rs builds the message, marked for a give-back): from here rather
 -- than in a call of its own, one round trip, and an operation whose reply
 -- was lost has published all the same. PUBLISH takes no key, so a cluster
 -- script may run it, and it travels over the cluster bus. Under pcall: an
@@ -39,6 +40,10 @@ local function apply(op, k, a, n, cost, lease)
   elseif op == OP_SETTLE then
     -- A settle's amount is actual - reserved, signed (wire.rs).
     return settle_all(k, a, n, now, cost, pad_ms, {}), -1
+  elseif op == OP_GIVEBACK then
+    -- The store time of the check given back for travels in the lease's
+    -- slot (wire.rs).
+    return give_back_all(k, a, n, now, tonumber(lease), cost, pad_ms, {}), -1
   end
   error('unknown operation ' .. tostring(op))
 end
@@ -53,7 +58,9 @@ while a < argc do
   -- The operation's three leading values first, so that a check writes its
   -- answer straight after them into `reply` (no table of its own), in
   -- order (Lua keeps a table's array part only while it fills in order).
-  reply[m + 1], reply[m + 2], reply[m + 3] = 1, -1, -1
+  -- A check's third is `now`, the store time it ran at (what a later
+  -- give-back names); any other operation has a fourth for it (wire.rs).
+  reply[m + 1], reply[m + 2], reply[m + 3] = 1, -1, now
   local ok, result, live
   if op == OP_CHECK then
     ok, result = pcall(check_all, k, a + OP_ARGS, n, now, cost, pad_ms, reply, m + 3, lease)
@@ -67,10 +74,11 @@ while a < argc do
       reply[m + 2] = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
     end
     if op ~= OP_CHECK then
-      reply[m + 3] = live
+      reply[m + 3], reply[m + 4] = live, now
       for j = 1, 4 * n do
-        reply[m + 3 + j] = result[j]
+        reply[m + 4 + j] = result[j]
       end
+      m = m + 1
     end
     m = m + 3 + 4 * n
   else

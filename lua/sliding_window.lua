@@ -120,3 +120,30 @@ local function sliding_window_refund(key, now, limit, window, cost, burst, pad_m
     redis.call('HSET', key, 'c', int(prev - from_prev))
   end
 end
+
+-- Give-back (sliding_window.rs, give_back): up to `cost` of what a check at
+-- store time `at` counted in its window `w`, not below 0, from the stored
+-- count that still holds it: `c` while the stored index is `w`, `p` once a
+-- spend in window w + 1 rolled it there; nothing once now is two windows
+-- past `w` (those units weigh nothing) or the key was rolled past it.
+-- Never rolled, for the reason sliding_window_refund gives.
+local function sliding_window_give_back(key, now, at, window, cost)
+  local w = idiv(at, window)
+  if idiv(now, window) >= w + 2 then
+    return
+  end
+  local state = redis.call('HMGET', key, 'i', 'p', 'c')
+  local stored = tonumber(state[1])
+  local field, count
+  if stored == w then
+    field, count = 'c', tonumber(state[3])
+  elseif stored == w + 1 then
+    field, count = 'p', tonumber(state[2])
+  else
+    return
+  end
+  local taken = math.min(cost, count)
+  if taken > 0 then
+    redis.call('HSET', key, field, int(count - taken))
+  end
+end

@@ -79,6 +79,14 @@ impl Algorithm {
     pub fn has_burst(self) -> bool {
         matches!(self, Algorithm::TokenBucket | Algorithm::Gcra)
     }
+
+    /// Whether a check's units can be given back exactly, as of the store
+    /// time the check ran ([`give_back`](crate::domain::algorithms::give_back)):
+    /// only the windows keep a count per period that says which units a
+    /// check added.
+    pub fn gives_back(self) -> bool {
+        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
+    }
 }
 
 impl fmt::Display for Algorithm {

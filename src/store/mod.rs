@@ -19,8 +19,10 @@ pub trait Store: Send + Sync + 'static {
     /// Applies `ops`, each atomically and in order (operations on one
     /// client key see each other's writes in that order), and answers each
     /// on its own: one operation's error is that operation's, not the
-    /// call's. On Redis the operations of one cluster slot share one
-    /// script call, and the calls for different slots go out at once.
+    /// call's. Each answer carries the store time it ran at
+    /// ([`Applied::at_us`]). On Redis the operations of one cluster slot
+    /// share one script call, and the calls for different slots go out at
+    /// once.
     async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>>;
 
     /// A check alone (see [`OpKind::Check`]): one outcome per limit, in
@@ -44,6 +46,14 @@ pub trait Store: Send + Sync + 'static {
     /// `check.cost` settled as `actual`.
     async fn settle(&self, check: &Check, actual: u64) -> Result<Applied, StoreError> {
         one(self.apply(&[Op::settle(check, actual)]).await)
+    }
+
+    /// A give-back alone (see [`OpKind::GiveBack`]): up to `check.cost`
+    /// units that a check of the same limits counted at store time `at_us`
+    /// (its [`Applied::at_us`]: run that check with [`Store::apply`] to
+    /// learn it).
+    async fn give_back(&self, check: &Check, at_us: u64) -> Result<Applied, StoreError> {
+        one(self.apply(&[Op::give_back(check, at_us)]).await)
     }
 
     /// A check alone acquiring `lease` on its concurrency limit (see
@@ -119,6 +129,13 @@ fn one(mut answers: Vec<Result<Applied, StoreError>>) -> Result<Applied, StoreEr
 pub trait InvalidationSink: Send + Sync + 'static {
     /// `key`'s state changed (any instance's message, this one's included).
     fn invalidated(&self, key: &str);
+    /// Units of `key` were given back ([`OpKind::GiveBack`]): capacity is
+    /// back, as after a refund, but nothing else changed. By default the
+    /// same as [`invalidated`](InvalidationSink::invalidated); a holder of
+    /// leased chunks keeps them here, where a reset or refund drops them.
+    fn freed(&self, key: &str) {
+        self.invalidated(key);
+    }
     /// Something changed that cannot be told apart (a message that is no
     /// client key, messages dropped because the listener fell behind).
     fn invalidated_all(&self);

@@ -1,6 +1,6 @@
 //! What one store call does: a list of operations, each on the limits of
 //! one check, each answered on its own. Every kind of store work (a check,
-//! a reset, a refund, a settle, and what later features add) is one [`OpKind`], so a
+//! a reset, a refund, a settle, a release or renewal, a give-back) is one [`OpKind`], so a
 //! store has one way in ([`Store::apply`](super::Store::apply)) and one
 //! round trip can carry any mix of them.
 
@@ -32,11 +32,28 @@ pub enum OpKind {
     /// limit's `window` (its lease TTL); an expired or unknown lease stays
     /// gone. Then answers like a check of cost 0.
     Renew,
+    /// Gives back up to `cost` units that a check of the same limits
+    /// counted at store time `at_us` ([`Applied::at_us`] of its answer), on
+    /// every limit, each on its own and never below zero, then answers
+    /// like a check of cost 0: exactly what that check added, as long as
+    /// its window still holds it, and nothing else
+    /// ([`give_back`](crate::domain::algorithms::give_back)). For hot-key
+    /// quota leasing, where [`OpKind::Refund`] (the most recent spending)
+    /// is not exact. Only fixed_window and sliding_window limits
+    /// ([`Algorithm::gives_back`](crate::domain::Algorithm::gives_back));
+    /// any other fails the operation, with nothing written.
+    GiveBack { at_us: u64 },
 }
 
 impl OpKind {
     /// Whether the other instances sharing the store must hear of it: the
     /// state changed in a way their deny caches cannot know.
+    ///
+    /// A give-back does: capacity is back, which other instances' deny
+    /// caches must hear. Its message is marked
+    /// ([`FREED_PREFIX`](crate::store::redis::FREED_PREFIX))
+    /// so that listeners can tell it from a reset or refund
+    /// ([`InvalidationSink::freed`](crate::store::InvalidationSink::freed)).
     pub fn invalidates(self) -> bool {
         // A renewal frees nothing, so nobody waits on it.
         !matches!(self, OpKind::Check | OpKind::Renew)
@@ -111,6 +128,16 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// Gives back up to `check.cost` units that a check of `check`'s
+    /// limits counted at store time `at_us` (see [`OpKind::GiveBack`]).
+    pub fn give_back(check: &'a Check, at_us: u64) -> Op<'a> {
+        Op {
+            kind: OpKind::GiveBack { at_us },
+            check,
+            lease: None,
+        }
+    }
+
     /// Settles the reservation `check.cost` as `actual`.
     pub fn settle(check: &'a Check, actual: u64) -> Op<'a> {
         Op {
@@ -138,6 +165,12 @@ pub struct Applied {
     /// whether the lease was live (so it was released or renewed).
     /// `None` for every other operation.
     pub lease: Option<bool>,
+    /// The store's clock, in microseconds, when the operation ran: Redis's
+    /// `TIME` (or the clock the store was given, in tests), the embedded
+    /// store's clock. Every store answer carries it; what a later
+    /// [`Op::give_back`] of a check names. `None` only from
+    /// [`Applied::unshared`] without [`Applied::at`] (test doubles).
+    pub at_us: Option<u64>,
 }
 
 impl Applied {
@@ -147,6 +180,15 @@ impl Applied {
             outcomes,
             published: None,
             lease: None,
+            at_us: None,
+        }
+    }
+
+    /// The same answer, run at store time `now_us`.
+    pub fn at(self, now_us: u64) -> Applied {
+        Applied {
+            at_us: Some(now_us),
+            ..self
         }
     }
 }

@@ -51,6 +51,10 @@ fn the_script_subcommand_prints_the_one_script() {
     assert_eq!(printed.trim_end(), scripts::OPS.trim_end());
     // Reset and refund are operations of it, their numbers generated.
     assert!(printed.contains("local OP_CHECK, OP_RESET, OP_REFUND, OP_SETTLE = 1, 2, 3, 4\n"));
+    assert!(printed.contains("local OP_RELEASE, OP_RENEW, OP_GIVEBACK = 5, 6, 7\n"));
+    assert!(printed.contains(
+        "local give_back_by_tag = {fw = fixed_window_give_back, sw = sliding_window_give_back}\n"
+    ));
     assert!(printed.contains("local function reset_all(") && printed.contains("refund_by_tag"));
 }
 
@@ -93,7 +97,13 @@ fn the_script_subcommand_prints_the_function_library_redis_loads() {
         "3",
     ]);
     let values: Vec<&str> = reply.lines().collect();
-    assert_eq!(values[..5], ["1", "-1", "-1", "1", "2"], "{reply}");
+    assert_eq!(values[..2], ["1", "-1"], "{reply}");
+    // The third: Redis's TIME in microseconds, the check's store time.
+    assert!(
+        values[2].parse::<u64>().unwrap() > 1_700_000_000_000_000,
+        "{reply}"
+    );
+    assert_eq!(values[3..5], ["1", "2"], "{reply}");
 }
 
 /// SCRIPT FLUSH (what a restart or failover does): the next reset and

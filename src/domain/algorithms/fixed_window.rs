@@ -54,6 +54,19 @@ pub fn refund(state: &mut FixedWindowState, rule: &Rule, now_us: u64, cost: u64)
     }
 }
 
+/// Gives back up to `cost` of the units a check at `at_us` counted, not
+/// below 0: only while the stored count is of that check's period and that
+/// period is still now's (`lua/fixed_window.lua`,
+/// `fixed_window_give_back`). Otherwise the count it added is gone with its
+/// period, and nothing else may be taken in its place. The expiry stays:
+/// the count only shrinks. See `give_back.rs` for why this is exact.
+pub fn give_back(state: &mut FixedWindowState, rule: &Rule, now_us: u64, at_us: u64, cost: u64) {
+    let index = rule.window.period(now_us).0;
+    if rule.window.period(at_us).0 == index && state.window_index == index {
+        state.count -= cost.min(state.count);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::test_support::*;

@@ -19,11 +19,13 @@
 pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
+pub mod give_back;
 pub mod settle;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
 
+pub use give_back::{GiveBackUnsupported, give_back_all};
 pub use settle::{MAX_SETTLE_CAPACITIES, settle_all};
 
 use super::{Algorithm, Outcome, Rule};
@@ -252,6 +254,9 @@ pub fn lease_all(
     }
     (live, apply_all(states, rules, now_us, 0))
 }
+
+#[cfg(test)]
+mod give_back_tests;
 
 #[cfg(test)]
 mod refund_tests;

@@ -90,6 +90,30 @@ pub fn refund(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u
     }
 }
 
+/// Gives back up to `cost` of the units a check at `at_us` counted, not
+/// below 0, from the stored count that still holds its window `w`: `curr`
+/// while the stored index is `w`, `prev` once a spend in window `w + 1`
+/// rolled it there; nothing once now is two windows past `w` (its units
+/// weigh nothing any more) or the state was rolled past it
+/// (`lua/sliding_window.lua`, `sliding_window_give_back`). Never rolls the
+/// stored state, for the reason [`refund`] gives, so the expiry stays. See
+/// `give_back.rs` for why this is exact.
+pub fn give_back(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, at_us: u64, cost: u64) {
+    let window = rule.window_us();
+    let w = at_us / window;
+    if now_us / window >= w + 2 {
+        return;
+    }
+    let count = if stored.window_index == w {
+        &mut stored.curr
+    } else if stored.window_index == w + 1 {
+        &mut stored.prev
+    } else {
+        return;
+    };
+    *count -= cost.min(*count);
+}
+
 /// The counters as of window `index`: the stored current window becomes the
 /// previous one if adjacent, and anything older is forgotten.
 fn rolled(state: &SlidingWindowState, index: u64) -> SlidingWindowState {

@@ -1,12 +1,13 @@
-//! Reset, refund and settle on the embedded store: the domain's twins of
-//! `lua/adjust.lua`, under the same shard lock as a check, so each is
-//! atomic with respect to checks on the same client key.
+//! Reset, refund, settle, release, renewal and give-back on the embedded
+//! store: the domain's twins of `lua/adjust.lua`, under the same shard lock
+//! as a check, so each is atomic with respect to checks on the same client
+//! key. Each answer carries the store time it ran at.
 
 use super::MemoryStore;
 use super::{Entry, OwnedStateKey};
-use crate::domain::algorithms::State;
+use crate::domain::algorithms::{State, give_back_all};
 use crate::domain::state_key::StateKey;
-use crate::domain::{Algorithm, Check};
+use crate::domain::{Algorithm, Check, Rule};
 use crate::store::{Applied, StoreError};
 
 impl MemoryStore {
@@ -18,13 +19,8 @@ impl MemoryStore {
         for limit in check.limits.iter() {
             shard.map.remove(&StateKey::of(check, limit));
         }
-        Ok(Applied::unshared(self.inner.check_in(
-            &mut shard.map,
-            check,
-            0,
-            now,
-            "",
-        )))
+        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        Ok(Applied::unshared(outcomes).at(now))
     }
 
     /// Gives back up to `cost` on every limit of `check`, then
@@ -48,13 +44,46 @@ impl MemoryStore {
                 entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
             }
         }
-        Ok(Applied::unshared(self.inner.check_in(
-            &mut shard.map,
-            check,
-            0,
-            now,
-            "",
-        )))
+        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        Ok(Applied::unshared(outcomes).at(now))
+    }
+
+    /// Gives back up to `check.cost` units that a check of `check`'s limits
+    /// counted at store time `at_us`, then answers like a check of cost 0
+    /// (see [`OpKind::GiveBack`](crate::store::OpKind::GiveBack)), through
+    /// [`give_back_all`]. Expired state is "never seen", as after a Redis
+    /// TTL: nothing to give back. The expiry stays, as a look leaves it.
+    pub fn give_back_now(&self, check: &Check, at_us: u64) -> Result<Applied, StoreError> {
+        let now = self.inner.clock.now_us();
+        let mut shard = self.inner.shard_of(check);
+        let live = |limit| {
+            shard
+                .map
+                .get(&StateKey::of(check, limit))
+                .filter(|e| e.expires_at_us > now)
+        };
+        let mut states: Vec<State> = check
+            .limits
+            .iter()
+            .map(|limit| {
+                live(limit).map_or_else(|| State::fresh(limit.rule.algorithm), |e| e.state.clone())
+            })
+            .collect();
+        let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();
+        let outcomes = give_back_all(&mut states, &rules, now, at_us, check.cost)
+            .map_err(|e| StoreError::Backend(e.to_string()))?;
+        // A state never seen stays so (nothing to insert); a live one takes
+        // its lowered count and, as a look, an expiry never shortened.
+        for ((limit, state), outcome) in check.limits.iter().zip(states).zip(&outcomes) {
+            if let Some(entry) = shard.map.get_mut(&StateKey::of(check, limit))
+                && entry.expires_at_us > now
+            {
+                entry.state = state;
+                let until = now.saturating_add(outcome.reset_after_us);
+                entry.expires_at_us = entry.expires_at_us.max(until);
+            }
+        }
+        Ok(Applied::unshared(outcomes).at(now))
     }
 
     /// Settles the reservation `check.cost` as `actual` on every limit of
@@ -105,13 +134,8 @@ impl MemoryStore {
                 }
             }
         }
-        Ok(Applied::unshared(self.inner.check_in(
-            &mut shard.map,
-            check,
-            0,
-            now,
-            "",
-        )))
+        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        Ok(Applied::unshared(outcomes).at(now))
     }
 }
 
@@ -152,6 +176,7 @@ impl MemoryStore {
             outcomes,
             published: None,
             lease: live,
+            at_us: Some(now),
         })
     }
 }

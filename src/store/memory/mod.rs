@@ -175,14 +175,16 @@ impl MemoryStore {
     /// this), under its client key's shard lock.
     pub fn apply_now(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
         match op.kind {
-            OpKind::Check => self
-                .acquire_now(op.check, op.lease_str())
-                .map(Applied::unshared),
+            OpKind::Check => {
+                let (now, outcomes) = self.acquire_at(op.check, op.lease_str());
+                Ok(Applied::unshared(outcomes).at(now))
+            }
             OpKind::Reset => self.reset_now(op.check),
             OpKind::Refund => self.refund_now(op.check, op.check.cost),
             OpKind::Settle { actual } => self.settle_now(op.check, actual),
             OpKind::Release => self.lease_now(op.check, op.lease_str(), false),
             OpKind::Renew => self.lease_now(op.check, op.lease_str(), true),
+            OpKind::GiveBack { at_us } => self.give_back_now(op.check, at_us),
         }
     }
 
@@ -196,11 +198,17 @@ impl MemoryStore {
     /// [`MemoryStore::check_now`] acquiring `lease` on the check's
     /// concurrency limit, if it has one.
     pub fn acquire_now(&self, check: &Check, lease: &str) -> Result<Vec<Outcome>, StoreError> {
+        Ok(self.acquire_at(check, lease).1)
+    }
+
+    /// [`MemoryStore::acquire_now`], and the store time it ran at.
+    fn acquire_at(&self, check: &Check, lease: &str) -> (u64, Vec<Outcome>) {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
-        Ok(self
+        let outcomes = self
             .inner
-            .check_in(&mut shard.map, check, check.cost, now, lease))
+            .check_in(&mut shard.map, check, check.cost, now, lease);
+        (now, outcomes)
     }
 }
 

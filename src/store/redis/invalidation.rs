@@ -1,10 +1,13 @@
 //! The invalidation channel: how every instance learns at once that a key's
-//! state changed under its deny cache (a reset, a refund).
+//! state changed under its deny cache (a reset, a refund, a give-back).
 //!
 //! The reset or refund script itself PUBLISHes the client key on
-//! `<key prefix>invalidate` (`lua/adjust.lua`), right after the change; every instance keeps a subscriber connection
+//! `<key prefix>invalidate` (`lua/ops.lua`), right after the change; every instance keeps a subscriber connection
 //! of its own on that channel and hands each message to its
-//! [`InvalidationSink`] (the deny cache). Redis pub/sub is fire and
+//! [`InvalidationSink`] (the deny cache). A give-back publishes the client
+//! key after [`FREED_PREFIX`], handed to [`InvalidationSink::freed`]: it
+//! frees capacity as a refund does, but a holder of leased chunks of that
+//! key must keep them, which a reset or refund ends. Redis pub/sub is fire and
 //! forget: a message sent while a subscriber is not subscribed is lost for
 //! it. So the listener tells the sink whenever it may be missing messages
 //! (`subscribed(false)`: the cache is dropped and not used) and when it
@@ -52,6 +55,16 @@ pub const MAX_MESSAGE_BYTES: usize = 65_536;
 /// `Listener::confirmed`): every instance ignores such messages. A client
 /// key of that shape only delays its own invalidation on other instances.
 const CHECK_PREFIX: &str = "\0rk-subscription-check:";
+
+/// What a give-back's message puts before its client key
+/// (`OpKind::GiveBack`; `wire.rs` builds the message): such a message goes
+/// to [`InvalidationSink::freed`] with the key after it, under the same
+/// bound on its length as any key. Like `CHECK_PREFIX`, a client key of
+/// that shape reset or refunded is taken for a give-back of the key after
+/// the prefix: its own invalidation on other instances waits for its
+/// denial's end, and the other key's cached denial ends early (the store
+/// answers it again).
+pub const FREED_PREFIX: &str = "\0rk-freed:";
 
 /// Messages fred buffers for the listener before it counts as behind.
 const MESSAGE_BUFFER: usize = 4_096;
@@ -294,11 +307,7 @@ impl Listener {
         if message.channel != self.channel {
             return;
         }
-        match message.value.as_bytes().map(std::str::from_utf8) {
-            Some(Ok(check)) if check.starts_with(CHECK_PREFIX) => {}
-            Some(Ok(key)) if key.len() <= MAX_MESSAGE_BYTES => self.sink.invalidated(key),
-            _ => self.sink.invalidated_all(),
-        }
+        deliver(&*self.sink, message.value.as_bytes());
     }
 
     /// PING on the subscriber's own connection (in a cluster: the node
@@ -312,6 +321,21 @@ impl Listener {
         };
         let pong: Result<Value, _> = self.client.with_options(&options).ping(None).await;
         pong.is_ok()
+    }
+}
+
+/// Hands one message of the channel to `sink`: a subscription check is
+/// nobody's, a give-back's goes to `freed`, a client key to `invalidated`;
+/// anything else (too long, not UTF-8) says only that something changed.
+fn deliver(sink: &dyn InvalidationSink, message: Option<&[u8]>) {
+    match message.map(std::str::from_utf8) {
+        Some(Ok(check)) if check.starts_with(CHECK_PREFIX) => {}
+        Some(Ok(text)) => match text.strip_prefix(FREED_PREFIX) {
+            Some(key) if key.len() <= MAX_MESSAGE_BYTES => sink.freed(key),
+            None if text.len() <= MAX_MESSAGE_BYTES => sink.invalidated(text),
+            _ => sink.invalidated_all(),
+        },
+        _ => sink.invalidated_all(),
     }
 }
 

@@ -54,7 +54,7 @@ use client::{build_pool, client_config, reconnect_policy, tcp_config};
 use errors::classify;
 pub use in_flight::DEFAULT_MAX_IN_FLIGHT;
 use in_flight::InFlight;
-pub use invalidation::{InvalidationListener, MAX_MESSAGE_BYTES};
+pub use invalidation::{FREED_PREFIX, InvalidationListener, MAX_MESSAGE_BYTES};
 
 /// How to reach Redis and how to lay out keys.
 #[derive(Clone)]
