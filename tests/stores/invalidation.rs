@@ -1,14 +1,18 @@
 //! Every instance sees a reset at once: instance A denies and caches the
 //! denial; a reset (or refund) goes through instance B, whose script
 //! publishes the invalidation; the next check on A is allowed once the
-//! pub/sub message arrived, which is measured. Also: a lost subscription
-//! turns the deny cache off until it is back. Real redis-server only.
+//! pub/sub message arrived, which is measured. A give-back is heard as
+//! freed, not as a reset. Also: a lost subscription turns the deny cache
+//! off until it is back. Real redis-server only.
 
 use crate::support;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ratekeeper::domain::Check;
+use ratekeeper::domain::{Algorithm, Check};
+use ratekeeper::store::{self, InvalidationSink, Store};
 use support::invalidation::{
     Instance, deny_and_cache, eventually, instance, instance_unsubscribed, one_a_minute,
     percentile, settled,
@@ -114,6 +118,80 @@ async fn the_invalidating_instance_drops_its_own_entries_at_once() {
     deny_and_cache(&a, &check).await;
     a.limiter.reset(&check).await.unwrap();
     assert!(a.limiter.check(&check).await.unwrap().allowed);
+}
+
+/// What a listener of our own is told.
+#[derive(Default)]
+struct Recorder {
+    up: AtomicBool,
+    freed: Mutex<Vec<String>>,
+    invalidated: Mutex<Vec<String>>,
+}
+
+impl InvalidationSink for Recorder {
+    fn invalidated(&self, key: &str) {
+        self.invalidated.lock().unwrap().push(key.into());
+    }
+
+    fn freed(&self, key: &str) {
+        self.freed.lock().unwrap().push(key.into());
+    }
+
+    fn invalidated_all(&self) {
+        self.invalidated.lock().unwrap().push("*".into());
+    }
+
+    fn subscribed(&self, up: bool) {
+        self.up.store(up, Ordering::SeqCst);
+    }
+}
+
+/// B gives back a reservation: its script publishes the key marked as
+/// freed, which a listener hands to `freed` (where a lease holder keeps
+/// its chunks), never to `invalidated`; a refund still goes to
+/// `invalidated`. The deny cache, which does not override `freed`, is
+/// invalidated all the same: A's cached denial ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_is_heard_as_freed_and_ends_cached_denials() {
+    let server = RedisServer::start();
+    let (a, b) = (instance(server.url()).await, instance(server.url()).await);
+    let recorder = Arc::new(Recorder::default());
+    let listener = b
+        .store
+        .spawn_invalidation_listener(recorder.clone(), Duration::from_millis(100))
+        .unwrap();
+    let up = || recorder.up.load(Ordering::SeqCst);
+    eventually(Duration::from_secs(10), "subscribed", up).await;
+
+    // One unit an hour, reserved by B: A is denied, then from its cache.
+    let key = unique_key("freed");
+    let check = support::check(&key, Algorithm::FixedWindow, 1, "3600s", 1);
+    let reserved = b.store.apply(&[store::Op::check(&check)]).await.remove(0);
+    let reserved = reserved.unwrap();
+    assert!(reserved[0].allowed);
+    assert!(!a.limiter.check(&check).await.unwrap().allowed);
+    let hits = a.metrics.deny_cache_hits.get();
+    assert!(!a.limiter.check(&check).await.unwrap().allowed);
+    assert_eq!(a.metrics.deny_cache_hits.get(), hits + 1, "cached");
+
+    let received = a.metrics.invalidations_received.get();
+    let given = b.store.give_back(&check, reserved.at_us.unwrap()).await;
+    let given = given.unwrap();
+    assert_eq!(given.published, Some(true));
+    assert_eq!((given[0].allowed, given[0].remaining), (true, 1));
+    let freed = || recorder.freed.lock().unwrap().clone() == [key.clone()];
+    eventually(Duration::from_secs(2), "freed heard", freed).await;
+    assert!(recorder.invalidated.lock().unwrap().is_empty());
+    let heard = || a.metrics.invalidations_received.get() > received;
+    eventually(Duration::from_secs(2), "A heard it", heard).await;
+    assert!(a.limiter.check(&check).await.unwrap().allowed, "not cached");
+
+    // A refund is a plain invalidation still.
+    b.store.refund(&check).await.unwrap();
+    let invalidated = || recorder.invalidated.lock().unwrap().clone() == [key.clone()];
+    eventually(Duration::from_secs(2), "refund heard", invalidated).await;
+    assert_eq!(recorder.freed.lock().unwrap().len(), 1);
+    listener.task.abort();
 }
 
 /// The service wires it: A is a running service answering over HTTP, whose

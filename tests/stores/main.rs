@@ -12,6 +12,7 @@ mod cluster_domains;
 mod concurrency;
 mod concurrency_leases;
 mod functions;
+mod give_back;
 mod invalidation;
 mod invalidation_cluster;
 mod invalidation_sentinel;

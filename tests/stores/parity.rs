@@ -2,7 +2,8 @@
 //!
 //! Property tests drive random rules and random sequences of (time step,
 //! cost), with resets, refunds and settles among the checks (and, for
-//! concurrency limits, acquires, releases and renewals), through the scripts on
+//! concurrency limits, acquires, releases and renewals; for the windows,
+//! give-backs of earlier checks at the store time they ran), through the scripts on
 //! a real Redis (time passed as an argument) and through the pure Rust
 //! functions, and require the same allowed/remaining/retry_after/reset_after
 //! at every step.
@@ -19,7 +20,7 @@ use ratekeeper::domain::algorithms::State;
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome, Rule};
 use ratekeeper::store::Store;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
-use support::ops::{Op, ops};
+use support::ops::{Op, ops, ops_giving_back};
 use support::{RedisServer, unique_key};
 
 #[path = "parity/cache.rs"]
@@ -126,9 +127,23 @@ fn case(algorithm: Algorithm) -> impl Strategy<Value = Case> {
     })
 }
 
-/// `cases` with resets, refunds and settles among their checks.
+/// `cases` with resets, refunds and settles among their checks, and for
+/// the algorithms that give back, give-backs of earlier checks.
 fn adjusted(cases: impl Strategy<Value = Case>) -> impl Strategy<Value = Case> {
-    (cases, ops(300)).prop_map(|(case, mut ops)| {
+    adjusted_with(cases, true)
+}
+
+/// [`adjusted`], with give-backs only if `give_backs` (a path without
+/// them, such as the limiter's, passes false).
+fn adjusted_with(
+    cases: impl Strategy<Value = Case>,
+    give_backs: bool,
+) -> impl Strategy<Value = Case> {
+    (cases, ops(300), ops_giving_back(300)).prop_map(move |(case, plain, giving)| {
+        let mut ops = match give_backs && case.rule.algorithm.gives_back() {
+            true => giving,
+            false => plain,
+        };
         ops.truncate(case.steps.len());
         Case { ops, ..case }
     })
@@ -143,8 +158,11 @@ impl Case {
         })
     }
 
+    /// What step `step` does, a give-back placed on the timeline.
     fn op(&self, step: usize) -> Op {
-        self.ops.get(step).copied().unwrap_or(Op::Check)
+        let op = self.ops.get(step).copied().unwrap_or(Op::Check);
+        let times: Vec<u64> = self.timeline().map(|(now, _)| now).collect();
+        op.placed(step, &times)
     }
 
     /// The same case with the clock never stepping back.
@@ -210,7 +228,8 @@ fn runner(cases: u32) -> TestRunner {
     })
 }
 
-/// Checks, resets, refunds and settles, Lua against Rust.
+/// Checks, resets, refunds, settles and (the windows) give-backs, Lua
+/// against Rust.
 fn run_parity(algorithm: Algorithm, cases: u32) {
     run_parity_of(adjusted(case(algorithm)), cases);
 }

@@ -1,10 +1,10 @@
-//! Reset, refund, settle, release and renew steps for the differential
-//! property tests: a random sequence of operations, run on a store and on
-//! the pure Rust twins.
+//! Reset, refund, settle, release, renew and give-back steps for the
+//! differential property tests: a random sequence of operations, run on a
+//! store and on the pure Rust twins.
 
 use proptest::prelude::*;
 use ratekeeper::domain::algorithms::{
-    State, apply_all, apply_all_leased, lease_all, refund_all, reset_all, settle_all,
+    State, apply_all, apply_all_leased, give_back_all, lease_all, refund_all, reset_all, settle_all,
 };
 use ratekeeper::domain::{Check, LeaseId, Outcome, Rule};
 use ratekeeper::store::{Store, StoreError};
@@ -25,6 +25,13 @@ pub enum Op {
     Release(u8),
     /// Renews lease number `n`.
     Renew(u8),
+    /// Gives back the step's cost of what the step `back + 1` steps
+    /// earlier (the first, if there are fewer) counted, at the store time
+    /// it ran: `at_us`, which [`Op::placed`] fills in from the timeline.
+    GiveBack {
+        back: u8,
+        at_us: u64,
+    },
 }
 
 /// The id of lease number `n`.
@@ -64,7 +71,33 @@ pub fn ops(len: usize) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(op(), len)
 }
 
+/// [`op`], and give-backs of the last few steps' checks, for the
+/// algorithms that give back (`Algorithm::gives_back`).
+pub fn op_giving_back() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        17 => op(),
+        4 => (0u8..4).prop_map(|back| Op::GiveBack { back, at_us: 0 }),
+    ]
+}
+
+/// Up to `len` of [`op_giving_back`].
+pub fn ops_giving_back(len: usize) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(op_giving_back(), len)
+}
+
 impl Op {
+    /// This op as step `step` of a timeline whose steps ran at `times`: a
+    /// give-back names the store time of the step it gives back for.
+    pub fn placed(self, step: usize, times: &[u64]) -> Op {
+        match self {
+            Op::GiveBack { back, .. } => Op::GiveBack {
+                back,
+                at_us: times[step.saturating_sub(usize::from(back) + 1)],
+            },
+            op => op,
+        }
+    }
+
     /// The pure Rust twin of the store call.
     pub fn rust(self, states: &mut [State], rules: &[&Rule], now: u64, cost: u64) -> Vec<Outcome> {
         match self {
@@ -75,6 +108,8 @@ impl Op {
             Op::Acquire(n) => apply_all_leased(states, rules, now, cost, lease(n).as_str()),
             Op::Release(n) => lease_all(states, rules, now, lease(n).as_str(), false).1,
             Op::Renew(n) => lease_all(states, rules, now, lease(n).as_str(), true).1,
+            Op::GiveBack { at_us, .. } => give_back_all(states, rules, now, at_us, cost)
+                .expect("give-backs only of the algorithms that give back"),
         }
     }
 
@@ -88,6 +123,7 @@ impl Op {
             Op::Acquire(n) => store.acquire(check, &lease(n)).await,
             Op::Release(n) => store.release(check, &lease(n)).await.map(|a| a.outcomes),
             Op::Renew(n) => store.renew(check, &lease(n)).await.map(|a| a.outcomes),
+            Op::GiveBack { at_us, .. } => store.give_back(check, at_us).await.map(|a| a.outcomes),
         }
     }
 }

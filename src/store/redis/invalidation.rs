@@ -347,3 +347,7 @@ fn quit_later(client: Client) {
         });
     }
 }
+
+#[cfg(test)]
+#[path = "invalidation_tests.rs"]
+mod tests;

@@ -14,7 +14,7 @@ use ratekeeper::store::Store;
 use ratekeeper::store::redis::{RedisOptions, RedisStore};
 
 use crate::support::RedisServer;
-use crate::support::ops::{Op, ops};
+use crate::support::ops::{Op, ops, ops_giving_back};
 
 /// Around 2026 in microseconds: large enough to exercise Lua's number range.
 pub const EPOCH_2026_US: u64 = 1_767_225_600_000_000;
@@ -142,9 +142,13 @@ pub fn case() -> impl Strategy<Value = Case> {
         })
 }
 
-/// Cases with resets and refunds among their checks.
+/// Cases with resets, refunds and settles among their checks, and where
+/// every limit gives back (fixed and sliding windows), give-backs of
+/// earlier checks.
 pub fn adjusted() -> impl Strategy<Value = Case> {
-    (case(), ops(40)).prop_map(|(case, mut ops)| {
+    (case(), ops(40), ops_giving_back(40)).prop_map(|(case, plain, giving)| {
+        let gives_back = case.limits.iter().all(|l| l.rule.algorithm.gives_back());
+        let mut ops = if gives_back { giving } else { plain };
         ops.truncate(case.steps.len());
         Case { ops, ..case }
     })
@@ -158,8 +162,11 @@ impl Case {
         })
     }
 
+    /// What step `step` does, a give-back placed on the timeline.
     pub fn op(&self, step: usize) -> Op {
-        self.ops.get(step).copied().unwrap_or(Op::Check)
+        let op = self.ops.get(step).copied().unwrap_or(Op::Check);
+        let times: Vec<u64> = self.timeline().map(|(now, _)| now).collect();
+        op.placed(step, &times)
     }
 
     pub fn forward(self) -> Case {
@@ -184,8 +191,9 @@ impl Case {
             .collect()
     }
 
-    /// The Rust twins (`apply_all`, `reset_all`, `refund_all`) over the
-    /// timeline: one outcome list per step.
+    /// The Rust twins (`apply_all`, `reset_all`, `refund_all`,
+    /// `settle_all`, `give_back_all`) over the timeline: one outcome list
+    /// per step.
     pub fn rust(&self) -> Vec<Vec<Outcome>> {
         let mut states = self.fresh_states();
         let rules = self.rules();
