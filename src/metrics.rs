@@ -14,6 +14,7 @@ use crate::domain::{Algorithm, FailureMode};
 use crate::limiter::breaker::State as BreakerState;
 
 mod auth;
+mod leases;
 mod listeners;
 mod record;
 mod reloads;
@@ -21,6 +22,7 @@ mod rls;
 mod series;
 pub use auth::AuthFailure;
 use auth::auth_metrics;
+pub use leases::LeaseMetrics;
 pub use listeners::{ListenerMetrics, Listeners, TimedOut};
 pub use reloads::{ReloadMetrics, Reloads};
 pub use rls::RlsRequestError;
@@ -97,6 +99,7 @@ pub struct Metrics {
     pub listeners: Listeners,
     /// Loads of the policies file, `rls.config` and the tokens file.
     pub reloads: Reloads,
+    pub leases: LeaseMetrics,
     /// Policies in force.
     pub policies_loaded: IntGauge,
     /// RLS domains in force.
@@ -280,6 +283,7 @@ impl Metrics {
         .expect("valid metric");
         let (auth_vecs, auth_failures, auth_tokens) = auth_metrics();
         let (reload_vecs, reloads) = reloads::reload_metrics();
+        let (lease_vecs, leases) = leases::lease_metrics();
         let (rls_vecs, rls) = rls_metrics();
         let (listener_vecs, listeners) = listeners::listener_metrics();
         let waiters = IntGauge::new(
@@ -334,6 +338,7 @@ impl Metrics {
         .chain(rls_vecs)
         .chain(listener_vecs)
         .chain(reload_vecs)
+        .chain(lease_vecs)
         {
             registry
                 .register(collector)
@@ -375,6 +380,7 @@ impl Metrics {
             breaker_opened,
             listeners,
             reloads,
+            leases,
             policies_loaded,
             rls_domains_loaded,
             rls,

@@ -128,6 +128,7 @@ impl Application {
         // request; an unreachable one is logged once and retried by the prober.
         limiter.probe().await;
         background.push(limiter.spawn_prober(probe_interval));
+        background.extend(limiter.spawn_lease_sweeper(policies.clone()));
         let grpc_addr = grpc.as_ref().map(|g| g.addr);
         let grpc = grpc.map(|grpc| {
             let auth = crate::rls::auth::RlsAuth {
@@ -220,6 +221,9 @@ impl Application {
         for task in &self.background {
             task.abort();
         }
+        self.limiter
+            .give_back_all_leases(self.server.shutdown_timeout)
+            .await;
         if let Some(redis) = self.redis {
             redis.quit().await;
         }

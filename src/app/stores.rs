@@ -12,6 +12,7 @@ use crate::domain::{MonotonicClock, SystemClock};
 use crate::limiter::Limiter;
 use crate::limiter::breaker::BreakerConfig;
 use crate::limiter::deny_cache::DenyCache;
+use crate::limiter::lease::Leases;
 use crate::limiter::top::Top;
 use crate::limiter::wait::timer::TokioTimer;
 use crate::metrics::Metrics;
@@ -118,6 +119,12 @@ pub(super) fn build_limiter(
         let shared = settings.redis.as_ref().is_some_and(|r| r.legacy_keys);
         let cache = DenyCache::new(settings.deny_cache_capacity, clock);
         limiter = limiter.with_deny_cache(cache.with_shared_inline_buckets(shared));
+    }
+    // Leasing needs a store shared by instances (the embedded store is
+    // already local) and the invalidation channel that voids chunks.
+    if settings.max_lease_keys > 0 && settings.redis.is_some() {
+        let leases = Leases::new(settings.max_lease_keys, metrics.clone());
+        limiter = limiter.with_leases(leases);
     }
     if settings.top.capacity > 0 {
         let clock = Arc::new(MonotonicClock::default());

@@ -37,6 +37,9 @@ pub struct Settings {
     /// `limits` rather than in it: the domain validates a check against
     /// [`Bounds`], and a batch is only the HTTP transport's envelope.
     pub max_batch: usize,
+    /// `limits.max_lease_keys`: most (policy, key) pairs whose rate is
+    /// tracked for hot-key leasing (`limiter::lease`); 0: nothing leases.
+    pub max_lease_keys: usize,
     /// The policies file; `None`: checks carry their own limits.
     pub policies_file: Option<PathBuf>,
     /// How often the policies file is re-hashed in case a change event was
@@ -184,6 +187,7 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_waiters",
     "limits.max_waiters_per_key",
     "limits.max_batch",
+    "limits.max_lease_keys",
     "limits.max_lease_ttl",
     "limits.max_concurrency",
     "policies.file",
@@ -271,8 +275,7 @@ impl Settings {
             r.list("server.trusted_proxies", |s| s.parse::<IpNet>()),
         );
         let limits = read_limits(&mut r);
-        let max_batch = limits.1;
-        let limits = limits.0;
+        let (limits, max_batch, max_lease_keys) = limits;
         let policies_file = r.parse("policies.file", |s| {
             Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)))
         });
@@ -337,6 +340,7 @@ impl Settings {
                 },
                 limits: limits?,
                 max_batch: max_batch? as usize,
+                max_lease_keys: max_lease_keys? as usize,
                 policies_file: policies_file?,
                 policies_poll_interval: policies_poll_interval?,
                 grpc_listen: grpc_listen?,

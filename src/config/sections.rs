@@ -74,7 +74,7 @@ const MAX_LEASE_TTL_US: u64 = 86_400_000_000;
 
 /// The `[limits]` section: the bounds on a check, and `limits.max_batch`;
 /// each `None` when a key of it is invalid.
-pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>) {
+pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>, Option<u64>) {
     let max_key_bytes = r.parse("limits.max_key_bytes", |s| int_in(s, 1, 65_536));
     // A sliding log's memory no longer grows with its limit (at most 127
     // entries), so any valid limit may be allowed.
@@ -96,6 +96,8 @@ pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>) {
     // The batch body's cap grows with it (4 KiB a check, see
     // `http::batch_body_limit`): 1000 is a 4 MiB body.
     let max_batch = r.parse("limits.max_batch", |s| int_in(s, 1, 1_000));
+    // Each tracked (policy, key) is a slot of about 200 bytes; 0: no leasing.
+    let max_lease_keys = r.parse("limits.max_lease_keys", |s| int_in(s, 0, 1_000_000));
     // Whole milliseconds, as every lease_ttl is.
     let max_lease_ttl_us = r.parse("limits.max_lease_ttl", |s| match parse_duration_us(s) {
         Ok(us) if (1_000..=MAX_LEASE_TTL_US).contains(&us) && us % 1_000 == 0 => Ok(us),
@@ -117,7 +119,7 @@ pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>) {
             max_concurrency: max_concurrency?,
         })
     })();
-    (bounds, max_batch)
+    (bounds, max_batch, max_lease_keys)
 }
 
 pub(super) fn int_in(s: &str, min: u64, max: u64) -> Result<u64, String> {

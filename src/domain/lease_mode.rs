@@ -7,11 +7,20 @@
 //! the reservation ran in. That is why a chunk is used only until that
 //! window ends (a unit spent later would be counted in a window it did not
 //! happen in), and why only algorithms whose reservation can be given back
-//! exactly lease (see [`Algorithm::leases`]).
+//! exactly lease ([`Algorithm::gives_back`]):
+//! - fixed_window, sliding_window: a reservation is a count in a known
+//!   window; giving back decrements that window's count, which leaves the
+//!   state as if the reservation had been smaller.
+//! - token_bucket, gcra: no. Giving back credits refill that the bucket may
+//!   have wasted while full in the meantime; an exact inverse needs the
+//!   bucket's history since the reservation.
+//! - sliding_log: no. Its entries are timestamps, and removing a
+//!   reservation's entries means telling them from other callers'.
+//! - concurrency: no. A lease there is a request in flight, not units.
 //!
 //! Pure: the limiter (`limiter::lease`) keeps the chunks and the clock.
 
-use super::{Algorithm, Limit, Rule};
+use super::{Limit, Rule};
 
 /// `lease = { ... }` of a policy, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,23 +48,6 @@ pub const MAX_TTL_US: u64 = 60_000_000;
 /// has left, so a key near its limit is not held by one instance while
 /// the others are denied.
 pub const SHARE: u64 = 4;
-
-impl Algorithm {
-    /// Whether a limit of this algorithm may lease: its reservation must be
-    /// given back exactly, as of when it was taken.
-    /// - fixed_window, sliding_window: a reservation is a count in a known
-    ///   window; giving back decrements that window's count, which leaves
-    ///   the state as if the reservation had been smaller.
-    /// - token_bucket, gcra: no. Giving back credits refill that the bucket
-    ///   may have wasted while full in the meantime; an exact inverse needs
-    ///   the bucket's history since the reservation.
-    /// - sliding_log: no. Its entries are timestamps, and removing a
-    ///   reservation's entries means telling them from other callers'.
-    /// - concurrency: no. A lease there is a request in flight, not units.
-    pub fn leases(self) -> bool {
-        matches!(self, Algorithm::FixedWindow | Algorithm::SlidingWindow)
-    }
-}
 
 /// The store time (µs) at which a reservation made at `at_us` stops being
 /// usable for `rule`: the end of the window it was counted in.
@@ -88,7 +80,7 @@ impl LeaseMode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Calendar, CalendarUnit, Window, Zone};
+    use crate::domain::{Algorithm, Calendar, CalendarUnit, Window, Zone};
 
     fn mode() -> LeaseMode {
         LeaseMode {
@@ -129,11 +121,14 @@ mod tests {
 
     #[test]
     fn only_windows_lease() {
-        let leasing: Vec<Algorithm> = Algorithm::ALL.into_iter().filter(|a| a.leases()).collect();
+        let leasing: Vec<Algorithm> = Algorithm::ALL
+            .into_iter()
+            .filter(|a| a.gives_back())
+            .collect();
         assert_eq!(
             leasing,
             [Algorithm::FixedWindow, Algorithm::SlidingWindow],
-            "see Algorithm::leases for why"
+            "see the module doc for why"
         );
     }
 

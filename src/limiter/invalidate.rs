@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::Limiter;
 use super::deny_cache::DenyCache;
+use super::lease::Leases;
 use super::wait::queue::Waiters;
 use crate::metrics::Metrics;
 use crate::store::InvalidationSink;
@@ -22,6 +23,9 @@ impl Limiter {
     pub(super) fn invalidate_locally(&self, key: &str) {
         if let Some(cache) = &self.deny_cache {
             cache.invalidate(key);
+        }
+        if let Some(leases) = &self.leases {
+            leases.invalidate(key);
         }
         // Capacity may be back: the line's head tries at once.
         self.waiting.waiters.wake(key);
@@ -48,11 +52,14 @@ impl Limiter {
     }
 
     /// What the store's invalidation listener reports to: `None` without a
-    /// deny cache (nothing to invalidate).
+    /// deny cache or leases (nothing to invalidate).
     pub fn invalidation_sink(&self) -> Option<Arc<dyn InvalidationSink>> {
-        let cache = self.deny_cache.clone()?;
+        if self.deny_cache.is_none() && self.leases.is_none() {
+            return None;
+        }
         Some(Arc::new(CacheSink {
-            cache,
+            cache: self.deny_cache.clone(),
+            leases: self.leases.clone(),
             waiters: self.waiting.waiters.clone(),
             metrics: self.metrics.clone(),
         }))
@@ -64,9 +71,11 @@ impl Limiter {
     }
 }
 
-/// The deny cache as the listener sees it.
+/// The deny cache and the leased chunks as the listener sees them.
 struct CacheSink {
-    cache: Arc<DenyCache>,
+    cache: Option<Arc<DenyCache>>,
+    /// A reset or refund voids the key's chunks; a give-back does not.
+    leases: Option<Arc<Leases>>,
     /// Woken too: a head sleeping out a denial that a reset ended.
     waiters: Arc<Waiters>,
     metrics: Arc<Metrics>,
@@ -76,20 +85,42 @@ impl InvalidationSink for CacheSink {
     // Counted after the cache changed, so whoever sees the count also
     // sees the invalidation (tests/stores/invalidation.rs relies on it).
     fn invalidated(&self, key: &str) {
-        self.cache.invalidate(key);
+        if let Some(leases) = &self.leases {
+            leases.invalidate(key);
+        }
+        self.freed(key);
+    }
+
+    /// Capacity came back (another instance gave back a chunk): cached
+    /// denials of the key end, and chunks stay (their reservations stand).
+    fn freed(&self, key: &str) {
+        if let Some(cache) = &self.cache {
+            cache.invalidate(key);
+        }
         self.waiters.wake(key);
         self.metrics.invalidations_received.inc();
     }
 
     fn invalidated_all(&self) {
-        self.cache.clear();
+        if let Some(cache) = &self.cache {
+            cache.clear();
+        }
+        if let Some(leases) = &self.leases {
+            // Messages were lost: any of them may have been a reset.
+            leases.drop_all();
+        }
         self.waiters.wake_all();
         self.metrics.invalidations_received.inc();
     }
 
     fn subscribed(&self, up: bool) {
+        if let Some(leases) = &self.leases {
+            leases.subscribed(up);
+        }
         if up {
-            self.cache.resume();
+            if let Some(cache) = &self.cache {
+                cache.resume();
+            }
             // Resets published while we were not listening are lost:
             // every line's head asks the store again rather than sleep
             // out a denial one of them may have ended.
@@ -97,7 +128,9 @@ impl InvalidationSink for CacheSink {
             self.metrics.invalidation_subscribed.set(1);
         } else {
             let was_up = self.metrics.invalidation_subscribed.get() == 1;
-            self.cache.suspend();
+            if let Some(cache) = &self.cache {
+                cache.suspend();
+            }
             self.metrics.invalidation_subscribed.set(0);
             if was_up {
                 self.metrics.invalidation_subscription_lost.inc();

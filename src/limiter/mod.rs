@@ -29,6 +29,8 @@ pub mod deny_cache;
 pub mod domains;
 mod health;
 mod invalidate;
+pub mod lease;
+mod leasing;
 mod stages;
 pub mod top;
 pub mod wait;
@@ -76,6 +78,8 @@ pub struct Limiter {
     waiting: Waiting,
     /// Who is being checked and denied (see [`top`]); `None`: not counted.
     top: Option<Arc<Top>>,
+    /// Hot keys' leased chunks (see [`lease`]); `None`: nothing leases.
+    leases: Option<Arc<lease::Leases>>,
 }
 
 /// `limits.max_waiters` by default.
@@ -116,6 +120,7 @@ impl Limiter {
             last_failure: std::sync::Mutex::new(None),
             last_failure_noted: health::Noted::default(),
             top: None,
+            leases: None,
         }
     }
 

@@ -29,6 +29,9 @@ impl Limiter {
         if let Some(decision) = self.local_answer(check) {
             return Ok(decision);
         }
+        if let Some(answer) = self.leased(check).await {
+            return answer;
+        }
         let lease = lease_for(check);
         let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
             return Ok(self.degraded(check, lease));
@@ -137,7 +140,7 @@ impl Limiter {
 
     /// When a store call starts: for its latency, and for the deny cache
     /// (a denial is cached only if nothing invalidated the key since).
-    fn asking(&self) -> Asked {
+    pub(super) fn asking(&self) -> Asked {
         Asked {
             started: Instant::now(),
             cache_now: self.deny_cache.as_ref().map(|c| c.now_us()),
@@ -148,7 +151,7 @@ impl Limiter {
     /// list tells it once per call itself) and latency are told, a denial
     /// is cached, and an error is answered by the fallback (stage 5)
     /// unless it is a bug, which surfaces.
-    fn answered(
+    pub(super) fn answered(
         &self,
         check: &Check,
         lease: Option<LeaseId>,
@@ -169,6 +172,9 @@ impl Limiter {
                 }
                 if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now) {
                     cache.record(check, at, &outcomes);
+                }
+                if let Some(leases) = &self.leases {
+                    leases.observed(check, &outcomes);
                 }
                 Ok(Decision::from_outcomes(check, &outcomes).with_lease(check, lease))
             }
@@ -272,7 +278,7 @@ impl Drop for LeaseGuard {
 }
 
 /// A store call under way.
-struct Asked {
+pub(super) struct Asked {
     started: Instant,
     /// The deny cache's clock when the call started.
     cache_now: Option<u64>,

@@ -98,7 +98,7 @@ mod conventions {
 
     /// Every label name in use. A new one is a decision: reuse one of
     /// these when it means the same thing.
-    const LABELS: [&str; 17] = [
+    const LABELS: [&str; 18] = [
         "policy",
         "limit",
         "algorithm",
@@ -116,6 +116,8 @@ mod conventions {
         "code",
         "version",
         "revision",
+        // Where a leased unit went (ratekeeper_lease_units_total).
+        "outcome",
     ];
 
     #[test]

@@ -13,6 +13,7 @@ mod concurrency;
 mod concurrency_leases;
 mod functions;
 mod give_back;
+mod hot_keys;
 mod invalidation;
 mod invalidation_cluster;
 mod invalidation_sentinel;

@@ -72,7 +72,7 @@ pub(super) fn build_lease(
     let unleasable = limits
         .iter()
         .chain(overrides.values().flat_map(|l| l.iter()))
-        .find(|l| !l.rule.algorithm.leases());
+        .find(|l| !l.rule.algorithm.gives_back());
     if let Some(limit) = unleasable {
         report.add(
             path.clone(),

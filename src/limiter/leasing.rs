@@ -1,0 +1,214 @@
+//! The lease stage of a check (see [`lease`](super::lease)): after the
+//! deny cache and before the breaker, a check of a leasing policy is
+//! answered from this instance's chunk of its key when it can be; the
+//! check that finds the chunk low reserves the next one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use tokio::task::JoinHandle;
+
+use super::lease::{GiveBack, Leases, Reserved, SWEEP_INTERVAL, Take};
+use super::{Limiter, LimiterError};
+use crate::domain::{Check, Decision, LeaseMode, Outcome, PolicySet};
+use crate::store::{Applied, Op, StoreError};
+
+/// What a reservation came to, for the check that made it.
+enum Reservation {
+    /// The check's answer: granted with its cost in it, or the store
+    /// failed and the failure policy answered.
+    Answered(Result<Decision, LimiterError>),
+    /// Nothing to answer: a reservation ahead of need, or one not granted
+    /// (denied, or no breaker permit), after which the check goes to the
+    /// store as usual.
+    NotAnswered,
+}
+
+impl Limiter {
+    /// Hot-key leasing (see `lease`).
+    pub fn with_leases(mut self, leases: Leases) -> Limiter {
+        self.leases = Some(Arc::new(leases));
+        self
+    }
+
+    /// The lease stage: `Some` answer when a chunk answered the check or a
+    /// reservation did; `None` to go on to the store as usual.
+    pub(super) async fn leased(&self, check: &Check) -> Option<Result<Decision, LimiterError>> {
+        let leases = self.leases.as_ref()?;
+        check.lease.as_ref()?;
+        let (take, generation) = leases.take(check, Instant::now());
+        match take {
+            Take::Direct => None,
+            Take::Served { outcomes, refill } => {
+                self.metrics.leases.answered.inc_by(check.cost);
+                if let Some(units) = refill {
+                    // Ahead of need: this check's answer is already known.
+                    let _ = self.reserve(leases, check, generation, units, 0).await;
+                }
+                Some(Ok(Decision::from_outcomes(check, &outcomes)))
+            }
+            Take::Reserve(units) => {
+                match self
+                    .reserve(leases, check, generation, units, check.cost)
+                    .await
+                {
+                    Reservation::Answered(answer) => Some(answer),
+                    Reservation::NotAnswered => None,
+                }
+            }
+        }
+    }
+
+    /// Reserves `units` for `check`'s key, plus `own` for the check itself,
+    /// in one store check of that cost, and keeps the chunk if granted.
+    async fn reserve(
+        &self,
+        leases: &Leases,
+        check: &Check,
+        generation: u64,
+        units: u64,
+        own: u64,
+    ) -> Reservation {
+        let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
+            leases.refilled(check, generation, None);
+            return Reservation::NotAnswered;
+        };
+        let reservation = Check {
+            cost: units + own,
+            ..check.clone()
+        };
+        let asked = self.asking();
+        let sent = Instant::now();
+        let result = self.store.apply(&[Op::check(&reservation)]).await.pop();
+        let result = result.unwrap_or_else(|| {
+            Err(StoreError::Backend(
+                "a store answered one operation with no answer".into(),
+            ))
+        });
+        match result {
+            Ok(Applied {
+                outcomes,
+                at_us: Some(at_us),
+                ..
+            }) if outcomes.iter().all(|o| o.allowed) => {
+                self.metrics.leases.granted.inc();
+                self.metrics.leases.reserved.inc_by(units);
+                // Answered before the chunk is kept: the answer's view
+                // (the chunk counted as left) must not size later chunks.
+                let answer = if own == 0 {
+                    self.breakers.record(permit, None);
+                    Reservation::NotAnswered
+                } else {
+                    let own_view = with_units_left(&outcomes, units);
+                    let answered = self.answered(check, None, Some(permit), &asked, Ok(own_view));
+                    Reservation::Answered(answered)
+                };
+                let reserved = Reserved {
+                    units,
+                    at_us,
+                    sent,
+                    outcomes,
+                };
+                leases.refilled(check, generation, Some(reserved));
+                answer
+            }
+            Ok(applied) => {
+                // Denied (the key had less left than the chunk): nothing
+                // was spent. A store without a clock cannot lease.
+                self.metrics.leases.denied.inc();
+                self.breakers.record(permit, None);
+                leases.refilled(check, generation, None);
+                leases.observed(check, &applied.outcomes);
+                Reservation::NotAnswered
+            }
+            Err(error) => {
+                self.metrics.leases.failed.inc();
+                leases.refilled(check, generation, None);
+                if own == 0 {
+                    self.breakers.record(permit, Some(&error));
+                    self.metrics.record_store_error(error.kind());
+                    return Reservation::NotAnswered;
+                }
+                Reservation::Answered(self.answered(check, None, Some(permit), &asked, Err(error)))
+            }
+        }
+    }
+
+    /// Gives back chunks as they fall due, every [`SWEEP_INTERVAL`], by
+    /// the lease modes of `policies` as loaded at each sweep. `None`
+    /// without leases.
+    pub fn spawn_lease_sweeper(
+        self: &Arc<Self>,
+        policies: Arc<ArcSwap<PolicySet>>,
+    ) -> Option<JoinHandle<()>> {
+        self.leases.as_ref()?;
+        let limiter = Arc::downgrade(self);
+        Some(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SWEEP_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(limiter) = limiter.upgrade() else {
+                    return;
+                };
+                let set = policies.load();
+                let mode_of = |name: &str| set.get(name).and_then(|p| p.lease);
+                limiter.give_back_leases(false, mode_of).await;
+            }
+        }))
+    }
+
+    /// At shutdown, once no check is answered any more: every chunk goes
+    /// back, waiting at most `limit` for the store.
+    pub async fn give_back_all_leases(&self, limit: Duration) {
+        if self.leases.is_some() {
+            let all = self.give_back_leases(true, |_| None);
+            if tokio::time::timeout(limit, all).await.is_err() {
+                tracing::warn!(
+                    "leased chunks not given back in time: they lapse with their windows"
+                );
+            }
+        }
+    }
+
+    /// Gives back the chunks due (all of them when `all`: at shutdown), in
+    /// one store call. `mode_of` finds a policy's lease mode as loaded now.
+    pub async fn give_back_leases(&self, all: bool, mode_of: impl Fn(&str) -> Option<LeaseMode>) {
+        let Some(leases) = &self.leases else { return };
+        let due: Vec<GiveBack> = leases.sweep(Instant::now(), all, mode_of);
+        if due.is_empty() {
+            return;
+        }
+        let ops: Vec<Op> = due
+            .iter()
+            .map(|g| Op::give_back(&g.check, g.at_us))
+            .collect();
+        let results = self.store.apply(&ops).await;
+        for (give_back, result) in due.iter().zip(results) {
+            let units = give_back.check.cost;
+            match result {
+                Ok(applied) => {
+                    self.metrics.leases.given_back.inc_by(units);
+                    self.count_published(applied.published);
+                }
+                Err(error) => {
+                    self.metrics.leases.give_back_failed.inc_by(units);
+                    self.metrics.record_store_error(error.kind());
+                }
+            }
+        }
+    }
+}
+
+/// The store's answer to a reservation as the check that made it sees it:
+/// the chunk's units are still there to spend.
+fn with_units_left(outcomes: &[Outcome], units: u64) -> Vec<Outcome> {
+    outcomes
+        .iter()
+        .map(|o| Outcome {
+            remaining: o.remaining.saturating_add(units),
+            ..*o
+        })
+        .collect()
+}
