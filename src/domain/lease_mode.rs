@@ -20,7 +20,7 @@
 //!
 //! Pure: the limiter (`limiter::lease`) keeps the chunks and the clock.
 
-use super::{Limit, Rule};
+use super::{Algorithm, Limit, Rule};
 
 /// `lease = { ... }` of a policy, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +55,24 @@ pub fn usable_until_us(rule: &Rule, at_us: u64) -> u64 {
     rule.window.period(at_us).1
 }
 
+/// The store time (µs) until which some limit of `limits` still counts a
+/// reservation made at `at_us`, so that giving it back still frees units:
+/// a fixed window's period end; a sliding window's end plus one window (it
+/// weighs in the next window's estimate). After it, a give-back is a no-op.
+pub fn counted_until_all_us(limits: &[Limit], at_us: u64) -> u64 {
+    limits
+        .iter()
+        .map(|l| {
+            let end = usable_until_us(&l.rule, at_us);
+            match l.rule.algorithm {
+                Algorithm::SlidingWindow => end + l.rule.window_us(),
+                _ => end,
+            }
+        })
+        .max()
+        .unwrap_or(at_us)
+}
+
 /// The earliest [`usable_until_us`] of `limits`.
 pub fn usable_until_all_us(limits: &[Limit], at_us: u64) -> u64 {
     limits
@@ -80,7 +98,7 @@ impl LeaseMode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::domain::{Algorithm, Calendar, CalendarUnit, Window, Zone};
+    use crate::domain::{Calendar, CalendarUnit, Window, Zone};
 
     fn mode() -> LeaseMode {
         LeaseMode {
@@ -149,5 +167,22 @@ mod tests {
         }));
         let noon = 1_767_268_800_000_000; // 2026-01-01T12:00:00Z
         assert_eq!(usable_until_us(&day, noon), noon + 12 * 3_600_000_000);
+        let sliding = Rule {
+            algorithm: Algorithm::SlidingWindow,
+            ..rule(Window::Length(60_000_000))
+        };
+        let limits = |rules: Vec<Rule>| -> Vec<Limit> {
+            rules
+                .into_iter()
+                .map(|rule| crate::domain::Check::single("k", rule, 1).limits[0].clone())
+                .collect()
+        };
+        let both = limits(vec![ten_s, sliding]);
+        assert_eq!(usable_until_all_us(&both, 123_456_789), 130_000_000);
+        assert_eq!(
+            counted_until_all_us(&both, 123_456_789),
+            180_000_000 + 60_000_000,
+            "the minute's count weighs in the next minute"
+        );
     }
 }

@@ -12,7 +12,7 @@ use tokio::task::JoinHandle;
 use super::lease::{GiveBack, Leases, Reserved, SWEEP_INTERVAL, Take};
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision, LeaseMode, Outcome, PolicySet};
-use crate::store::{Applied, Op, StoreError};
+use crate::store::{Op, StoreError};
 
 /// What a reservation came to, for the check that made it.
 enum Reservation {
@@ -70,8 +70,14 @@ impl Limiter {
         units: u64,
         own: u64,
     ) -> Reservation {
+        let refilling = Refilling {
+            leases,
+            check,
+            generation,
+            armed: true,
+        };
         let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
-            leases.refilled(check, generation, None);
+            refilling.done(None);
             return Reservation::NotAnswered;
         };
         let reservation = Check {
@@ -86,53 +92,48 @@ impl Limiter {
                 "a store answered one operation with no answer".into(),
             ))
         });
-        match result {
-            Ok(Applied {
-                outcomes,
-                at_us: Some(at_us),
-                ..
-            }) if outcomes.iter().all(|o| o.allowed) => {
-                self.metrics.leases.granted.inc();
-                self.metrics.leases.reserved.inc_by(units);
-                // Answered before the chunk is kept: the answer's view
-                // (the chunk counted as left) must not size later chunks.
-                let answer = if own == 0 {
-                    self.breakers.record(permit, None);
-                    Reservation::NotAnswered
-                } else {
-                    let own_view = with_units_left(&outcomes, units);
-                    let answered = self.answered(check, None, Some(permit), &asked, Ok(own_view));
-                    Reservation::Answered(answered)
-                };
-                let reserved = Reserved {
-                    units,
-                    at_us,
-                    sent,
-                    outcomes,
-                };
-                leases.refilled(check, generation, Some(reserved));
-                answer
-            }
-            Ok(applied) => {
-                // Denied (the key had less left than the chunk): nothing
-                // was spent. A store without a clock cannot lease.
-                self.metrics.leases.denied.inc();
-                self.breakers.record(permit, None);
-                leases.refilled(check, generation, None);
-                leases.observed(check, &applied.outcomes);
-                Reservation::NotAnswered
-            }
+        let applied = match result {
+            Ok(applied) => applied,
             Err(error) => {
                 self.metrics.leases.failed.inc();
-                leases.refilled(check, generation, None);
+                refilling.done(None);
                 if own == 0 {
                     self.breakers.record(permit, Some(&error));
                     self.metrics.record_store_error(error.kind());
                     return Reservation::NotAnswered;
                 }
-                Reservation::Answered(self.answered(check, None, Some(permit), &asked, Err(error)))
+                let answer = self.answered(check, None, Some(permit), &asked, Err(error));
+                return Reservation::Answered(answer);
             }
-        }
+        };
+        let granted = applied.outcomes.iter().all(|o| o.allowed);
+        let (Some(at_us), true) = (applied.at_us, granted) else {
+            // Denied (the key had less left than the chunk): nothing was
+            // spent. (Every store that leases says when it ran a call.)
+            self.metrics.leases.denied.inc();
+            self.breakers.record(permit, None);
+            refilling.done(None);
+            leases.observed(check, &applied.outcomes);
+            return Reservation::NotAnswered;
+        };
+        self.metrics.leases.granted.inc();
+        self.metrics.leases.reserved.inc_by(units);
+        // Answered before the chunk is kept: the answer's view (the chunk
+        // counted as left) must not size later chunks.
+        let answer = if own == 0 {
+            self.breakers.record(permit, None);
+            Reservation::NotAnswered
+        } else {
+            let own_view = with_units_left(&applied.outcomes, units);
+            Reservation::Answered(self.answered(check, None, Some(permit), &asked, Ok(own_view)))
+        };
+        refilling.done(Some(Reserved {
+            units,
+            at_us,
+            sent,
+            outcomes: applied.outcomes,
+        }));
+        answer
     }
 
     /// Gives back chunks as they fall due, every [`SWEEP_INTERVAL`], by
@@ -197,6 +198,33 @@ impl Limiter {
                     self.metrics.record_store_error(error.kind());
                 }
             }
+        }
+    }
+}
+
+/// A refill under way, ended by [`Refilling::done`]. If the check's future
+/// is dropped first (its client hung up mid-call, and hyper drops the
+/// request), the slot still learns that the refill is over: otherwise it
+/// would never reserve again. The units, if the store ran the call, are
+/// lost until their window ends; the refill counts as an error.
+struct Refilling<'a> {
+    leases: &'a Leases,
+    check: &'a Check,
+    generation: u64,
+    armed: bool,
+}
+
+impl Refilling<'_> {
+    fn done(mut self, granted: Option<Reserved>) {
+        self.armed = false;
+        self.leases.refilled(self.check, self.generation, granted);
+    }
+}
+
+impl Drop for Refilling<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.leases.refill_abandoned(self.check, self.generation);
         }
     }
 }

@@ -188,7 +188,7 @@ async fn four_instances_admit_exactly_the_limit_and_lose_no_unit() {
 async fn no_window_admits_more_than_the_limit_across_window_ends() {
     let redis = RedisServer::start();
     for algorithm in ["fixed_window", "sliding_window"] {
-        const LIMIT: usize = 1_000;
+        const LIMIT: usize = 4_000;
         const WINDOW_US: u64 = 1_000_000;
         let set = policies(algorithm, LIMIT as u64, "1s");
         let apps = Arc::new(instances(&redis.url(), &set, FailureMode::Closed).await);

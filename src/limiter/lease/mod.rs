@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use self::slot::{Chunk, Slot};
 pub use self::slot::{Generation, Take};
-use crate::domain::lease_mode::usable_until_all_us;
+use crate::domain::lease_mode::{counted_until_all_us, usable_until_all_us};
 use crate::domain::{Check, LeaseMode, Outcome};
 use crate::metrics::Metrics;
 
@@ -48,6 +48,9 @@ const IDLE: Duration = Duration::from_secs(2);
 
 /// `limits.max_lease_keys` by default.
 pub const DEFAULT_MAX_KEYS: usize = 10_000;
+
+/// Slots looked at for one to evict when the table is full.
+const EVICTION_CANDIDATES: usize = 8;
 
 /// How often chunks due back are looked for.
 pub const SWEEP_INTERVAL: Duration = Duration::from_millis(50);
@@ -90,7 +93,12 @@ impl Leases {
     }
 
     /// With `f` on the check's slot (made if there is room).
-    fn with_slot<T>(&self, check: &Check, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
+    fn with_slot<T>(
+        &self,
+        check: &Check,
+        now: Instant,
+        f: impl FnOnce(&mut Slot) -> T,
+    ) -> Option<T> {
         let policy = check.policy.as_ref()?;
         let mut shard = self
             .shard(&check.key)
@@ -102,12 +110,25 @@ impl Leases {
             return Some(f(slot));
         }
         if self.slots.load(Ordering::Relaxed) >= self.max_slots {
-            self.metrics.leases.table_full.inc();
-            return None;
+            // Make room from a key that holds nothing and is not being
+            // measured hot, looking at a few only: a flood of new keys
+            // must not cost a scan each, nor keep a hot key out for good.
+            let idle = shard
+                .iter()
+                .take(EVICTION_CANDIDATES)
+                .find(|(_, slots)| slots.iter().all(|s| s.evictable(now)))
+                .map(|(key, _)| key.clone());
+            let Some(idle) = idle else {
+                self.metrics.leases.table_full.inc();
+                return None;
+            };
+            let removed = shard.remove(&idle).map_or(0, |slots| slots.len());
+            self.slots.fetch_sub(removed, Ordering::Relaxed);
+            self.metrics.leases.keys.sub(removed as i64);
         }
         self.slots.fetch_add(1, Ordering::Relaxed);
         self.metrics.leases.keys.inc();
-        let mut slot = Slot::new(policy.clone(), Instant::now());
+        let mut slot = Slot::new(policy.clone(), now);
         let answer = f(&mut slot);
         shard.entry(check.key.clone()).or_default().push(slot);
         Some(answer)
@@ -133,7 +154,7 @@ impl Leases {
             },
             ..*mode
         };
-        self.with_slot(check, |slot| {
+        self.with_slot(check, now, |slot| {
             (
                 slot.take(&mode, &check.limits, check.cost, now),
                 slot.generation,
@@ -176,16 +197,28 @@ impl Leases {
                 at_us: r.at_us,
                 give_back_at: r.sent + Duration::from_micros(mode.ttl_us),
                 usable_until: slot::usable_until(r.sent, until_end),
+                counted_until: r.sent
+                    + Duration::from_micros(
+                        counted_until_all_us(&check.limits, r.at_us).saturating_sub(r.at_us),
+                    ),
                 outcomes: r.outcomes,
                 answered_at: Instant::now(),
             }
         });
         let dropped = self
-            .with_slot(check, |slot| slot.refilled(generation, chunk))
+            .with_slot(check, Instant::now(), |slot| {
+                slot.refilled(generation, chunk)
+            })
             .flatten();
         if let Some(chunk) = dropped {
             self.metrics.leases.dropped.inc_by(chunk.left);
         }
+    }
+
+    /// A refill whose caller went before its answer (see `leasing.rs`).
+    pub fn refill_abandoned(&self, check: &Check, generation: Generation) {
+        self.metrics.leases.failed.inc();
+        self.refilled(check, generation, None);
     }
 
     /// Drops every chunk of the client `key` (a reset or refund of it, any
@@ -279,3 +312,6 @@ fn give_back(key: &str, policy: &Arc<str>, chunk: Chunk) -> GiveBack {
         at_us: chunk.at_us,
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -28,6 +28,10 @@ pub(super) struct Chunk {
     pub give_back_at: Instant,
     /// When its window ends, conservatively: no unit is handed out after.
     pub usable_until: Instant,
+    /// Until when some limit still counts it (see
+    /// `lease_mode::counted_until_all_us`): unused units are given back
+    /// until then, and lapse after.
+    pub counted_until: Instant,
     /// The reservation's answer, per limit: what the store had left then,
     /// and when each limit's state resets (for local answers' headers).
     pub outcomes: Vec<Outcome>,
@@ -217,10 +221,11 @@ impl Slot {
         None
     }
 
-    /// Chunks due back at `now`: past their TTL, or every one if the key
-    /// has cooled (under half its hot rate, or unchecked for a TTL). Those
-    /// whose window has ended are dropped (their count went with it).
-    /// Returns (to give back, units that lapsed).
+    /// Chunks due back at `now`: past their TTL or their window's end, or
+    /// every one if the key has cooled (under half its hot rate, or
+    /// unchecked for a TTL). Those no limit counts any more lapse (their
+    /// count went with their windows). Returns (to give back, units that
+    /// lapsed).
     pub fn due(&mut self, mode: Option<&LeaseMode>, now: Instant) -> (Vec<Chunk>, u64) {
         let cooled = mode.is_none_or(|m| {
             let idle = now.saturating_duration_since(self.last_seen);
@@ -229,14 +234,15 @@ impl Slot {
         let mut due = Vec::new();
         let mut lapsed = 0;
         self.chunks.retain(|c| {
-            if now >= c.usable_until {
+            let ended = now >= c.usable_until || now >= c.give_back_at;
+            if !(ended || cooled || c.left == 0) {
+                true
+            } else if now >= c.counted_until {
                 lapsed += c.left;
                 false
-            } else if cooled || now >= c.give_back_at || c.left == 0 {
+            } else {
                 due.push(c.clone());
                 false
-            } else {
-                true
             }
         });
         due.retain(|c| c.left > 0);
@@ -248,6 +254,13 @@ impl Slot {
         self.chunks.is_empty()
             && !self.refilling
             && now.saturating_duration_since(self.last_seen) >= idle
+    }
+
+    /// May make room for another key: holds nothing, reserves nothing, and
+    /// was not checked within the last rate period (so it is not being
+    /// measured hot).
+    pub fn evictable(&self, now: Instant) -> bool {
+        self.idle(now, RATE_PERIOD)
     }
 
     /// Drops every chunk (an invalidation): returns the units dropped.

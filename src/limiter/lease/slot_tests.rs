@@ -30,6 +30,7 @@ fn chunk(limits: &Arc<[Limit]>, left: u64, at: Instant) -> Chunk {
         at_us: 42,
         give_back_at: at + Duration::from_secs(1),
         usable_until: at + Duration::from_secs(5),
+        counted_until: at + Duration::from_secs(10),
         outcomes: vec![outcome(1_000)],
         answered_at: at,
     }
@@ -114,8 +115,15 @@ fn a_chunk_is_not_used_past_its_ttl_or_its_window_or_by_other_limits() {
     slot.refilled(slot.generation, Some(chunk(&l, 60, t)));
     let ended = t + Duration::from_secs(5);
     let (due, lapsed) = slot.due(Some(&MODE), ended);
+    assert_eq!(
+        (due.len(), lapsed),
+        (1, 0),
+        "a longer limit still counts it"
+    );
+    slot.refilled(slot.generation, Some(chunk(&l, 60, t)));
+    let (due, lapsed) = slot.due(Some(&MODE), t + Duration::from_secs(10));
     assert!(due.is_empty());
-    assert_eq!(lapsed, 60, "its window ended: its count went with it");
+    assert_eq!(lapsed, 60, "no limit counts it any more");
 }
 
 #[test]
