@@ -45,7 +45,7 @@ impl Limiter {
             Some(false) => {
                 self.metrics.invalidations_sent_error.inc();
                 tracing::warn!(
-                    "cannot publish an invalidation (is the channel in the ACL user's channels?): other instances may keep cached denials of the key for up to 1 s"
+                    "cannot publish an invalidation (is the channel in the ACL user's channels?): other instances may keep cached denials of the key for up to 1 s, and spend leased chunks of it that a reset voided until their ttl"
                 );
             }
         }
