@@ -1,14 +1,17 @@
 -- sliding_window: weighted count over the current and previous windows
 -- (src/domain/algorithms/sliding_window.rs).
--- key      hash {i = current window index, p = previous count, c = current count}
+-- key      hash {i = current window index, p = previous count, c = current
+--          count, b = store time of the write that created the key, kept by
+--          later writes; a key written before `b` existed gets it at its
+--          next spend, and until then gives nothing back}
 -- weighted() must stay operation-for-operation equal to the Rust version:
 -- both round the same IEEE doubles in the same order.
 
 -- The write of a spend. The expiry (`lives_us` from now) is two windows
 -- after this one starts: the first write in this window set it already
 -- (HSET keeps it), so later ones save a command.
-local function sliding_window_write(key, index, prev, curr, first, lives_us, pad_ms)
-  redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr))
+local function sliding_window_write(key, index, prev, curr, born, first, lives_us, pad_ms)
+  redis.call('HSET', key, 'i', int(index), 'p', int(prev), 'c', int(curr), 'b', int(born))
   if first then
     redis.call('PEXPIRE', key, ttl_ms(lives_us, pad_ms))
   end
@@ -17,7 +20,7 @@ end
 local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   local need = math.max(cost, 1)
   local index = idiv(now, window)
-  local state = redis.call('HMGET', key, 'i', 'p', 'c')
+  local state = redis.call('HMGET', key, 'i', 'p', 'c', 'b')
   local stored = tonumber(state[1])
   local prev, curr = 0, 0
   if stored == index then
@@ -25,6 +28,8 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
   elseif stored ~= nil and stored + 1 == index then
     prev = tonumber(state[3])
   end
+  -- A key without `b` gets it now, which only ever holds back a give-back.
+  local born = tonumber(state[4]) or now
 
   local function weighted(p, c, elapsed)
     return p * (window - elapsed) / window + c
@@ -47,10 +52,10 @@ local function sliding_window(key, now, limit, window, cost, burst, pad_ms, dry)
     if dry then
       local p, c = prev, curr
       commit = function()
-        sliding_window_write(key, index, p, c, stored ~= index, (index + 2) * window - now, pad_ms)
+        sliding_window_write(key, index, p, c, born, stored ~= index, (index + 2) * window - now, pad_ms)
       end
     else
-      sliding_window_write(key, index, prev, curr, stored ~= index, (index + 2) * window - now, pad_ms)
+      sliding_window_write(key, index, prev, curr, born, stored ~= index, (index + 2) * window - now, pad_ms)
     end
   end
 
@@ -125,17 +130,22 @@ end
 -- store time `at` counted in its window `w`, not below 0, from the stored
 -- count that still holds it: `c` while the stored index is `w`, `p` once a
 -- spend in window w + 1 rolled it there; nothing once now is two windows
--- past `w` (those units weigh nothing) or the key was rolled past it.
+-- past `w` (those units weigh nothing), the key was rolled past it, or the
+-- key was born (`b`) after `at`: a reset deletes the key, so one recreated
+-- since holds none of that check's units. No `b` (an older write): nothing.
 -- Never rolled, for the reason sliding_window_refund gives.
 local function sliding_window_give_back(key, now, at, window, cost)
   local w = idiv(at, window)
   if idiv(now, window) >= w + 2 then
     return
   end
-  local state = redis.call('HMGET', key, 'i', 'p', 'c')
+  local state = redis.call('HMGET', key, 'i', 'p', 'c', 'b')
   local stored = tonumber(state[1])
+  local born = tonumber(state[4])
   local field, count
-  if stored == w then
+  if born == nil or born > at then
+    return
+  elseif stored == w then
     field, count = 'c', tonumber(state[3])
   elseif stored == w + 1 then
     field, count = 'p', tonumber(state[2])

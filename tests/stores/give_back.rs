@@ -2,7 +2,8 @@
 //! clock: every answer carries the store time it ran at; a give-back of a
 //! reservation answers like a look and leaves exactly what a smaller
 //! reservation would have, as the Rust twins say; each limit of a policy
-//! on its own; the other algorithms refused with nothing written.
+//! on its own; nothing after a reset, nor from a key written before its
+//! birth was recorded; the other algorithms refused with nothing written.
 
 use std::sync::Arc;
 
@@ -10,12 +11,14 @@ use ratekeeper::domain::algorithms::{State, apply_all, give_back_all};
 use ratekeeper::domain::{Algorithm, Check, LeaseId, Limit, ManualClock, Outcome, Rule, Window};
 use ratekeeper::store::{Applied, Op, Store, StoreError};
 
-use crate::support::unique_key;
+use crate::support::stores::redis_options;
+use crate::support::{RedisServer, unique_key};
 
 for_each_store!(
     every_answer_carries_the_store_time,
     a_give_back_restores_exactly_what_the_reservation_left,
     a_policy_gives_back_on_each_limit_on_its_own,
+    a_give_back_after_a_reset_gives_back_nothing,
     other_algorithms_refuse_and_nothing_is_written,
 );
 
@@ -223,4 +226,65 @@ async fn other_algorithms_refuse_and_nothing_is_written(store: Arc<dyn Store>, c
         }
         assert_eq!(look(&*store, &c).await, before, "{name} {algorithm}");
     }
+}
+
+/// A give-back on its way when a reset runs: others spend the whole limit
+/// in the same window after the reset, and the give-back must not free
+/// any of it (the state it finds was born after the reservation).
+async fn a_give_back_after_a_reset_gives_back_nothing(store: Arc<dyn Store>, clock: ManualClock) {
+    let name = store.name();
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let c = Check::single(unique_key("gb-reset"), rule(algorithm), 5);
+        clock.set_us(T0 + SEC);
+        let reserved = one(&*store, Op::check(&c)).await.unwrap();
+        clock.set_us(T0 + 2 * SEC);
+        one(&*store, Op::reset(&c)).await.unwrap();
+        clock.set_us(T0 + 3 * SEC);
+        assert!(store.check(&with_cost(&c, 10)).await.unwrap()[0].allowed);
+        clock.set_us(T0 + 4 * SEC);
+        let given = store.give_back(&c, reserved.at_us.unwrap()).await.unwrap();
+        assert_eq!(given.outcomes[0].remaining, 0, "{name} {algorithm}");
+        let more = store.check(&c).await.unwrap()[0].allowed;
+        assert!(
+            !more,
+            "{name} {algorithm}: 15 admitted after the reset, limit 10"
+        );
+    }
+}
+
+/// A key written by the version before `b` (its creation time) gives
+/// nothing back, as the twin without `born_us`; its next spend records
+/// `b`, and a give-back of that spend is exact again.
+#[tokio::test]
+async fn a_key_without_its_birth_gives_back_nothing_until_its_next_spend() {
+    let server = RedisServer::start();
+    let clock = ManualClock::new(T0);
+    let store = ratekeeper::store::redis::RedisStore::connect(redis_options(&server, &clock, 0));
+    let store = store.unwrap();
+    for algorithm in [Algorithm::FixedWindow, Algorithm::SlidingWindow] {
+        let r = rule(algorithm);
+        let c = Check::single(unique_key("gb-old"), r, 5);
+        let mut twin = [State::fresh(algorithm)];
+        clock.set_us(T0 + SEC);
+        store.check(&c).await.unwrap();
+        apply_all(&mut twin, &[&r], T0 + SEC, 5);
+        server.cli(&["HDEL", &store.limit_key(&c, &c.limits[0]), "b"]);
+        match &mut twin[0] {
+            State::FixedWindow(s) => s.born_us = None,
+            State::SlidingWindow(s) => s.born_us = None,
+            _ => unreachable!(),
+        }
+        let steps = [(T0 + 2 * SEC, T0 + SEC), (T0 + 3 * SEC, T0 + 3 * SEC)];
+        for (i, (now, at)) in steps.into_iter().enumerate() {
+            clock.set_us(now);
+            if i == 1 {
+                store.check(&c).await.unwrap();
+                apply_all(&mut twin, &[&r], now, 5);
+            }
+            let given = store.give_back(&c, at).await.unwrap().outcomes;
+            assert_eq!(given, give_back_all(&mut twin, &[&r], now, at, 5).unwrap());
+            assert_eq!(given[0].remaining, 5, "{algorithm} step {i}");
+        }
+    }
+    store.quit().await;
 }

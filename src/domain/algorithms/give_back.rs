@@ -13,7 +13,15 @@
 //! - sliding_window: the count of window `w = at_us / window`, which is
 //!   the stored `curr` while the stored index is `w` and the stored `prev`
 //!   once a spend in window `w + 1` rolled it there; nothing once now is in
-//!   window `w + 2` or later, where those units weigh nothing.
+//!   window `w + 2` or later, where those units weigh nothing;
+//! - either: only from a state born (`born_us`, the Lua's hash field `b`)
+//!   no later than `at_us`. A reset deletes the state, and the write that
+//!   recreates it sets `born_us` to its own time, after the reset and so
+//!   after `at_us`: a give-back that lands after a reset finds a newer
+//!   state, whose counts hold none of the reservation's units, and takes
+//!   nothing, even in the same window. A state written before the field
+//!   existed has none and gives nothing back (under-admission only) until
+//!   its next spend sets it.
 //!
 //! Why this is exact: the count a window keeps is a sum, each check adding
 //! its cost and each refund or give-back taking some off, never below 0.
@@ -21,8 +29,9 @@
 //! `u` off it leaves the state the reservation would have left had it
 //! spent `n - u` (everything else that ran since is in the sum either way),
 //! and with it every later weight, `remaining` and `retry_after`. Where
-//! that count is gone (its period ended, or a reset deleted it) the units
-//! it held already count for nothing, so nothing is given back rather than
+//! that count is gone (its period ended, or a reset deleted it: the state
+//! is then missing or born after `at_us`) the units it held already count
+//! for nothing, so nothing is given back rather than
 //! units other checks spent. Taking at most what the count holds means an
 //! interleaved refund that already took some of the reservation's units is
 //! never undone twice, and other checks' spending is never undone beyond

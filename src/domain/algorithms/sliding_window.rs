@@ -15,6 +15,10 @@ pub struct SlidingWindowState {
     pub window_index: u64,
     pub prev: u64,
     pub curr: u64,
+    /// When the state was created from nothing, the Lua's hash field `b`;
+    /// `None` for a state written before the field existed. Kept by every
+    /// later write, rolled or not; see `FixedWindowState::born_us`.
+    pub born_us: Option<u64>,
 }
 
 /// The weighted count `elapsed_us` into a window.
@@ -42,6 +46,8 @@ pub fn check(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u6
         before
     };
     if allowed && cost > 0 {
+        // A state without `b` gets it now, which only holds back a give-back.
+        state.born_us = state.born_us.or(Some(now_us));
         *stored = state.clone();
     }
     let remaining = limit.saturating_sub(used.floor() as u64);
@@ -94,14 +100,15 @@ pub fn refund(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, cost: u
 /// below 0, from the stored count that still holds its window `w`: `curr`
 /// while the stored index is `w`, `prev` once a spend in window `w + 1`
 /// rolled it there; nothing once now is two windows past `w` (its units
-/// weigh nothing any more) or the state was rolled past it
+/// weigh nothing any more), the state was rolled past it, or the state was
+/// born after the check (recreated after a reset)
 /// (`lua/sliding_window.lua`, `sliding_window_give_back`). Never rolls the
 /// stored state, for the reason [`refund`] gives, so the expiry stays. See
 /// `give_back.rs` for why this is exact.
 pub fn give_back(stored: &mut SlidingWindowState, rule: &Rule, now_us: u64, at_us: u64, cost: u64) {
     let window = rule.window_us();
     let w = at_us / window;
-    if now_us / window >= w + 2 {
+    if now_us / window >= w + 2 || stored.born_us.is_none_or(|born| born > at_us) {
         return;
     }
     let count = if stored.window_index == w {
@@ -129,6 +136,7 @@ fn rolled(state: &SlidingWindowState, index: u64) -> SlidingWindowState {
         window_index: index,
         prev,
         curr: 0,
+        born_us: state.born_us,
     }
 }
 
@@ -177,6 +185,7 @@ mod tests {
             window_index,
             prev,
             curr,
+            born_us: Some(0),
         })
     }
 
