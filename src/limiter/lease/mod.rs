@@ -186,7 +186,7 @@ impl Leases {
     /// A refill's end. `granted`: the reservation of `units` for `check`
     /// was allowed, answered with `outcomes` at store time `at_us`, sent
     /// at `sent`. Returns a chunk that cannot be kept (see
-    /// [`Slot::refilled`]); its units are counted as dropped.
+    /// `Slot::refilled`); its units are counted as dropped.
     pub fn refilled(&self, check: &Check, generation: Generation, granted: Option<Reserved>) {
         let Some(mode) = check.lease else { return };
         let chunk = granted.map(|r| {
@@ -254,7 +254,7 @@ impl Leases {
         }
     }
 
-    /// Chunks due back at `now` (see [`Slot::due`]), or all of them when
+    /// Chunks due back at `now` (see `Slot::due`), or all of them when
     /// `all` (shutdown); removes idle slots. `mode_of` finds a policy's
     /// lease mode as it is now (`None`: gone or no longer leasing: its
     /// chunks go back).
