@@ -57,6 +57,15 @@ local function fixed_window(key, now, limit, window, cost, burst, pad_ms, dry)
   return allowed and 1 or 0, math.max(0, limit - count), retry, reset, commit
 end
 
+-- The count `count` of `key` down by up to `cost`, not below 0: what a
+-- refund and a give-back write once each has found what it may take from.
+local function fixed_window_lower(key, count, cost)
+  local taken = math.min(cost, count)
+  if taken > 0 then
+    redis.call('HSET', key, 'c', int(count - taken))
+  end
+end
+
 -- Refund (fixed_window.rs, refund): the current window's count down by up
 -- to `cost`, not below 0. The window's end stays the key's expiry.
 local function fixed_window_refund(key, now, limit, window, cost, burst, pad_ms)
@@ -64,11 +73,7 @@ local function fixed_window_refund(key, now, limit, window, cost, burst, pad_ms)
   if tonumber(state[1]) ~= (period(now, window)) then
     return
   end
-  local count = tonumber(state[2])
-  local taken = math.min(cost, count)
-  if taken > 0 then
-    redis.call('HSET', key, 'c', int(count - taken))
-  end
+  fixed_window_lower(key, tonumber(state[2]), cost)
 end
 
 -- Give-back (fixed_window.rs, give_back): up to `cost` of what a check at
@@ -94,9 +99,5 @@ local function fixed_window_give_back(key, now, at, window, cost)
   if tonumber(state[1]) ~= index or born == nil or born > at then
     return
   end
-  local count = tonumber(state[2])
-  local taken = math.min(cost, count)
-  if taken > 0 then
-    redis.call('HSET', key, 'c', int(count - taken))
-  end
+  fixed_window_lower(key, tonumber(state[2]), cost)
 end

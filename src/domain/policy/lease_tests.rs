@@ -108,3 +108,19 @@ limits = [{ name = "a", algorithm = "gcra", limit = 100, window = 1 }]
 "#;
     assert!(problems(text)[0].1.contains("gcra"));
 }
+
+#[test]
+fn the_example_of_docs_leasing_md_loads_with_its_lease() {
+    let doc = include_str!("../../../docs/leasing.md");
+    let block = doc
+        .split("```toml\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .expect("docs/leasing.md shows a policies file");
+    let set = parse(block).expect("the documented example is valid");
+    let lease = set.get("tenant").and_then(|p| p.lease).expect("it leases");
+    assert_eq!(
+        (lease.max_units, lease.ttl_us, lease.hot_rate),
+        (500, 1_000_000, 100)
+    );
+}
