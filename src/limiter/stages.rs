@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::deny_cache::DenyCache;
 use super::domains::Permit;
@@ -228,10 +228,8 @@ impl Limiter {
 /// drops the request's future) would leave a lease the store took and
 /// nobody knows the id of, holding a slot for its whole TTL; so would a
 /// call whose reply was lost (a timeout) after the script ran. Either way
-/// the guard drops armed and a release goes out, on its own task, best
-/// effort (a lease the store never took is not there to free).
-const RELEASE_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
-
+/// the guard drops armed and a release goes out, on its own task
+/// ([`release_unanswered`]).
 struct LeaseGuard {
     store: Arc<dyn Store>,
     cache: Option<Arc<DenyCache>>,
@@ -256,24 +254,60 @@ impl Drop for LeaseGuard {
         };
         let (store, cache, waiters) = (self.store.clone(), self.cache.take(), self.waiters.clone());
         runtime.spawn(async move {
-            // Twice: the acquire may still be queued behind the release
-            // on another connection, or on a store that was slow to
-            // answer; a second try a moment later frees it then.
-            for attempt in 0..2 {
-                if attempt > 0 {
-                    tokio::time::sleep(RELEASE_RETRY).await;
+            if release_unanswered(store.as_ref(), &check, &lease).await {
+                tracing::debug!("released a lease whose answer was never delivered");
+                if let Some(cache) = cache {
+                    cache.invalidate(&check.key);
                 }
-                let released = store.apply(&[Op::release(&check, &lease)]).await;
-                if matches!(released.first(), Some(Ok(applied)) if applied.lease == Some(true)) {
-                    tracing::debug!("released a lease whose answer was never delivered");
-                    if let Some(cache) = cache {
-                        cache.invalidate(&check.key);
-                    }
-                    waiters.wake(&check.key);
-                    return;
-                }
+                waiters.wake(&check.key);
             }
         });
+    }
+}
+
+/// The first wait between two releases the store did not answer; it
+/// doubles up to [`RELEASE_BACKOFF_MAX`].
+const RELEASE_BACKOFF: Duration = Duration::from_millis(100);
+const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// After a release answered "no such lease": the acquire may still be
+/// queued behind it on another connection of the pool (a Redis waking
+/// from a freeze serves its connections in no set order), so one more
+/// try this much later settles it.
+const RELEASE_RECHECK: Duration = Duration::from_secs(1);
+
+/// Frees `lease`, which an acquire that nobody got the answer of may have
+/// taken; true if it was held. A store that does not answer (frozen, down)
+/// is asked again, with back-off, until it answers, for as long as the
+/// lease could live (its TTL): an acquire written to a frozen Redis runs
+/// when it wakes, however late, and timed-out releases sent before then
+/// may have run before it, or died with their connection. Nothing is
+/// freed that the caller holds: nobody but this task knows the id.
+async fn release_unanswered(store: &dyn Store, check: &Check, lease: &LeaseId) -> bool {
+    let ttl = check.concurrency().map_or(Duration::ZERO, |limit| {
+        Duration::from_micros(limit.rule.window_us())
+    });
+    let give_up = Instant::now() + ttl;
+    let mut backoff = RELEASE_BACKOFF;
+    let mut seen_absent = false;
+    loop {
+        let released = store.apply(&[Op::release(check, lease)]).await;
+        match released.first() {
+            Some(Ok(applied)) if applied.lease == Some(true) => return true,
+            Some(Ok(_)) if seen_absent => return false,
+            Some(Ok(_)) => seen_absent = true,
+            // No answer: ask again once the store may be back.
+            _ => {}
+        }
+        let wait = if seen_absent {
+            RELEASE_RECHECK
+        } else {
+            backoff
+        };
+        if Instant::now() + wait >= give_up {
+            return false;
+        }
+        tokio::time::sleep(wait).await;
+        backoff = (backoff * 2).min(RELEASE_BACKOFF_MAX);
     }
 }
 

@@ -109,3 +109,85 @@ async fn a_lease_whose_caller_went_away_is_released() {
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(store.check_now(&look).unwrap()[0].remaining, 0, "held");
 }
+
+/// The embedded store behind a Redis that can freeze: while frozen, every
+/// call times out, the acquires among them are kept to run on thaw (as a
+/// frozen Redis runs what was written to it when it wakes), and the
+/// releases are lost (their connection replaced before Redis read them).
+struct Freezing {
+    store: crate::store::memory::MemoryStore,
+    frozen: std::sync::atomic::AtomicBool,
+    queued: std::sync::Mutex<Vec<(Check, crate::domain::LeaseId)>>,
+}
+
+impl Freezing {
+    async fn thaw(&self) {
+        self.frozen
+            .store(false, std::sync::atomic::Ordering::SeqCst);
+        let queued = std::mem::take(&mut *self.queued.lock().unwrap());
+        for (check, lease) in queued {
+            self.store.apply(&[Op::acquire(&check, &lease)]).await;
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Freezing {
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        if !self.frozen.load(std::sync::atomic::Ordering::SeqCst) {
+            return self.store.apply(ops).await;
+        }
+        for op in ops {
+            if let (crate::store::OpKind::Check, Some(lease)) = (op.kind, op.lease) {
+                let held = (op.check.clone(), lease.clone());
+                self.queued.lock().unwrap().push(held);
+            }
+        }
+        vec![Err(StoreError::Timeout("frozen".into())); ops.len()]
+    }
+    async fn ping(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+    fn name(&self) -> &'static str {
+        "freezing"
+    }
+}
+
+#[tokio::test]
+async fn an_acquire_that_runs_after_a_long_freeze_is_released_once_the_store_answers() {
+    let clock = Arc::new(ManualClock::new(1_700_000_000_000_000));
+    let store = crate::store::memory::MemoryStore::new(clock, 1_000);
+    let freezing = Arc::new(Freezing {
+        store: store.clone(),
+        frozen: true.into(),
+        queued: Default::default(),
+    });
+    let policy = FailurePolicy {
+        mode: FailureMode::Open,
+        closed_retry_after: Duration::from_secs(1),
+    };
+    let limiter = Limiter::new(freezing.clone(), policy, Arc::new(Metrics::new()));
+    let rule = Rule::with_length(Algorithm::Concurrency, 1, 3_600_000_000, 1);
+    let check = Check::single("k", rule, 1);
+    let look = Check::single("k", rule, 0);
+    let decision = limiter.check(&check).await.unwrap();
+    assert!(
+        decision.degraded && decision.lease.is_none(),
+        "{decision:?}"
+    );
+    // Frozen for longer than the old guard's two tries, a second apart.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    freezing.thaw().await;
+    assert_eq!(
+        store.check_now(&look).unwrap()[0].remaining,
+        0,
+        "the late acquire ran"
+    );
+    // The next try is at most RELEASE_BACKOFF_MAX (2 s) away.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        store.check_now(&look).unwrap()[0].remaining,
+        1,
+        "released once the store answered again, not held for the lease's hour"
+    );
+}

@@ -89,3 +89,70 @@ async fn failing_local_leases_from_the_local_store_and_releases_there() {
         .await;
     assert_eq!(status, 503, "{answer}");
 }
+
+/// Issue 27 D3: acquires written to a frozen Redis run when it wakes, after
+/// their callers were answered (degraded, without a lease). Each instance
+/// releases them once Redis answers again, however long the freeze: 20
+/// freezes of 3 s, longer than the old guard's two tries a second apart, and
+/// not one lease is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquires_queued_in_a_frozen_redis_are_released_after_it_wakes() {
+    let redis = RedisServer::start();
+    let apps = [
+        spawn(&redis, FailureMode::Open).await,
+        spawn(&redis, FailureMode::Open).await,
+    ];
+    let mut leaked = Vec::new();
+    for run in 0..20 {
+        // Both breakers closed, so the acquires below are really sent.
+        for app in &apps {
+            wait_for_store(app).await;
+        }
+        let body = json!({"key": unique_key("frozen"), "algorithm": "concurrency",
+                          "limit": 5, "lease_ttl": "1h"});
+        redis.freeze();
+        let answers =
+            futures_util::future::join_all((0..8).map(|i| apps[i % 2].check(body.clone()))).await;
+        for (status, answer) in &answers {
+            assert_eq!(status, &200, "{answer}");
+            assert_eq!(
+                (&answer["degraded"], answer.get("lease")),
+                (&json!(true), None),
+                "{answer}"
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        redis.thaw();
+        if !all_free(&apps[0], &body, Duration::from_secs(8)).await {
+            leaked.push(run);
+        }
+    }
+    assert!(leaked.is_empty(), "leases left held after runs {leaked:?}");
+}
+
+/// Until a check of another key is answered by Redis on `app`.
+async fn wait_for_store(app: &TestApp) {
+    let probe = json!({"key": unique_key("probe"), "limit": 1000, "window": "1h"});
+    for _ in 0..200 {
+        if app.check(probe.clone()).await.1["degraded"] == json!(false) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("the store never answered again");
+}
+
+/// Whether every slot of `body`'s key is free again within `within`.
+async fn all_free(app: &TestApp, body: &Value, within: Duration) -> bool {
+    let mut look = body.clone();
+    look["cost"] = json!(0);
+    let until = std::time::Instant::now() + within;
+    while std::time::Instant::now() < until {
+        let (_, answer) = app.check(look.clone()).await;
+        if answer["degraded"] == json!(false) && answer["remaining"] == body["limit"] {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
