@@ -154,6 +154,29 @@ async fn bad_parameters_and_unknown_policies_get_json_errors() {
     app.stop().await;
 }
 
+/// Issue 27 D7: a policy that a reload removed is unknown, even while its
+/// sketch still holds the counts of its last checks.
+#[tokio::test]
+async fn a_policy_removed_by_a_reload_is_unknown() {
+    let app = TestApp::spawn(settings(None)).await;
+    let named = |name| policy(name, vec![limit("m", Algorithm::FixedWindow, 1, "1h", None)]);
+    install(&app, vec![named("api"), named("other")]);
+    let key = unique_key("gone");
+    for _ in 0..2 {
+        app.check(json!({"policy": "api", "key": key})).await;
+    }
+    let (status, body) = top(&app, "policy=api").await;
+    assert_eq!((status, body["total"].as_u64()), (200, Some(1)), "{body}");
+    install(&app, vec![named("other")]);
+    let (status, body) = top(&app, "policy=api").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (422, Some("unknown_policy")),
+        "{body}"
+    );
+    app.stop().await;
+}
+
 #[tokio::test]
 async fn with_the_sketches_off_top_says_so() {
     let mut settings = settings(None);
