@@ -47,7 +47,7 @@ pub enum Command {
         #[arg(long)]
         function: bool,
     },
-    /// Work with a policies file offline.
+    /// Policies: `check` a file offline, or `show` those of a running instance.
     Policies {
         #[command(subcommand)]
         command: PoliciesCommand,

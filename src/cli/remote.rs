@@ -22,7 +22,10 @@ pub struct Remote {
     )]
     pub url: String,
     /// A file holding the bearer token (auth.tokens_file's token, without
-    /// its scope), for an instance with tokens on. Read, never echoed.
+    /// its scope, or one `<scope> <token>` line), for an instance with
+    /// tokens on: an admin token for reset, policies show and top; check or
+    /// admin for check. A file of several tokens is refused. Read, never
+    /// echoed.
     #[arg(long, value_name = "FILE", env = "RATEKEEPER_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
     /// How long to wait for an answer.
@@ -141,19 +144,35 @@ fn cause(error: &reqwest::Error) -> String {
 }
 
 /// The token of a token file: its one non-empty line, trimmed. A scoped
-/// line of `auth.tokens_file` (`admin <token>`) is accepted too.
+/// line of `auth.tokens_file` (`admin <token>`) is accepted too, but not
+/// the whole tokens file: which of its tokens to send would be a guess
+/// (its first line is often a `check` token, refused by `reset`).
 fn read_token(path: &Path) -> Result<String, RemoteError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| RemoteError::Usage(format!("--token-file {}: {e}", path.display())))?;
-    let line = text.lines().map(str::trim).find(|l| !l.is_empty());
-    let token = line.map(|l| l.rsplit(char::is_whitespace).next().unwrap_or(l));
-    match token {
-        Some(token) => Ok(token.to_string()),
-        None => Err(RemoteError::Usage(format!(
-            "--token-file {}: the file is empty",
-            path.display()
-        ))),
-    }
+    let lines: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let token = match lines.as_slice() {
+        [line] => line.rsplit(char::is_whitespace).next().unwrap_or(line),
+        [] => {
+            return Err(RemoteError::Usage(format!(
+                "--token-file {}: the file is empty",
+                path.display()
+            )));
+        }
+        more => {
+            return Err(RemoteError::Usage(format!(
+                "--token-file {}: the file holds {} tokens; give a file with the one this \
+                 command needs (admin for reset, policies show and top; check or admin for check)",
+                path.display(),
+                more.len()
+            )));
+        }
+    };
+    Ok(token.to_string())
 }
 
 /// A duration flag: `2s`, `500ms`, `1m`.

@@ -38,20 +38,42 @@ pub struct TopQuery {
 }
 
 /// What `/v1/top` counts.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
-#[serde(rename_all = "lowercase")]
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "lowercase")]
 pub enum ByParam {
     Denied,
     Checked,
 }
 
 /// The window of `/v1/top`.
-#[derive(Debug, Clone, Copy, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, ToSchema)]
 pub enum PeriodParam {
-    #[serde(rename = "1m")]
+    #[schema(rename = "1m")]
     Minute,
-    #[serde(rename = "10m")]
+    #[schema(rename = "10m")]
     TenMinutes,
+}
+
+// By hand, so that a bad value is answered with what the good ones are
+// (the derived message names serde's "variant").
+impl<'de> Deserialize<'de> for ByParam {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "denied" => Ok(ByParam::Denied),
+            "checked" => Ok(ByParam::Checked),
+            _ => Err(serde::de::Error::custom(r#"must be "denied" or "checked""#)),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for PeriodParam {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        match String::deserialize(d)?.as_str() {
+            "1m" => Ok(PeriodParam::Minute),
+            "10m" => Ok(PeriodParam::TenMinutes),
+            _ => Err(serde::de::Error::custom(r#"must be "1m" or "10m""#)),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -92,7 +114,11 @@ pub async fn top(
     State(state): State<AppState>,
     query: Result<Query<TopQuery>, QueryRejection>,
 ) -> Result<Json<TopResponse>, ApiError> {
-    let Query(query) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
+    let Query(query) = query.map_err(|e| {
+        let text = e.body_text();
+        let field = text.strip_prefix("Failed to deserialize query string: ");
+        ApiError::InvalidRequest(field.unwrap_or(&text).to_string())
+    })?;
     let (by, by_name) = match query.by.unwrap_or(ByParam::Denied) {
         ByParam::Denied => (By::Denied, "denied"),
         ByParam::Checked => (By::Checked, "checked"),

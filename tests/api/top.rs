@@ -159,7 +159,12 @@ async fn bad_parameters_and_unknown_policies_get_json_errors() {
 #[tokio::test]
 async fn a_policy_removed_by_a_reload_is_unknown() {
     let app = TestApp::spawn(settings(None)).await;
-    let named = |name| policy(name, vec![limit("m", Algorithm::FixedWindow, 1, "1h", None)]);
+    let named = |name| {
+        policy(
+            name,
+            vec![limit("m", Algorithm::FixedWindow, 1, "1h", None)],
+        )
+    };
     install(&app, vec![named("api"), named("other")]);
     let key = unique_key("gone");
     for _ in 0..2 {

@@ -51,7 +51,17 @@ suite=bookworm
 base=ratekeeper-standin/debian:$suite
 base_key="$(printf '%s %s %s v1' "$mirror" "$suite" "$(dpkg-query -W -f='${Version}' debootstrap 2>/dev/null || echo none)" | sha)"
 if needs "$base" "$base_key"; then
-  command -v debootstrap >/dev/null || die "debootstrap is missing (Debian: apt-get install debootstrap)"
+  if ! command -v debootstrap >/dev/null && [ ! -x /usr/sbin/debootstrap ]; then
+    if command -v apt-get >/dev/null && [ "$(id -u)" -eq 0 ]; then
+      echo "standins: debootstrap is missing: installing it with apt-get" >&2
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null \
+        || die "could not install debootstrap (apt-get install debootstrap)"
+    else
+      die "debootstrap is missing: install it as root (Debian: apt-get install debootstrap) and run again"
+    fi
+    # The key names debootstrap's version, known only now.
+    base_key="$(printf '%s %s %s v1' "$mirror" "$suite" "$(dpkg-query -W -f='${Version}' debootstrap 2>/dev/null || echo none)" | sha)"
+  fi
   [ "$(id -u)" -eq 0 ] || die "debootstrap needs root; run the tests as root or build '$base' once by hand"
   root="$(mktemp -d "${TMPDIR:-/tmp}/rk-debootstrap.XXXXXX")"
   trap 'rm -rf "$root"' EXIT

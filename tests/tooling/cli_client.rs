@@ -126,6 +126,19 @@ fn top_needs_an_admin_token_from_a_file_when_tokens_are_on() {
     );
     assert!(!err.contains("tkc_cli"), "the token is never echoed: {err}");
 
+    // Issue 27 part 5: the whole tokens file is refused, not its first
+    // line (a check token) silently sent.
+    let (code, _, err) = run(&mut top(
+        &base,
+        &["--once", "--token-file", tokens.to_str().unwrap()],
+    ));
+    assert_eq!(code, 64, "{err}");
+    assert!(
+        err.contains("holds 2 tokens") && err.contains("admin for reset"),
+        "{err}"
+    );
+    assert!(!err.contains("tk"), "no token is echoed: {err}");
+
     let admin = dir.join("admin-token");
     std::fs::write(&admin, "  tka_cli_0123456789abcdef  \n").unwrap();
     let (code, out, err) = run(&mut top(

@@ -21,5 +21,6 @@ mod kubernetes_pod;
 mod policies_cli;
 mod prometheus_live;
 mod prometheus_rules;
+mod readme_errors;
 mod readme_examples;
 mod schemathesis;

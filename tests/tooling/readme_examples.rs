@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 #[path = "readme_examples/markdown.rs"]
-mod markdown;
+pub mod markdown;
 #[path = "readme_examples/schema.rs"]
 mod schema;
 

@@ -4,8 +4,8 @@
 # the service holds the request until a unit frees up, or answers the
 # denial at once when none can free up in time).
 #
-#   ratekeeper-acquire.sh -p jobs -k nightly-export               # then exit 0, 75 or 69
-#   ratekeeper-acquire.sh -p jobs -k nightly-export -- ./export.sh --full
+#   ratekeeper-acquire.sh -p export -k nightly-export               # then exit 0, 75 or 69
+#   ratekeeper-acquire.sh -p export -k nightly-export -- ./export.sh --full
 #
 # With a command after `--`, the command is run (exec'd, so its exit status
 # is the script's) only when the unit was granted or the fallback allows.
