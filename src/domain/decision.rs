@@ -171,7 +171,11 @@ impl Decision {
     /// the legacy `X-RateLimit-*` trio, and `Retry-After` when denied.
     /// `RateLimit-Policy` lists every limit; the others describe the most
     /// restrictive one. All second values round up, so a client that obeys
-    /// them is never early.
+    /// them is never early. A quota (`q`, `X-RateLimit-Limit`) is the
+    /// limit's `burst`, the most a client can spend at once: for the
+    /// buckets that is above `limit` (their rate), and a quota of `limit`
+    /// would stand below the `r` a full bucket reports. For every other
+    /// algorithm `burst` is `limit`.
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
         let secs = |ms: u64| ms.div_ceil(1_000);
         let policy = self
@@ -181,7 +185,7 @@ impl Decision {
                 format!(
                     "\"{}\";q={};w={}",
                     l.name,
-                    l.limit,
+                    l.burst,
                     secs(l.window_ms).max(1)
                 )
             })
@@ -199,7 +203,7 @@ impl Decision {
                     secs(tightest.reset_after_ms)
                 ),
             ),
-            ("x-ratelimit-limit", tightest.limit.to_string()),
+            ("x-ratelimit-limit", tightest.burst.to_string()),
             ("x-ratelimit-remaining", tightest.remaining.to_string()),
             (
                 "x-ratelimit-reset",

@@ -177,8 +177,8 @@ async fn the_most_restrictive_limit_answers_and_headers_list_every_limit(app: &T
     assert_eq!(response.status(), 200);
     let headers = response.headers().clone();
     assert_eq!(
-        headers["ratelimit-policy"],
-        "\"burst\";q=10;w=1, \"daily\";q=10000;w=86400"
+        headers["ratelimit-policy"], "\"burst\";q=20;w=1, \"daily\";q=10000;w=86400",
+        "a bucket's quota is its burst"
     );
     let body: Value = response.json().await.unwrap();
     // burst: 20 - 5 = 15 left; daily: 9995. The fewest remaining answers.
@@ -187,7 +187,7 @@ async fn the_most_restrictive_limit_answers_and_headers_list_every_limit(app: &T
         (body["limit"].as_u64(), body["remaining"].as_u64()),
         (Some(10), Some(15))
     );
-    assert_eq!(headers["x-ratelimit-limit"], "10");
+    assert_eq!(headers["x-ratelimit-limit"], "20", "the burst, as q");
     assert_eq!(headers["x-ratelimit-remaining"], "15");
     assert!(
         headers["ratelimit"]

@@ -115,3 +115,18 @@ fn a_shadow_check_answers_allowed_and_keeps_the_real_decisions() {
         "shadow is said only when a limit denied"
     );
 }
+
+/// Issue 27 part 5: a bucket's quota in the headers is its burst, so a
+/// full bucket's `r` never stands above its `q`.
+#[test]
+fn a_bucket_s_header_quota_is_its_burst() {
+    let bucket = Rule::with_length(Algorithm::TokenBucket, 10, 1_000_000, 20);
+    let check = Check::single("k", bucket, 1);
+    let d = Decision::from_outcomes(&check, &[outcome(true, 19, 0, 100_000)]);
+    let h: Vec<_> = d.headers().collect();
+    let get = |n: &str| h.iter().find(|(k, _)| *k == n).map(|(_, v)| v.as_str());
+    assert_eq!(get("ratelimit-policy"), Some("\"default\";q=20;w=1"));
+    assert_eq!(get("ratelimit"), Some("\"default\";r=19;t=1"));
+    assert_eq!(get("x-ratelimit-limit"), Some("20"));
+    assert_eq!(d.limit, 10, "the JSON limit stays the rate");
+}
