@@ -248,3 +248,46 @@ async fn limits_max_batch_is_the_bound() {
     );
     app.stop().await;
 }
+
+/// Issue 27 D6: an item that is not valid JSON on its own (a lone
+/// surrogate escape, which the envelope's parser lets through) is its own
+/// 400, and an item over 64 KiB its own 413; the others are still decided.
+#[tokio::test]
+async fn an_item_can_be_answered_400_or_413_in_its_place() {
+    let app = TestApp::spawn(support::settings(None)).await;
+    let key = support::unique_key("batch-raw");
+    let valid = json!({"key": key, "limit": 10, "window": "1h"}).to_string();
+    let surrogate = r#"{"key": "\ud800", "limit": 10, "window": "1h"}"#;
+    let large = json!({"key": key, "limit": 10, "window": "1h", "pad": "x".repeat(70_000)});
+    let body = format!(r#"{{"checks": [{valid}, {surrogate}, {large}, {valid}]}}"#);
+    let response = app
+        .http
+        .post(app.url("/v1/checks"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answers: Value = response.json().await.unwrap();
+    let got: Vec<(u64, &str)> = answers["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            let code = a["error"]["code"].as_str().unwrap_or("");
+            (a["status"].as_u64().unwrap(), code)
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (200, ""),
+            (400, "invalid_json"),
+            (413, "payload_too_large"),
+            (200, "")
+        ],
+        "{answers}"
+    );
+    app.stop().await;
+}

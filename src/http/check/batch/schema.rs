@@ -73,16 +73,20 @@ impl PartialSchema for BatchItem {
         OneOfBuilder::new()
             .item(with_status(
                 without_waited_ms(CheckResponse::schema()),
+                &[200],
                 "CheckResult",
                 "200: the check was decided, allowed or not; the fields are POST /v1/check's \
                  body for it.",
             ))
             .item(with_status(
                 ErrorBody::schema(),
+                &[400, 413, 422, 500],
                 "ErrorResult",
                 "The check was not decided: the status and error body POST /v1/check would \
-                 have answered it with (422 invalid_request, unknown_policy or mixed_forms; \
-                 500 internal).",
+                 have answered it with (400 invalid_json: the item is not valid JSON on its \
+                 own, as a lone surrogate escape like \"\\ud800\" in a string; 413 \
+                 payload_too_large: the item is over 64 KiB; 422 invalid_request, \
+                 unknown_policy or mixed_forms; 500 internal).",
             ))
             .description(Some(
                 "One check's answer: POST /v1/check's body with its status beside the fields.",
@@ -101,13 +105,15 @@ fn without_waited_ms(schema: RefOr<Schema>) -> RefOr<Schema> {
     object.into()
 }
 
-/// `schema` (an object) with a required integer `status`, titled `title`.
-fn with_status(schema: RefOr<Schema>, title: &str, what: &str) -> RefOr<Schema> {
+/// `schema` (an object) with a required integer `status`, one of
+/// `statuses`, titled `title`.
+fn with_status(schema: RefOr<Schema>, statuses: &[u16], title: &str, what: &str) -> RefOr<Schema> {
     let RefOr::T(Schema::Object(mut object)) = schema else {
         unreachable!("a derived struct schema is an inline object")
     };
     let status = ObjectBuilder::new()
         .schema_type(Type::Integer)
+        .enum_values(Some(statuses.iter().copied()))
         .description(Some(
             "The HTTP status POST /v1/check would have answered with.",
         ));
