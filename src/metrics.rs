@@ -64,6 +64,7 @@ pub struct Metrics {
     pub store_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
+    pub store_leases: IntGauge,
     /// Bytes the heavy-hitters sketches hold (set when /metrics is read).
     pub top_memory: IntGauge,
     /// Keys the embedded store evicted before their reset (synced when
@@ -190,6 +191,12 @@ impl Metrics {
         let store_keys = IntGauge::new(
             "ratekeeper_store_keys",
             "Keys holding state in the embedded store (memory.max_keys bounds it); 0 with Redis.",
+        )
+        .expect("valid metric");
+        let store_leases = IntGauge::new(
+            "ratekeeper_store_leases",
+            "Concurrency leases the embedded store's keys hold, expired ones not yet trimmed \
+             included; each counts against memory.max_keys like a key. 0 with Redis.",
         )
         .expect("valid metric");
         let top_memory = IntGauge::new(
@@ -319,6 +326,7 @@ impl Metrics {
             Box::new(invalidation_subscribed.clone()),
             Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
+            Box::new(store_leases.clone()),
             Box::new(store_evictions.clone()),
             Box::new(top_memory.clone()),
             Box::new(redis_connections_replaced.clone()),
@@ -370,6 +378,7 @@ impl Metrics {
             invalidation_subscribed,
             invalidation_subscription_lost,
             store_keys,
+            store_leases,
             store_evictions,
             top_memory,
             store_counters_sync: std::sync::Mutex::new(()),

@@ -71,6 +71,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(keys) = state.limiter.store_key_count() {
         state.metrics.store_keys.set(keys as i64);
     }
+    if let Some(leases) = state.limiter.store_lease_count() {
+        state.metrics.store_leases.set(leases as i64);
+    }
     if let Some(total) = state.limiter.store_evictions() {
         state.metrics.sync_store_evictions(total);
     }

@@ -197,6 +197,11 @@ impl Limiter {
         self.store.key_count()
     }
 
+    /// Leases the store's keys hold, if it bounds them (the embedded store).
+    pub fn store_lease_count(&self) -> Option<usize> {
+        self.store.lease_count()
+    }
+
     /// Keys the store evicted before their reset, if it evicts (the embedded store).
     pub fn store_evictions(&self) -> Option<u64> {
         self.store.evictions()

@@ -94,6 +94,12 @@ pub trait Store: Send + Sync + 'static {
         None
     }
 
+    /// Concurrency leases its keys hold, where the store bounds them
+    /// itself (the embedded store: each counts against `memory.max_keys`).
+    fn lease_count(&self) -> Option<usize> {
+        None
+    }
+
     /// Keys evicted before their reset to make room, where the store does
     /// so itself (the embedded store at `memory.max_keys`); Redis counts its
     /// own in `INFO stats`.

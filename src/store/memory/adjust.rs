@@ -17,9 +17,9 @@ impl MemoryStore {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         for limit in check.limits.iter() {
-            shard.map.remove(&StateKey::of(check, limit));
+            shard.remove(&StateKey::of(check, limit));
         }
-        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        let outcomes = self.inner.check_in(&mut shard, check, 0, now, "");
         Ok(Applied::unshared(outcomes).at(now))
     }
 
@@ -44,7 +44,7 @@ impl MemoryStore {
                 entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
             }
         }
-        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        let outcomes = self.inner.check_in(&mut shard, check, 0, now, "");
         Ok(Applied::unshared(outcomes).at(now))
     }
 
@@ -103,8 +103,8 @@ impl MemoryStore {
                 .iter()
                 .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
                 .count();
-            if new > 0 && shard.map.len() + new > self.inner.shard_capacity {
-                self.inner.make_room(&mut shard.map, now);
+            if new > 0 && shard.weight() + new > self.inner.shard_capacity {
+                self.inner.make_room(&mut shard, now);
             }
             for limit in check.limits.iter() {
                 let lookup = StateKey::of(check, limit);
@@ -134,7 +134,7 @@ impl MemoryStore {
                 }
             }
         }
-        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        let outcomes = self.inner.check_in(&mut shard, check, 0, now, "");
         Ok(Applied::unshared(outcomes).at(now))
     }
 }
@@ -158,9 +158,13 @@ impl MemoryStore {
             if limit.rule.algorithm != Algorithm::Concurrency {
                 continue;
             }
+            let shard = &mut *shard;
             let was = match shard.map.get_mut(&StateKey::of(check, limit)) {
                 Some(entry) if entry.expires_at_us > now => {
+                    let before = super::leases_of(&entry.state);
                     let was = entry.state.lease(&limit.rule, now, lease, renew);
+                    shard.leases =
+                        (shard.leases + super::leases_of(&entry.state)).saturating_sub(before);
                     if was == Some(true) && renew {
                         let latest = entry.state.apply(&limit.rule, now, 0).reset_after_us;
                         entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(latest));
@@ -171,7 +175,7 @@ impl MemoryStore {
             };
             live = Some(live.unwrap_or(false) || was);
         }
-        let outcomes = self.inner.check_in(&mut shard.map, check, 0, now, "");
+        let outcomes = self.inner.check_in(&mut shard, check, 0, now, "");
         Ok(Applied {
             outcomes,
             published: None,

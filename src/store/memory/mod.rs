@@ -87,10 +87,6 @@ struct Entry {
 // so neither shard choice nor bucket placement may be predictable.
 type Map = HashMap<OwnedStateKey, Entry, RandomState>;
 
-struct ShardData {
-    map: Map,
-}
-
 type Shard = Mutex<ShardData>;
 
 /// A full shard evicts this fraction of its capacity at once, so the scan
@@ -129,6 +125,7 @@ impl MemoryStore {
                     .map(|_| {
                         Mutex::new(ShardData {
                             map: HashMap::with_hasher(RandomState::new()),
+                            leases: 0,
                         })
                     })
                     .collect(),
@@ -165,6 +162,13 @@ impl MemoryStore {
     /// How many keys hold state, expired or not.
     pub fn len(&self) -> usize {
         self.inner.shards.iter().map(|s| lock(s).map.len()).sum()
+    }
+
+    /// How many concurrency leases the keys hold, expired ones not yet
+    /// trimmed included: with [`len`](Self::len), what `memory.max_keys`
+    /// bounds.
+    pub fn lease_count(&self) -> usize {
+        self.inner.shards.iter().map(|s| lock(s).leases).sum()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -207,7 +211,7 @@ impl MemoryStore {
         let mut shard = self.inner.shard_of(check);
         let outcomes = self
             .inner
-            .check_in(&mut shard.map, check, check.cost, now, lease);
+            .check_in(&mut shard, check, check.cost, now, lease);
         (now, outcomes)
     }
 }
@@ -219,10 +223,10 @@ impl Inner {
         lock(&self.shards[self.hasher.hash_one(check.key.as_str()) as usize % SHARDS])
     }
 
-    /// Runs `check` at `cost` on its locked shard's `map`.
+    /// Runs `check` at `cost` on its locked shard.
     fn check_in(
         &self,
-        map: &mut Map,
+        shard: &mut ShardData,
         check: &Check,
         cost: u64,
         now: u64,
@@ -236,11 +240,12 @@ impl Inner {
         let mut states: Vec<State> = check
             .limits
             .iter()
-            .map(|limit| match map.get(&StateKey::of(check, limit)) {
+            .map(|limit| match shard.map.get(&StateKey::of(check, limit)) {
                 Some(entry) if entry.expires_at_us > now => entry.state.clone(),
                 _ => State::fresh(limit.rule.algorithm),
             })
             .collect();
+        let leases_before: usize = states.iter().map(leases_of).sum();
         let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();
         let outcomes = apply_all_leased(&mut states, &rules, now, cost, lease);
         // Like Redis: state and its expiry change only when the check is
@@ -253,16 +258,23 @@ impl Inner {
             let new = check
                 .limits
                 .iter()
-                .filter(|l| !map.contains_key(&StateKey::of(check, l)))
+                .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
                 .count();
-            if new > 0 && map.len() + new > inner.shard_capacity {
-                inner.make_room(map, now);
+            // An acquire grows its key by a lease: room for that too.
+            let leases_after: usize = states.iter().map(leases_of).sum();
+            let grows = new + leases_after.saturating_sub(leases_before);
+            if grows > 0 && shard.weight() + grows > inner.shard_capacity {
+                inner.make_room(shard, now);
             }
         }
 
         for ((limit, state), outcome) in check.limits.iter().zip(states).zip(&outcomes) {
             let lookup = StateKey::of(check, limit);
-            if let Some(entry) = map.get_mut(&lookup) {
+            if let Some(entry) = shard.map.get_mut(&lookup) {
+                // Saturating: a count off by a write the sweep has not yet recounted
+                // must not wrap.
+                shard.leases =
+                    (shard.leases + leases_of(&state)).saturating_sub(leases_of(&entry.state));
                 entry.state = state;
                 let until = now.saturating_add(outcome.reset_after_us);
                 if writes {
@@ -274,7 +286,8 @@ impl Inner {
                     entry.expires_at_us = entry.expires_at_us.max(until);
                 }
             } else if writes {
-                map.insert(
+                shard.leases += leases_of(&state);
+                shard.map.insert(
                     OwnedStateKey::of(check, limit),
                     Entry {
                         state,
@@ -286,47 +299,6 @@ impl Inner {
             // written either.
         }
         outcomes
-    }
-
-    /// Frees room in a full shard: expired state first, then, if that is
-    /// not enough, the `1 / EVICT_FRACTION` of the shard nearest its reset.
-    fn make_room(&self, map: &mut Map, now: u64) {
-        // Free down to this many keys every time, even when expired state
-        // alone would make room for one: otherwise a flood of new keys while
-        // old ones trickle out of date would rescan the shard on every insert.
-        let target = self.shard_capacity - (self.shard_capacity / EVICT_FRACTION).max(1);
-        map.retain(|_, e| e.expires_at_us > now);
-        if map.len() <= target {
-            return;
-        }
-        let evict = map.len() - target;
-        let mut expiries: Vec<u64> = map.values().map(|e| e.expires_at_us).collect();
-        let (_, &mut cutoff, _) = expiries.select_nth_unstable(evict - 1);
-        // Ties at the cutoff may evict a few more than `evict`; never fewer.
-        let before = map.len();
-        map.retain(|_, e| e.expires_at_us > cutoff);
-        let evicted = (before - map.len()) as u64;
-        self.evictions.fetch_add(evicted, Ordering::Relaxed);
-        let last = self.last_eviction_us.swap(now.max(1), Ordering::Relaxed);
-        if last == 0 || now.saturating_sub(last) > EPISODE_GAP_US {
-            tracing::warn!(
-                max_keys = self.shard_capacity * SHARDS,
-                "embedded store full: evicting the keys nearest their reset \
-                 (raise memory.max_keys to keep more); logged once per episode"
-            );
-        }
-    }
-
-    fn sweep(&self) -> usize {
-        let now = self.clock.now_us();
-        let mut removed = 0;
-        for shard in &self.shards {
-            let map = &mut lock(shard).map;
-            let before = map.len();
-            map.retain(|_, e| e.expires_at_us > now);
-            removed += before - map.len();
-        }
-        removed
     }
 }
 
@@ -360,11 +332,17 @@ impl Store for MemoryStore {
         Some(self.len())
     }
 
+    fn lease_count(&self) -> Option<usize> {
+        Some(MemoryStore::lease_count(self))
+    }
+
     fn evictions(&self) -> Option<u64> {
         Some(self.inner.evictions.load(Ordering::Relaxed))
     }
 }
 
 mod adjust;
+mod shard;
+use shard::{ShardData, leases_of};
 #[cfg(test)]
 mod tests;
