@@ -16,13 +16,15 @@ for_each_store!(app: invalid_checks_are_answered_in_their_place, the_envelope_is
 /// gives it, in its place; the others are decided.
 async fn invalid_checks_are_answered_in_their_place(app: &TestApp) {
     let key = support::unique_key("batch-errors");
-    let valid = json!({"key": key, "limit": 10, "window": "1h"});
+    // Windows of a day: the counts below run across requests on the wall
+    // clock, and the windows' ends are epoch-aligned.
+    let valid = json!({"key": key, "limit": 10, "window": "1d"});
     let checks = [
         valid.clone(),
-        json!({"key": key, "limit": 0, "window": "1h"}),
-        json!({"key": key, "limits": [{"limit": 1, "window": "1h"}], "limit": 3}),
+        json!({"key": key, "limit": 0, "window": "1d"}),
+        json!({"key": key, "limits": [{"limit": 1, "window": "1d"}], "limit": 3}),
         json!({"policy": "nope", "key": key}),
-        json!({"key": key, "limit": 10, "window": "1h", "algorithm": "leaky"}),
+        json!({"key": key, "limit": 10, "window": "1d", "algorithm": "leaky"}),
         json!("not a check"),
         valid.clone(),
     ];
@@ -54,8 +56,8 @@ async fn invalid_checks_are_answered_in_their_place(app: &TestApp) {
     }
 
     // wait_ms above 0 is that check's 422, saying why; 0 is no wait.
-    let waiting = json!({"key": key, "limit": 10, "window": "1h", "wait_ms": 500});
-    let no_wait = json!({"key": key, "limit": 10, "window": "1h", "wait_ms": 0});
+    let waiting = json!({"key": key, "limit": 10, "window": "1d", "wait_ms": 500});
+    let no_wait = json!({"key": key, "limit": 10, "window": "1d", "wait_ms": 0});
     let answers = results(batch(app, &[waiting, no_wait, valid]).await);
     assert_eq!(answers[0]["status"], 422);
     assert_eq!(answers[0]["error"]["code"], "invalid_request");
@@ -79,7 +81,8 @@ async fn invalid_checks_are_answered_in_their_place(app: &TestApp) {
 /// decided; an empty batch is answered with no results.
 async fn the_envelope_is_judged_whole(app: &TestApp) {
     let key = support::unique_key("batch-envelope");
-    let check = json!({"key": key, "limit": 1000, "window": "1h"});
+    // A day: its count runs across requests (see above).
+    let check = json!({"key": key, "limit": 1000, "window": "1d"});
     let code = |answer: &(u16, Value)| answer.1["error"]["code"].as_str().unwrap().to_string();
 
     let over = batch(app, &vec![check.clone(); 101]).await;
@@ -203,9 +206,9 @@ async fn the_metrics_count_each_check() {
     let before = metrics().await;
     // Three on each of four algorithms' state, limit 2: one denied each.
     let mut checks: Vec<Value> = (0..12)
-        .map(|i| json!({"key": "m", "limit": 2, "window": "1h", "algorithm": ALGORITHMS[i % 4]}))
+        .map(|i| json!({"key": "m", "limit": 2, "window": "1d", "algorithm": ALGORITHMS[i % 4]}))
         .collect();
-    checks.push(json!({"key": "m", "limit": 0, "window": "1h"}));
+    checks.push(json!({"key": "m", "limit": 0, "window": "1d"}));
     let answers = results(batch(&app, &checks).await);
     let denied = answers.iter().filter(|a| a["allowed"] == false).count();
     assert_eq!(denied, 4, "{answers:?}");

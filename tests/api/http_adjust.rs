@@ -31,7 +31,10 @@ fn costing(body: &Value, cost: Option<u64>) -> Value {
     body
 }
 
-/// The three forms on one fresh key, each with a capacity of 3.
+/// The three forms on one fresh key, each with a capacity of 3. The
+/// windows are a day long: the tests count across requests on the wall
+/// clock, and a window's end is epoch-aligned (an hour's came between two
+/// requests now and then).
 fn forms(app: &TestApp) -> Vec<Value> {
     install(
         app,
@@ -44,9 +47,9 @@ fn forms(app: &TestApp) -> Vec<Value> {
         )],
     );
     vec![
-        json!({"key": unique_key("single"), "limit": 3, "window": "1h", "algorithm": "fixed_window"}),
+        json!({"key": unique_key("single"), "limit": 3, "window": "1d", "algorithm": "fixed_window"}),
         json!({"key": unique_key("inline"), "limits": [
-            {"name": "hour", "algorithm": "sliding_window", "limit": 3, "window": "1h"},
+            {"name": "tight", "algorithm": "sliding_window", "limit": 3, "window": "1d"},
             {"name": "day", "algorithm": "gcra", "limit": 100, "window": "1d", "burst": 5}
         ]}),
         json!({"policy": "api", "key": unique_key("policy")}),

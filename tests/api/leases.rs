@@ -157,14 +157,16 @@ async fn every_form_takes_one_slot_whatever_the_cost(app: &TestApp) {
         vec![policy(
             "llm",
             vec![
-                limit("tokens", Algorithm::FixedWindow, 100, "1h", None),
+                // A day: the counts run across requests on the wall clock,
+                // and the window's end is epoch-aligned.
+                limit("tokens", Algorithm::FixedWindow, 100, "1d", None),
                 lease_limit("inflight", 1, "1m"),
             ],
         )],
     );
     let forms = [
         json!({"key": unique_key("inline"), "limits": [
-            {"name": "tokens", "algorithm": "fixed_window", "limit": 100, "window": "1h"},
+            {"name": "tokens", "algorithm": "fixed_window", "limit": 100, "window": "1d"},
             {"name": "inflight", "algorithm": "concurrency", "limit": 1, "lease_ttl": "1m"}
         ]}),
         json!({"policy": "llm", "key": unique_key("policy")}),

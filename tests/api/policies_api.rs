@@ -33,7 +33,9 @@ async fn a_denial_by_one_limit_spends_none(app: &TestApp) {
         vec![policy(
             "api",
             vec![
-                limit("burst", Algorithm::FixedWindow, 3, "1h", None),
+                // A day too: the windows' ends are epoch-aligned, and an
+                // hour's between the checks would refill it.
+                limit("burst", Algorithm::FixedWindow, 3, "1d", None),
                 limit("daily", Algorithm::FixedWindow, 10, "1d", None),
             ],
         )],
@@ -74,7 +76,7 @@ async fn an_inline_denial_spends_none(app: &TestApp) {
     let key = unique_key("inline1060");
     let body = || {
         json!({"key": key, "limits": [
-            {"name": "per_hour", "algorithm": "fixed_window", "limit": 2, "window": "1h"},
+            {"name": "tight", "algorithm": "fixed_window", "limit": 2, "window": "1d"},
             {"algorithm": "sliding_window", "limit": 5, "window": "1d"},
         ]})
     };
@@ -84,10 +86,7 @@ async fn an_inline_denial_spends_none(app: &TestApp) {
     for _ in 0..3 {
         let (_, denied) = app.check(body()).await;
         assert_eq!(denied["allowed"], false);
-        assert_eq!(
-            limits_field(&denied, "name"),
-            [json!("per_hour"), json!("1")]
-        );
+        assert_eq!(limits_field(&denied, "name"), [json!("tight"), json!("1")]);
         assert_eq!(
             limits_field(&denied, "allowed"),
             [json!(false), json!(true)]
@@ -215,7 +214,7 @@ async fn shadow_mode_allows_shows_and_counts(app: &TestApp) {
     let mut shadowy = policy(
         "shadowy",
         vec![
-            limit("tight", Algorithm::FixedWindow, 1, "1h", None),
+            limit("tight", Algorithm::FixedWindow, 1, "1d", None),
             limit("loose", Algorithm::FixedWindow, 10, "1d", None),
         ],
     );

@@ -155,7 +155,7 @@ async fn reloads_under_load_redis() {
 fn one_limit(algorithm: &str, limit: u64, burst: Option<u64>) -> String {
     let burst = burst.map_or(String::new(), |b| format!(", burst = {b}"));
     format!(
-        "[policies.api]\nlimits = [{{ name = \"l\", algorithm = \"{algorithm}\", limit = {limit}, window = \"1h\"{burst} }}]\n"
+        "[policies.api]\nlimits = [{{ name = \"l\", algorithm = \"{algorithm}\", limit = {limit}, window = \"1d\"{burst} }}]\n"
     )
 }
 
@@ -201,7 +201,7 @@ async fn changed_limits_keep_counters(redis: Option<&RedisServer>) {
     install(&app, &dir, &path, &one_limit("sliding_window", 4, None)).await;
     assert_eq!(peek(&app, &key).await.1, 4);
 
-    // A bucket: spend 6 of a burst of 10 (refilling 1 an hour), then change
+    // A bucket: spend 6 of a burst of 10 (refilling 1 a day), then change
     // the burst. The spent tokens stay spent: never back to a full bucket.
     let key = unique_key("bucket");
     for algorithm in ["token_bucket", "gcra"] {

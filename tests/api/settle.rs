@@ -93,9 +93,9 @@ async fn every_form_settles_and_answers_like_a_look(app: &TestApp) {
         )],
     );
     let forms = [
-        json!({"key": unique_key("single"), "limit": 3, "window": "1h", "algorithm": "fixed_window"}),
+        json!({"key": unique_key("single"), "limit": 3, "window": "1d", "algorithm": "fixed_window"}),
         json!({"key": unique_key("inline"), "limits": [
-            {"name": "hour", "algorithm": "sliding_window", "limit": 3, "window": "1h"},
+            {"name": "tight", "algorithm": "sliding_window", "limit": 3, "window": "1d"},
             {"name": "day", "algorithm": "gcra", "limit": 100, "window": "1d", "burst": 5}
         ]}),
         json!({"policy": "api", "key": unique_key("policy")}),
@@ -211,7 +211,7 @@ async fn a_settle_through_one_instance_ends_the_others_cached_denial() {
     let a = TestApp::spawn(settings(Some(&server.url()))).await;
     let b = TestApp::spawn(settings(Some(&server.url()))).await;
     let body =
-        json!({"key": unique_key("two"), "limit": 5, "window": "1h", "algorithm": "fixed_window"});
+        json!({"key": unique_key("two"), "limit": 5, "window": "1d", "algorithm": "fixed_window"});
     assert_eq!(
         a.check(with(&body, json!({"cost": 5}))).await.1["allowed"],
         true

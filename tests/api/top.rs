@@ -43,7 +43,9 @@ async fn the_heaviest_keys_come_first_with_exact_counts(app: &TestApp) {
         app,
         vec![policy(
             "api",
-            vec![limit("hour", Algorithm::FixedWindow, 6, "1h", None)],
+            // A day: the counts below run across requests on the wall
+            // clock, and the window's end is epoch-aligned.
+            vec![limit("daily", Algorithm::FixedWindow, 6, "1d", None)],
         )],
     );
     let (heavy, light) = (unique_key("heavy"), unique_key("light"));
@@ -162,7 +164,7 @@ async fn a_policy_removed_by_a_reload_is_unknown() {
     let named = |name| {
         policy(
             name,
-            vec![limit("m", Algorithm::FixedWindow, 1, "1h", None)],
+            vec![limit("m", Algorithm::FixedWindow, 1, "1d", None)],
         )
     };
     install(&app, vec![named("api"), named("other")]);

@@ -27,8 +27,13 @@ async fn waiters_at_their_cap_leave_connections_for_probes_and_plain_checks() {
     // limits.max_waiters as shipped: at most half of the connections.
     let app = TestApp::spawn(settings).await;
     // Forty keys, each spent for the next 8 s, and one check waiting on
-    // each: as many waiters as there are connections.
-    let spend = |i: usize| serde_json::json!({"key": format!("w{i}"), "limit": 1, "window": "8s"});
+    // each: as many waiters as there are connections. A sliding log's 8 s
+    // run from the spend; a window's end is epoch-aligned and could come
+    // at any moment, freeing waiters before they were counted.
+    let spend = |i: usize| {
+        serde_json::json!({"key": format!("w{i}"), "limit": 1, "window": "8s",
+                           "algorithm": "sliding_log"})
+    };
     for i in 0..40 {
         let (status, body) = app.check(spend(i)).await;
         assert_eq!(status, 200, "{body}");

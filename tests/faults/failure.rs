@@ -41,8 +41,11 @@ async fn spawn(redis: &RedisServer, mode: &str) -> TestApp {
     TestApp::spawn(config).await
 }
 
+/// A day: `remaining` is counted across checks on the wall clock, and a
+/// sliding window's weighting shifts at its epoch-aligned end (a minute's
+/// came between two checks now and then).
 fn body() -> Value {
-    json!({"key": "outage", "limit": 1000, "window": "1m", "algorithm": "sliding_window"})
+    json!({"key": "outage", "limit": 1000, "window": "1d", "algorithm": "sliding_window"})
 }
 
 /// A check, and how long it took.

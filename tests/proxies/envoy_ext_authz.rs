@@ -25,9 +25,11 @@ async fn setup() -> (TestApp, Upstream, Envoy) {
     let mut config = settings(None);
     config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     let app = TestApp::spawn(config).await;
+    // A day: N requests then a denial on the wall clock, and a fixed
+    // window's end is epoch-aligned (an hour's fell between them now and then).
     let api = policy(
         "api",
-        vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1d", None)],
     );
     install(&app, vec![api]);
     let upstream = Upstream::start().await;
@@ -86,7 +88,7 @@ async fn spend(envoy: &Envoy, client: &reqwest::Client, headers: &[(&str, &str)]
             ratelimit.starts_with(&format!("\"l\";r={};t=", N - 1 - i)),
             "{ratelimit}"
         );
-        assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=3600");
+        assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=86400");
         assert_eq!(h["x-ratelimit-limit"], "3");
         assert_eq!(response.text().await.unwrap(), "hello");
     }
@@ -94,9 +96,9 @@ async fn spend(envoy: &Envoy, client: &reqwest::Client, headers: &[(&str, &str)]
     assert_eq!(response.status(), 429, "{headers:?}");
     let h = response.headers();
     let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((1..=3600).contains(&retry), "{retry}");
+    assert!((1..=86_400).contains(&retry), "{retry}");
     assert!(h["ratelimit"].to_str().unwrap().starts_with("\"l\";r=0;t="));
-    assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=3600");
+    assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=86400");
     assert_eq!(h["x-ratelimit-remaining"], "0");
     assert_eq!(h["content-type"], "application/problem+json");
     let body: serde_json::Value = response.json().await.unwrap();

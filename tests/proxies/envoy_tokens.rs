@@ -34,9 +34,11 @@ async fn setup(envoy_token: Option<&str>) -> (TestApp, Upstream, Envoy) {
     config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     config.auth.tokens_file = Some(tokens);
     let app = TestApp::spawn(config).await;
+    // A day: N requests then a denial on the wall clock, and a fixed
+    // window's end is epoch-aligned (an hour's fell between them now and then).
     let api = policy(
         "api",
-        vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1d", None)],
     );
     install(&app, vec![api]);
     let upstream = Upstream::start().await;

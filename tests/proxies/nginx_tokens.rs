@@ -33,9 +33,11 @@ async fn setup(nginx_token: Option<&str>) -> (TestApp, Upstream, Nginx) {
     config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     config.auth.tokens_file = Some(tokens);
     let app = TestApp::spawn(config).await;
+    // A day: N requests then a denial on the wall clock, and a fixed
+    // window's end is epoch-aligned (an hour's fell between them now and then).
     let mut api = policy(
         "api",
-        vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1d", None)],
     );
     api.forward.deny_status = 403;
     install(&app, vec![api]);

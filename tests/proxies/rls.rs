@@ -39,7 +39,7 @@ async fn statuses_nesting_hits_addend_and_override() {
     let login = s[1].current_limit.as_ref().unwrap();
     assert_eq!(
         (login.name.as_str(), login.requests_per_unit, login.unit),
-        ("login", 2, 3)
+        ("login", 2, 4)
     );
     assert!(s[2].current_limit.is_none() && s[3].current_limit.is_none());
     assert!(s[1].duration_until_reset.as_ref().unwrap().seconds > 0);
@@ -75,12 +75,13 @@ async fn statuses_nesting_hits_addend_and_override() {
         (Over, vec![Over], vec![0])
     );
 
-    // The override bypasses the config (1 an hour, not 3; an hour, since a
-    // second's window could turn over between the two calls).
+    // The override bypasses the config (1 a day, not 3; a day, since an
+    // epoch-aligned second's, minute's or hour's window could turn over
+    // between the two calls). Unit 4 is DAY.
     let mut o = desc(&[("client", "c")]);
     o.limit = Some(RateLimitOverride {
         requests_per_unit: 1,
-        unit: 3,
+        unit: 4,
     });
     assert_eq!(rls.codes(request("edge", vec![o.clone()])).await.0, Ok);
     assert_eq!(rls.codes(request("edge", vec![o])).await.0, Over);

@@ -34,7 +34,7 @@ async fn start_with_tokens(redis: Option<&str>, tokens: &Path) -> Rls {
     start(settings).await
 }
 
-/// A call on `client`'s 3-an-hour limit.
+/// A call on `client`'s 3-a-day limit.
 fn on(client: &str) -> RateLimitRequest {
     request("edge", vec![desc(&[("client", client)])])
 }

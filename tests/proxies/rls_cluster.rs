@@ -12,13 +12,14 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use ratekeeper::app::Application;
 use support::RedisCluster;
 
-/// `client` counts per hour: a minute's window could turn over inside the
-/// sequence (gcra has no windows).
+/// `client` counts per day: a unit's window is epoch-aligned, and a
+/// minute's (or an hour's) could turn over inside the sequence (gcra has no
+/// windows).
 const CONFIG: &str = r#"
 domain: edge
 descriptors:
   - key: client
-    rate_limit: { unit: hour, requests_per_unit: 3 }
+    rate_limit: { unit: day, requests_per_unit: 3 }
   - key: tenant
     rate_limit: { unit: minute, requests_per_unit: 100, algorithm: gcra }
 "#;

@@ -21,7 +21,7 @@ use ratekeeper::domain::forward::KeySpec;
 use support::{RedisServer, TestApp, settings, unique_key};
 
 const N: usize = 3;
-/// The `per-ip` backstop policy's limit (an hour): above what one address
+/// The `per-ip` backstop policy's limit (a day): above what one address
 /// spends in the keyed test.
 const PER_IP: usize = 12;
 
@@ -30,9 +30,11 @@ async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Traefik) {
     config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     let app = TestApp::spawn(config).await;
     // The default deny_status (429): forwardAuth passes it on unchanged.
+    // A day: N requests then a denial on the wall clock, and a fixed
+    // window's end is epoch-aligned (an hour's fell between them now and then).
     let api = policy(
         "api",
-        vec![limit("l", Algorithm::FixedWindow, N as u64, "1h", None)],
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1d", None)],
     );
     let mut per_ip = policy(
         "per-ip",
@@ -40,7 +42,7 @@ async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Traefik) {
             "ip",
             Algorithm::FixedWindow,
             PER_IP as u64,
-            "1h",
+            "1d",
             None,
         )],
     );
@@ -105,9 +107,9 @@ async fn spend(
     assert_eq!(response.status(), 429, "{headers:?}");
     let h = response.headers();
     let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((1..=3600).contains(&retry), "{retry}");
+    assert!((1..=86_400).contains(&retry), "{retry}");
     assert!(h["ratelimit"].to_str().unwrap().starts_with("\"l\";r=0;t="));
-    assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=3600");
+    assert_eq!(h["ratelimit-policy"], "\"l\";q=3;w=86400");
     assert_eq!(h["content-type"], "application/problem+json");
     let body: serde_json::Value = response.json().await.unwrap();
     assert_eq!(

@@ -18,28 +18,29 @@ use tonic::transport::Channel;
 
 const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Every counted limit is per hour (and the servers are fresh per test):
-/// a per-minute window could turn over in the middle of a test's sequence
-/// and give its spent budget back.
+/// Every counted limit is per day (and the servers are fresh per test): a
+/// unit's window is epoch-aligned, so a minute's (or an hour's) could turn
+/// over in the middle of a test's sequence and give its spent budget back;
+/// a day's hardly ever does.
 pub const CONFIG: &str = r#"
 domain: edge
 descriptors:
   - key: client
-    rate_limit: { unit: hour, requests_per_unit: 3 }
+    rate_limit: { unit: day, requests_per_unit: 3 }
     descriptors:
       - key: path
         value: /login
-        rate_limit: { unit: hour, requests_per_unit: 2, name: login }
+        rate_limit: { unit: day, requests_per_unit: 2, name: login }
   - key: client
     value: vip
     rate_limit: { unlimited: true, name: vip, replaces: [{ name: global }] }
   - key: global
-    rate_limit: { unit: hour, requests_per_unit: 5, name: global }
+    rate_limit: { unit: day, requests_per_unit: 5, name: global }
   - key: shadow
     shadow_mode: true
-    rate_limit: { unit: hour, requests_per_unit: 1 }
+    rate_limit: { unit: day, requests_per_unit: 1 }
   - key: tenant
-    rate_limit: { unit: hour, requests_per_unit: 100, algorithm: sliding_window }
+    rate_limit: { unit: day, requests_per_unit: 100, algorithm: sliding_window }
 "#;
 
 pub struct Rls {

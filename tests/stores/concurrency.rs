@@ -25,8 +25,10 @@ const LIMIT: u64 = 100;
 /// and returns how many were allowed.
 async fn allowed_of_concurrent_checks(apps: &[Arc<TestApp>], algorithm: &str) -> usize {
     let key = unique_key(algorithm);
-    // A window long enough that it cannot roll over during the test.
-    let body = json!({"key": key, "limit": LIMIT, "window": "1h", "algorithm": algorithm});
+    // A day: fixed and sliding windows end on epoch-aligned boundaries, so
+    // an hour's could roll over during the test now and then; a day's
+    // hardly ever does.
+    let body = json!({"key": key, "limit": LIMIT, "window": "1d", "algorithm": algorithm});
     let barrier = Arc::new(tokio::sync::Barrier::new(REQUESTS));
     let tasks: Vec<_> = (0..REQUESTS)
         .map(|i| {
@@ -105,7 +107,7 @@ async fn embedded_store_allows_exactly_the_limit() {
 
 /// Checks of two limits, all or nothing, at the store level (the HTTP forms
 /// for several limits are tested in `tests/api/policies_api.rs`): a tight limit
-/// of 100 and a loose one of 150 per hour, of different algorithms, every
+/// of 100 and a loose one of 150 per day, of different algorithms, every
 /// algorithm in both roles.
 mod multi_limit {
     use super::*;
@@ -116,7 +118,8 @@ mod multi_limit {
 
     const TIGHT: u64 = 100;
     const LOOSE: u64 = 150;
-    const HOUR_US: u64 = 3_600_000_000;
+    /// A day: the windows' ends are epoch-aligned (see above).
+    const DAY_US: u64 = 86_400_000_000;
 
     /// (tight, loose): each algorithm once in each role.
     pub const PAIRS: [(Algorithm, Algorithm); 5] = [
@@ -133,7 +136,7 @@ mod multi_limit {
             rule: Rule {
                 algorithm,
                 limit,
-                window: Window::Length(HOUR_US),
+                window: Window::Length(DAY_US),
                 burst: limit,
             },
             scope: None,

@@ -25,15 +25,16 @@ const PAIRS: [(&str, &str, &str); 5] = [
     ("gcra_tb", "gcra", "token_bucket"),
 ];
 
-/// One policy per pair. Windows of an hour: nothing refills or rolls over
-/// during a test (a bucket refills one unit every 24 s or more).
+/// One policy per pair. Windows of a day: nothing refills or rolls over
+/// during a test (a bucket refills one unit every 9 minutes or more; the
+/// windows' ends are epoch-aligned, and an hour's could fall inside it).
 fn policies_file(dir: &std::path::Path) -> std::path::PathBuf {
     let mut text = String::new();
     for (name, tight, loose) in PAIRS {
         text.push_str(&format!(
             "[policies.{name}]\nlimits = [\n  \
-             {{ name = \"tight\", algorithm = \"{tight}\", limit = {TIGHT}, window = \"1h\" }},\n  \
-             {{ name = \"loose\", algorithm = \"{loose}\", limit = {LOOSE}, window = \"1h\" }},\n]\n\n"
+             {{ name = \"tight\", algorithm = \"{tight}\", limit = {TIGHT}, window = \"1d\" }},\n  \
+             {{ name = \"loose\", algorithm = \"{loose}\", limit = {LOOSE}, window = \"1d\" }},\n]\n\n"
         ));
     }
     let path = dir.join("policies.toml");

@@ -95,9 +95,11 @@ pub async fn ratekeeper(network: &Network, env: &[String]) -> (Container, Arc<Te
     (container, app)
 }
 
-/// A fixed-window check of `limit` per hour on `key`.
+/// A fixed-window check of `limit` per day on `key`: the rounds count
+/// exactly on the wall clock, and the window's end is epoch-aligned (an
+/// hour's could fall inside one).
 pub fn body(key: &str, limit: u64) -> Value {
-    json!({"key": key, "limit": limit, "window": "1h", "algorithm": "fixed_window"})
+    json!({"key": key, "limit": limit, "window": "1d", "algorithm": "fixed_window"})
 }
 
 /// Callers at once in an exactness round, and the limit they share.

@@ -12,9 +12,11 @@ use std::time::{Duration, Instant};
 use support::binary::{KillOnDrop, ratekeeper, run, serve};
 use support::fresh_dir;
 
-/// `n` inline checks of `key` at `base` (limit 3 a minute, so some deny).
+/// `n` inline checks of `key` at `base` (limit 3 a day, so some deny; a
+/// day, as the denials are counted exactly and a window's end is
+/// epoch-aligned: a minute's fell among the checks now and then).
 fn spend(base: &str, key: &str, n: usize) {
-    let body = format!(r#"{{"key": "{key}", "limit": 3, "window": "1m"}}"#);
+    let body = format!(r#"{{"key": "{key}", "limit": 3, "window": "1d"}}"#);
     for _ in 0..n {
         let answer = support::raw_http(base, "POST", "/v1/check", &body);
         assert!(matches!(answer, Ok((200, _))), "{answer:?}");
@@ -204,7 +206,8 @@ fn check_prints_the_decision_and_exits_by_it() {
         "{out}"
     );
 
-    let single = ["check", "--key", "k_one", "--limit", "1", "--window", "1m"];
+    // A day: the second run must find the first's unit spent.
+    let single = ["check", "--key", "k_one", "--limit", "1", "--window", "1d"];
     assert_eq!(run(&mut client(&base, &single)).0, 0);
     let (code, out, _) = run(&mut client(&base, &single));
     assert_eq!(code, 3, "denied exits 3: {out}");
@@ -239,7 +242,7 @@ fn check_prints_the_decision_and_exits_by_it() {
 fn reset_gives_the_units_back_and_policies_show_lists_the_file() {
     let file = policies_file();
     let (_server, base) = serve(&[("RATEKEEPER_POLICIES__FILE", file.to_str().unwrap())]);
-    let single = ["--key", "k_reset", "--limit", "1", "--window", "1h"];
+    let single = ["--key", "k_reset", "--limit", "1", "--window", "1d"];
     let check = |base: &str| run(&mut client(base, &[&["check"][..], &single].concat())).0;
     assert_eq!((check(&base), check(&base)), (0, 3));
     let (code, out, err) = run(&mut client(&base, &[&["reset"][..], &single].concat()));

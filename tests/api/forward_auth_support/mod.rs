@@ -41,13 +41,14 @@ pub async fn spawn(redis: Option<&str>, trusted: bool) -> TestApp {
     TestApp::spawn(config).await
 }
 
-/// One limit `l` of `n` an hour, keyed by `key_from`, with an override
+/// One limit `l` of `n` a day, keyed by `key_from`, with an override
 /// of 1000 for each of `marked` (so `X-RateLimit-Limit` shows which key
-/// was used).
+/// was used). A day: the tests count across requests on the wall clock,
+/// and the window's end is epoch-aligned.
 pub fn keyed(name: &str, n: u64, key_from: &[&str], marked: &[&str]) -> Policy {
     let mut p = policy(
         name,
-        vec![limit("l", Algorithm::FixedWindow, n, "1h", None)],
+        vec![limit("l", Algorithm::FixedWindow, n, "1d", None)],
     );
     if !key_from.is_empty() {
         p.forward = ForwardAuth {
@@ -60,7 +61,7 @@ pub fn keyed(name: &str, n: u64, key_from: &[&str], marked: &[&str]) -> Policy {
         };
     }
     for key in marked {
-        let big = vec![limit("l", Algorithm::FixedWindow, 1000, "1h", None)];
+        let big = vec![limit("l", Algorithm::FixedWindow, 1000, "1d", None)];
         p.overrides.insert(key.to_string(), big.into());
     }
     p
