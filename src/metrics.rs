@@ -64,6 +64,8 @@ pub struct Metrics {
     pub store_duration: Histogram,
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
+    /// Reservations the embedded store holds (set when /metrics is read).
+    pub store_reservations: IntGauge,
     /// Bytes the heavy-hitters sketches hold (set when /metrics is read).
     pub top_memory: IntGauge,
     /// Keys the embedded store evicted before their reset (synced when
@@ -190,6 +192,13 @@ impl Metrics {
         let store_keys = IntGauge::new(
             "ratekeeper_store_keys",
             "Keys holding state in the embedded store (memory.max_keys bounds it); 0 with Redis.",
+        )
+        .expect("valid metric");
+        let store_reservations = IntGauge::new(
+            "ratekeeper_store_reservations",
+            "Reservations (checks with reservation_ttl, until settled or expired) the embedded \
+             store holds, expired ones until swept (within memory.max_keys); 0 with Redis, \
+             where each is a key.",
         )
         .expect("valid metric");
         let top_memory = IntGauge::new(
@@ -319,6 +328,7 @@ impl Metrics {
             Box::new(invalidation_subscribed.clone()),
             Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
+            Box::new(store_reservations.clone()),
             Box::new(store_evictions.clone()),
             Box::new(top_memory.clone()),
             Box::new(redis_connections_replaced.clone()),
@@ -370,6 +380,7 @@ impl Metrics {
             invalidation_subscribed,
             invalidation_subscription_lost,
             store_keys,
+            store_reservations,
             store_evictions,
             top_memory,
             store_counters_sync: std::sync::Mutex::new(()),

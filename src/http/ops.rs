@@ -71,6 +71,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(keys) = state.limiter.store_key_count() {
         state.metrics.store_keys.set(keys as i64);
     }
+    if let Some(held) = state.limiter.store_reservation_count() {
+        state.metrics.store_reservations.set(held as i64);
+    }
     if let Some(total) = state.limiter.store_evictions() {
         state.metrics.sync_store_evictions(total);
     }

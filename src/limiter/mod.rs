@@ -197,6 +197,11 @@ impl Limiter {
         self.store.key_count()
     }
 
+    /// Reservations the store holds, if it counts them (the embedded store).
+    pub fn store_reservation_count(&self) -> Option<usize> {
+        self.store.reservation_count()
+    }
+
     /// Keys the store evicted before their reset, if it evicts (the embedded store).
     pub fn store_evictions(&self) -> Option<u64> {
         self.store.evictions()
