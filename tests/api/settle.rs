@@ -23,6 +23,7 @@ for_each_store!(app:
     unknown_expired_forged_and_edited_reservations_are_404,
     bad_settles_are_422_naming_the_field,
     only_an_allowed_check_gets_a_reservation,
+    batch_items_get_reservations,
 );
 
 /// `body` with `fields` added.
@@ -411,4 +412,76 @@ async fn a_reservation_made_on_one_instance_settles_on_another() {
         a.check(with(&body, json!({"cost": 1}))).await.1["allowed"],
         false
     );
+}
+
+/// A reservation is the store's: an answer of the failure policy (Redis
+/// unreachable, failing open) and a shadow policy's allowed denial carry
+/// none.
+#[tokio::test]
+async fn degraded_and_shadow_answers_carry_no_reservation() {
+    let nowhere = format!("redis://127.0.0.1:{}", support::free_port());
+    let mut config = settings(Some(&nowhere));
+    let redis = config.redis.as_mut().unwrap();
+    redis.timeout = Duration::from_millis(100);
+    config.failure.mode = ratekeeper::domain::FailureMode::Open;
+    let app = TestApp::spawn(config).await;
+    let body = json!({"key": unique_key("down"), "limit": 5, "window": "1h"});
+    let (answer, id) = reserve(&app, &body, 1).await;
+    assert_eq!(
+        (
+            answer["allowed"].as_bool(),
+            answer["degraded"].as_bool(),
+            id
+        ),
+        (Some(true), Some(true), None),
+        "{answer}"
+    );
+    app.stop().await;
+
+    let app = TestApp::spawn(settings(None)).await;
+    let mut shadow = policy(
+        "shadow",
+        vec![limit("hour", Algorithm::FixedWindow, 1, "1h", None)],
+    );
+    shadow.shadow = true;
+    install(&app, vec![shadow]);
+    let body = json!({"policy": "shadow", "key": unique_key("shadow")});
+    let (first, id) = reserve(&app, &body, 1).await;
+    assert!(id.is_some(), "{first}");
+    let (second, id) = reserve(&app, &body, 1).await;
+    assert_eq!(
+        (second["allowed"].as_bool(), second["shadow"].as_bool(), id),
+        (Some(true), Some(true), None),
+        "{second}"
+    );
+}
+
+/// Items of `POST /v1/checks` ask for reservations as a check does: each
+/// allowed one is answered its own, a denied one none, and each settles.
+async fn batch_items_get_reservations(app: &TestApp) {
+    let key = unique_key("batch");
+    let item = |cost: u64| json!({"key": key, "limit": 3, "window": "1h", "cost": cost, "reservation_ttl": "1m"});
+    let plain = json!({"key": unique_key("plain"), "limit": 3, "window": "1h"});
+    let (status, batch) = app
+        .post(
+            "/v1/checks",
+            &json!({"checks": [item(2), plain, item(2), item(1)]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    let results = batch["results"].as_array().unwrap();
+    let ids: Vec<Option<&str>> = results
+        .iter()
+        .map(|r| r["reservation"]["id"].as_str())
+        .collect();
+    assert!(ids[0].is_some() && ids[3].is_some(), "{batch}");
+    assert_eq!(
+        (ids[1], ids[2]),
+        (None, None),
+        "a plain and a denied item: {batch}"
+    );
+    assert_eq!(results[3]["reservation"]["expires_in_ms"], 60_000);
+    // 3 of 3 used; the first item used nothing, the last one all it reserved.
+    assert_eq!(settle(app, ids[0].unwrap(), 0).await.1["remaining"], 2);
+    assert_eq!(settle(app, ids[3].unwrap(), 1).await.1["remaining"], 2);
 }
