@@ -29,6 +29,7 @@ mod policies_reload_load;
 mod policies_watch;
 mod settle;
 mod settle_abuse;
+mod settle_refused;
 mod slow_clients;
 mod top;
 mod wait;
