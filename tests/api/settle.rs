@@ -22,6 +22,7 @@ for_each_store!(app:
     bad_settles_are_422_naming_the_field,
     only_an_allowed_check_gets_a_reservation,
     batch_items_get_reservations,
+    a_reload_between_check_and_settle,
 );
 
 /// `body` with `fields` added.
@@ -347,4 +348,38 @@ async fn batch_items_get_reservations(app: &TestApp) {
     // 3 of 3 used; the first item used nothing, the last one all it reserved.
     assert_eq!(settle(app, ids[0].unwrap(), 0).await.1["remaining"], 2);
     assert_eq!(settle(app, ids[3].unwrap(), 1).await.1["remaining"], 2);
+}
+
+/// A reservation names its policy: a reload between check and settle
+/// settles on the policy's limits as they are now, and a policy no longer
+/// loaded is a 422 `unknown_policy` that changes nothing.
+async fn a_reload_between_check_and_settle(app: &TestApp) {
+    let hourly = |n| {
+        policy(
+            "api",
+            vec![limit("hour", Algorithm::FixedWindow, n, "1h", None)],
+        )
+    };
+    install(app, vec![hourly(5)]);
+    let body = json!({"policy": "api", "key": unique_key("reload")});
+    let (_, first) = reserve(app, &body, 4).await;
+    let (_, second) = reserve(app, &body, 1).await;
+    install(app, vec![hourly(8)]);
+    let (status, settled) = settle(app, &first.unwrap(), 0).await;
+    assert_eq!(status, 200, "{settled}");
+    assert_eq!(
+        (&settled["limit"], &settled["remaining"]),
+        (&json!(8), &json!(7)),
+        "the limit in force now: {settled}"
+    );
+    install(app, vec![]);
+    let (status, answer) = settle(app, &second.unwrap(), 0).await;
+    assert_eq!(
+        (status, error(&answer).0),
+        (422, "unknown_policy"),
+        "{answer}"
+    );
+    install(app, vec![hourly(8)]);
+    let (_, look) = app.check(with(&body, json!({"cost": 0}))).await;
+    assert_eq!(look["remaining"], 7, "the 422 changed nothing: {look}");
 }

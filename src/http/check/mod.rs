@@ -5,8 +5,8 @@
 //! documented schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
-//! the same forms), `settle` (`POST /v1/settle`: the same forms with
-//! `reserved` and `actual`), `lease` (`POST /v1/release` and `/v1/renew`: the
+//! the same forms), `reserve` (a check's `reservation_ttl`), `settle`
+//! (`POST /v1/settle`: a reservation and `actual`), `lease` (`POST /v1/release` and `/v1/renew`: the
 //! same forms with `lease`), `batch` (`POST /v1/checks`: many checks, each
 //! parsed as a body here is), and here the handler and the errors
 //! only it makes (`unknown_policy`).
