@@ -18,6 +18,9 @@
 #             lease: one row is an acquire plus its release
 #   two       gcra 1000000/1s and fixed_window 1000000000/1d inline, the
 #             two-limit shape of bench/scenario.lua (SHAPE=two)
+#   reserve   fixed with "reservation_ttl": "10m": a check that asks for a
+#             reservation (POST /v1/settle); a build without reservations
+#             ignores the field, so its row is a plain fixed check
 #
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
 # For each store (embedded; Redis), binary and rule, one client sends N
@@ -52,6 +55,7 @@ rules = {
     "gcra": {"limit": 1000000, "window": "1s", "algorithm": "gcra"},
     "acquire": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
     "lease": {"limit": 10000, "algorithm": "concurrency", "lease_ttl": "1m"},
+    "reserve": {"limit": 1000000, "window": "1d", "algorithm": "fixed_window", "reservation_ttl": "10m"},
     "two": {"limits": [
         {"name": "burst", "algorithm": "gcra", "limit": 1000000, "window": "1s"},
         {"name": "daily", "algorithm": "fixed_window", "limit": 1000000000, "window": "1d"}]},

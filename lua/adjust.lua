@@ -100,6 +100,49 @@ local function settle_all(k, a, n, now, delta, pad_ms, reply)
   return check_all(k, a, n, now, 0, pad_ms, reply, 0)
 end
 
+-- Reservations (src/domain/reservation.rs): a record beside the check's
+-- state (same hash tag), at the key that follows the operation's limits'
+-- keys; `rsv` is '<ttl_ms>:<digest>' (wire.rs). The record holds the
+-- digest, then '<digest>:<delta>' once settled (delta = actual - reserved:
+-- the reservation fixes `reserved`, so equal deltas are equal actuals).
+
+-- After a check: records the reservation if every limit allowed (the
+-- values check_all wrote into `reply` from `base + 1`), living ttl_ms.
+local function reserve(key, rsv, reply, base, n)
+  for i = 1, n do
+    if reply[base + 4 * (i - 1) + 1] ~= 1 then
+      return
+    end
+  end
+  local ttl, digest = string.match(rsv, '^(%d+):(%x+)$')
+  redis.call('SET', key, digest, 'PX', ttl)
+end
+
+-- A settle of a reservation (src/store/memory/reservations.rs, the twin):
+-- only a live record holding the digest and not settled yet is settled
+-- (1), and then says so, keeping its TTL; settled before with the same
+-- delta answers 2, with another 3, and no record (or another digest) 0.
+-- Every answer but 1 changes nothing and is a look of cost 0.
+local function settle_reserved(k, a, n, now, delta, pad_ms, key, rsv)
+  local _, digest = string.match(rsv, '^(%d+):(%x+)$')
+  local record = redis.call('GET', key)
+  local mark = digest .. ':' .. int(delta)
+  local found = 0
+  if record == digest then
+    found = 1
+  elseif record == mark then
+    found = 2
+  elseif record and string.sub(record, 1, #digest + 1) == digest .. ':' then
+    found = 3
+  end
+  if found ~= 1 then
+    return check_all(k, a, n, now, 0, pad_ms, {}, 0), found
+  end
+  local reply = settle_all(k, a, n, now, delta, pad_ms, {})
+  redis.call('SET', key, mark, 'KEEPTTL')
+  return reply, 1
+end
+
 -- Releases (`renew` false) or renews `lease` on the concurrency limits
 -- (src/domain/algorithms/mod.rs, lease_all), then answers like a check of
 -- cost 0. Also returns whether the lease was live: -1 when no limit is a

@@ -27,8 +27,9 @@ local channel = ARGV[3]
 
 -- Any operation but a check: its answer (4 values per limit, in a table of
 -- its own) and whether its lease was live (-1: not a release or renewal,
--- or no concurrency limit).
-local function apply(op, k, a, n, cost, lease)
+-- or no concurrency limit), or for a settle of a reservation (`rsv` not
+-- '', its record at KEYS[k + n + 1]) what the record said.
+local function apply(op, k, a, n, cost, lease, rsv)
   if op == OP_RELEASE then
     return lease_all(k, a, n, now, lease, false, pad_ms, {})
   elseif op == OP_RENEW then
@@ -39,6 +40,9 @@ local function apply(op, k, a, n, cost, lease)
     return refund_all(k, a, n, now, cost, pad_ms, {}), -1
   elseif op == OP_SETTLE then
     -- A settle's amount is actual - reserved, signed (wire.rs).
+    if rsv ~= '' then
+      return settle_reserved(k, a, n, now, cost, pad_ms, KEYS[k + n + 1], rsv)
+    end
     return settle_all(k, a, n, now, cost, pad_ms, {}), -1
   elseif op == OP_GIVEBACK then
     -- The store time of the check given back for travels in the lease's
@@ -54,7 +58,7 @@ local reply, m = {}, 0
 local k, a, argc = 0, HEADER_ARGS, #ARGV
 while a < argc do
   local op, n, cost = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
-  local publish, lease = ARGV[a + 4], ARGV[a + 5]
+  local publish, lease, rsv = ARGV[a + 4], ARGV[a + 5], ARGV[a + 6]
   -- The operation's three leading values first, so that a check writes its
   -- answer straight after them into `reply` (no table of its own), in
   -- order (Lua keeps a table's array part only while it fills in order).
@@ -64,13 +68,20 @@ while a < argc do
   local ok, result, live
   if op == OP_CHECK then
     ok, result = pcall(check_all, k, a + OP_ARGS, n, now, cost, pad_ms, reply, m + 3, lease)
+    if ok and rsv ~= '' then
+      -- The reservation is part of the check: its failure is the check's.
+      ok, result = pcall(reserve, KEYS[k + n + 1], rsv, reply, m + 3, n)
+    end
   else
-    ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease)
+    ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease, rsv)
   end
   if ok then
     -- A release of a lease that was not live freed nothing: nobody to tell
-    -- (and a caller cannot flush every instance's cache with made-up ids).
-    if publish ~= '' and not (op == OP_RELEASE and live == 0) then
+    -- (and a caller cannot flush every instance's cache with made-up ids),
+    -- nor did a settle its reservation refused.
+    local nothing = (op == OP_RELEASE and live == 0)
+      or (op == OP_SETTLE and live ~= -1 and live ~= 1)
+    if publish ~= '' and not nothing then
       reply[m + 2] = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
     end
     if op ~= OP_CHECK then
@@ -96,5 +107,9 @@ while a < argc do
     m = m + 2
   end
   k, a = k + n, a + OP_ARGS + LIMIT_ARGS * n
+  if rsv ~= '' then
+    -- The reservation's record key.
+    k = k + 1
+  end
 end
 return reply

@@ -65,6 +65,8 @@ pub struct Metrics {
     /// Keys the embedded store holds (set when /metrics is read).
     pub store_keys: IntGauge,
     pub store_leases: IntGauge,
+    /// Reservations the embedded store holds (set when /metrics is read).
+    pub store_reservations: IntGauge,
     /// Bytes the heavy-hitters sketches hold (set when /metrics is read).
     pub top_memory: IntGauge,
     /// Keys the embedded store evicted before their reset (synced when
@@ -199,6 +201,13 @@ impl Metrics {
              included; each counts against memory.max_keys like a key. 0 with Redis.",
         )
         .expect("valid metric");
+        let store_reservations = IntGauge::new(
+            "ratekeeper_store_reservations",
+            "Reservations (checks with reservation_ttl, until settled or expired) the embedded \
+             store holds, expired ones until swept (within memory.max_keys); 0 with Redis, \
+             where each is a key.",
+        )
+        .expect("valid metric");
         let top_memory = IntGauge::new(
             "ratekeeper_top_memory_bytes",
             "Bytes the heavy-hitters sketches of GET /v1/top hold (their counters and keys); \
@@ -327,6 +336,7 @@ impl Metrics {
             Box::new(invalidation_subscription_lost.clone()),
             Box::new(store_keys.clone()),
             Box::new(store_leases.clone()),
+            Box::new(store_reservations.clone()),
             Box::new(store_evictions.clone()),
             Box::new(top_memory.clone()),
             Box::new(redis_connections_replaced.clone()),
@@ -379,6 +389,7 @@ impl Metrics {
             invalidation_subscription_lost,
             store_keys,
             store_leases,
+            store_reservations,
             store_evictions,
             top_memory,
             store_counters_sync: std::sync::Mutex::new(()),

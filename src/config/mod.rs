@@ -189,6 +189,7 @@ const KNOWN_KEYS: &[&str] = &[
     "limits.max_batch",
     "limits.max_lease_keys",
     "limits.max_lease_ttl",
+    "limits.max_reservation_ttl",
     "limits.max_concurrency",
     "policies.file",
     "policies.poll_interval",

@@ -104,6 +104,16 @@ pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>, Optio
         Ok(_) => Err("must be whole milliseconds from 1ms to 1d".to_string()),
         Err(m) => Err(m),
     });
+    // A reservation is one small record per allowed check that asked for
+    // one; a day bounds how long a settle can come.
+    let max_reservation_ttl_us =
+        r.parse("limits.max_reservation_ttl", |s| {
+            match parse_duration_us(s) {
+                Ok(us) if (1_000..=MAX_LEASE_TTL_US).contains(&us) && us % 1_000 == 0 => Ok(us),
+                Ok(_) => Err("must be whole milliseconds from 1ms to 1d".to_string()),
+                Err(m) => Err(m),
+            }
+        });
     // One key's leases are one sorted set of at most this many members,
     // and every acquire counts them (ZCOUNT, O(log n)).
     let max_concurrency = r.parse("limits.max_concurrency", |s| int_in(s, 1, 100_000));
@@ -116,6 +126,7 @@ pub(super) fn read_limits(r: &mut Reader) -> (Option<Bounds>, Option<u64>, Optio
             max_waiters: max_waiters? as usize,
             max_waiters_per_key: max_waiters_per_key? as usize,
             max_lease_ttl_us: max_lease_ttl_us?,
+            max_reservation_ttl_us: max_reservation_ttl_us?,
             max_concurrency: max_concurrency?,
         })
     })();

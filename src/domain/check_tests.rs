@@ -109,3 +109,31 @@ fn key_may_hold_any_utf8() {
     i.key = "a {b}\n ü".into();
     assert!(Check::new(i, &Bounds::default()).is_ok());
 }
+
+/// D8: a lease_ttl past `limits.max_lease_ttl` (1h) was told to try "1d".
+#[test]
+fn a_too_long_ttl_is_told_only_examples_that_fit() {
+    let mut i = input(Algorithm::Concurrency);
+    i.rule.window = None;
+    i.rule.lease_ttl = Some(WindowInput::Text("2h".into()));
+    let e = Check::new(i, &Bounds::default()).unwrap_err();
+    assert_eq!(e.field, "lease_ttl");
+    assert!(e.message.contains("to 1h"), "{}", e.message);
+    assert!(!e.message.contains("\"1d\""), "{}", e.message);
+    let bounds = Bounds {
+        max_reservation_ttl_us: 60_000_000,
+        ..Bounds::default()
+    };
+    let e =
+        crate::domain::reservation_ttl_ms(&WindowInput::Text("2m".into()), &bounds).unwrap_err();
+    assert_eq!(e.field, "reservation_ttl");
+    assert!(
+        e.message.contains("\"1m\"") && !e.message.contains("\"1h\""),
+        "{}",
+        e.message
+    );
+    assert_eq!(
+        crate::domain::reservation_ttl_ms(&WindowInput::Seconds(30), &bounds),
+        Ok(30_000)
+    );
+}

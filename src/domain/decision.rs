@@ -142,6 +142,13 @@ impl Decision {
         self
     }
 
+    /// Whether the store recorded the reservation a check asked for: every
+    /// limit allowed (so not a shadow policy's allowed denial), and the
+    /// store answered (not the failure policy, which records nothing).
+    pub fn reserved(&self) -> bool {
+        !self.degraded && self.limits.iter().all(|l| l.allowed)
+    }
+
     /// The same decision answered by the failure policy.
     pub fn degraded(self) -> Self {
         Decision {

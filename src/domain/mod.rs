@@ -23,6 +23,7 @@ pub mod forward;
 mod lease;
 pub mod lease_mode;
 pub mod policy;
+pub mod reservation;
 pub mod rls;
 mod rule;
 pub mod state_key;
@@ -40,10 +41,12 @@ pub use failure::{FailureMode, FailurePolicy};
 pub use lease::{Lease, LeaseId};
 pub use lease_mode::LeaseMode;
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
+pub use reservation::{Granted, Reservation};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,
 };
 pub use window::{Calendar, CalendarUnit, Window, Zone};
+pub use window_input::reservation_ttl_ms;
 
 /// Microseconds per millisecond.
 pub const US_PER_MS: u64 = 1_000;

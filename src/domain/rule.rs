@@ -173,6 +173,8 @@ pub struct Bounds {
     pub max_waiters_per_key: usize,
     /// Longest `lease_ttl` of a concurrency limit (`limits.max_lease_ttl`).
     pub max_lease_ttl_us: u64,
+    /// Longest `reservation_ttl` of a check (`limits.max_reservation_ttl`).
+    pub max_reservation_ttl_us: u64,
     /// Largest `limit` of a concurrency limit (`limits.max_concurrency`):
     /// one key's leases are that many sorted-set members at most.
     pub max_concurrency: u64,
@@ -188,6 +190,7 @@ impl Default for Bounds {
             max_waiters: 10_000,
             max_waiters_per_key: 1_000,
             max_lease_ttl_us: 3_600_000_000,
+            max_reservation_ttl_us: 3_600_000_000,
             max_concurrency: 10_000,
         }
     }

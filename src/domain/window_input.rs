@@ -33,15 +33,38 @@ fn length_us(
         WindowInput::Text(t) => super::parse_duration_us(t).map_err(|m| invalid(field, m))?,
     };
     if !(1_000..=max_us).contains(&length) || length % 1_000 != 0 {
+        // Only examples that are allowed: a lease_ttl of at most 1h was
+        // once told to try "1d".
+        let examples: Vec<String> = EXAMPLES
+            .iter()
+            .filter(|(_, us)| *us <= max_us)
+            .map(|(text, _)| format!("{text:?}"))
+            .collect();
         return Err(invalid(
             field,
             format!(
-                "must be a whole number of milliseconds from 1ms to {} (e.g. \"250ms\", \"10s\", \"1m\", \"1h\", \"1d\", or seconds as an integer)",
-                super::format_duration_us(max_us)
+                "must be a whole number of milliseconds from 1ms to {} (e.g. {}, or seconds as an integer)",
+                super::format_duration_us(max_us),
+                examples.join(", ")
             ),
         ));
     }
     Ok(length)
+}
+
+/// The examples a message about a length gives, with their lengths.
+const EXAMPLES: [(&str, u64); 5] = [
+    ("250ms", 250_000),
+    ("10s", 10_000_000),
+    ("1m", 60_000_000),
+    ("1h", 3_600_000_000),
+    ("1d", 86_400_000_000),
+];
+
+/// A check's `reservation_ttl`: how long its reservation can be settled,
+/// from 1 ms to `limits.max_reservation_ttl`, in whole milliseconds.
+pub fn reservation_ttl_ms(input: &WindowInput, bounds: &Bounds) -> Result<u64, ValidationError> {
+    length_us("reservation_ttl", input, bounds.max_reservation_ttl_us).map(|us| us / 1_000)
 }
 
 /// A concurrency limit's window: its lease TTL, given as `lease_ttl` (a

@@ -28,6 +28,15 @@ pub enum ApiError {
     /// file is loaded); the message lists the loaded names.
     #[error("{0}")]
     UnknownPolicy(String),
+    /// A settle naming a reservation the store does not hold: never
+    /// made (a denied or degraded check's), expired, or not an id as
+    /// handed out (edited). Nothing changed.
+    #[error("{0}")]
+    UnknownReservation(String),
+    /// A settle of a reservation already settled with another `actual`.
+    /// Nothing changed.
+    #[error("{0}")]
+    ReservationSettled(String),
     /// Fields of two request forms in one body; the message names them.
     #[error("{0}")]
     MixedForms(String),
@@ -87,7 +96,9 @@ pub struct ErrorDetail {
     /// reset or refund the store could not apply); overloaded (503, too
     /// many connections); missing_token and invalid_token (401),
     /// insufficient_scope (403), and invalid_request with status 400 for a
-    /// malformed `Authorization` header, with bearer authentication.
+    /// malformed `Authorization` header, with bearer authentication;
+    /// unknown_reservation (404) and reservation_settled (409) from
+    /// `POST /v1/settle`.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// What is wrong and what is allowed.
@@ -105,6 +116,8 @@ impl ApiError {
             ApiError::InvalidRequest(_) => (StatusCode::UNPROCESSABLE_ENTITY, "invalid_request"),
             ApiError::UnknownPolicy(_) => (StatusCode::UNPROCESSABLE_ENTITY, "unknown_policy"),
             ApiError::MixedForms(_) => (StatusCode::UNPROCESSABLE_ENTITY, "mixed_forms"),
+            ApiError::UnknownReservation(_) => (StatusCode::NOT_FOUND, "unknown_reservation"),
+            ApiError::ReservationSettled(_) => (StatusCode::CONFLICT, "reservation_settled"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),

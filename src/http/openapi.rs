@@ -52,7 +52,7 @@ struct TopDoc;
 #[derive(OpenApi)]
 #[openapi(
     paths(super::check::adjust::reset, super::check::adjust::refund),
-    components(schemas(ResetForms))
+    components(schemas(ResetForms, super::check::RefundForms))
 )]
 struct AdjustDoc;
 
@@ -60,7 +60,7 @@ struct AdjustDoc;
 #[derive(OpenApi)]
 #[openapi(
     paths(super::check::settle::settle),
-    components(schemas(super::check::settle::SettleForms))
+    components(schemas(super::check::settle::SettleRequest, super::check::ReservationResponse))
 )]
 struct SettleDoc;
 

@@ -74,6 +74,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(leases) = state.limiter.store_lease_count() {
         state.metrics.store_leases.set(leases as i64);
     }
+    if let Some(held) = state.limiter.store_reservation_count() {
+        state.metrics.store_reservations.set(held as i64);
+    }
     if let Some(total) = state.limiter.store_evictions() {
         state.metrics.sync_store_evictions(total);
     }

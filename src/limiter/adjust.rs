@@ -6,8 +6,8 @@
 use std::time::Instant;
 
 use super::{FailureMode, Limiter, LimiterError};
-use crate::domain::{Check, Decision, Lease, LeaseId};
-use crate::store::{Applied, Op, StoreError};
+use crate::domain::{Check, Decision, Lease, LeaseId, Reservation};
+use crate::store::{Applied, Op, Settled, StoreError};
 
 /// What a reset, refund, settle, release or renewal does to a check's state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,7 +18,10 @@ pub enum Adjustment<'a> {
     Refund,
     /// Settles the reservation `cost` as `actual` on every limit
     /// ([`OpKind::Settle`](crate::store::OpKind::Settle)).
-    Settle { actual: u64 },
+    Settle {
+        actual: u64,
+        reservation: Option<&'a Reservation>,
+    },
     /// Frees the lease on the check's concurrency limit
     /// ([`OpKind::Release`](crate::store::OpKind::Release)).
     Release(&'a LeaseId),
@@ -46,7 +49,10 @@ impl<'a> Adjustment<'a> {
         match self {
             Adjustment::Reset => Op::reset(check),
             Adjustment::Refund => Op::refund(check),
-            Adjustment::Settle { actual } => Op::settle(check, actual),
+            Adjustment::Settle {
+                actual,
+                reservation,
+            } => Op::settle(check, actual).reserving(reservation),
             Adjustment::Release(lease) => Op::release(check, lease),
             Adjustment::Renew(lease) => Op::renew(check, lease),
         }
@@ -60,6 +66,8 @@ pub struct Adjusted {
     pub decision: Decision,
     /// `Some` for a release or renewal of a check with a concurrency limit.
     pub lease: Option<bool>,
+    /// `Some` for a settle of a reservation: what its record said.
+    pub reservation: Option<Settled>,
 }
 
 impl Limiter {
@@ -78,9 +86,20 @@ impl Limiter {
     /// Settles the reservation `check.cost` as `actual` on every limit of
     /// `check` and answers like a check of cost 0 afterwards. Like a
     /// refund it ends cached denials of the key here and on every
-    /// instance: below the reservation it makes room.
-    pub async fn settle(&self, check: &Check, actual: u64) -> Result<Decision, LimiterError> {
-        self.adjust(Adjustment::Settle { actual }, check).await
+    /// instance: below the reservation it makes room. With `reservation`,
+    /// only once, and only if the store holds it ([`Adjusted::reservation`]
+    /// says what it found).
+    pub async fn settle(
+        &self,
+        check: &Check,
+        actual: u64,
+        reservation: Option<&Reservation>,
+    ) -> Result<Adjusted, LimiterError> {
+        let op = Adjustment::Settle {
+            actual,
+            reservation,
+        };
+        self.adjust_leased(op, check).await
     }
 
     /// Frees `lease` on the concurrency limit of `check` and answers like
@@ -167,6 +186,7 @@ impl Limiter {
                         (Some(a), Some(b)) => Some(a || b),
                         (a, b) => a.or(b),
                     },
+                    reservation: adjusted.reservation,
                 })
             }
             Err(_) if answered_locally => {
@@ -175,6 +195,7 @@ impl Limiter {
                 Ok(Adjusted {
                     decision: Decision::from_outcomes(check, &local.outcomes).degraded(),
                     lease: Some(true),
+                    reservation: None,
                 })
             }
             Err(error) => {

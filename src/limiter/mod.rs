@@ -48,7 +48,7 @@ use self::wait::Waiting;
 use self::wait::queue::Waiters;
 use self::wait::timer::{Timer, TokioTimer};
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
-use crate::domain::{Check, Clock, Decision, LeaseId, MonotonicClock};
+use crate::domain::{Check, Clock, Decision, LeaseId, MonotonicClock, Reservation};
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
 use crate::store::{Store, StoreError};
@@ -202,6 +202,11 @@ impl Limiter {
         self.store.lease_count()
     }
 
+    /// Reservations the store holds, if it counts them (the embedded store).
+    pub fn store_reservation_count(&self) -> Option<usize> {
+        self.store.reservation_count()
+    }
+
     /// Keys the store evicted before their reset, if it evicts (the embedded store).
     pub fn store_evictions(&self) -> Option<u64> {
         self.store.evictions()
@@ -219,6 +224,20 @@ impl Limiter {
 
     pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
         let decision = self.decide(check).await?;
+        self.observe(check, &decision);
+        Ok(decision)
+    }
+
+    /// [`Limiter::check`] that records `reservation` in the store, in the
+    /// same call, if every limit allows (`domain::reservation`). The
+    /// reservation is the caller's iff [`Decision::reserved`]: a denial, a
+    /// degraded answer or a shadow policy's allowed denial recorded none.
+    pub async fn check_reserving(
+        &self,
+        check: &Check,
+        reservation: &Reservation,
+    ) -> Result<Decision, LimiterError> {
+        let decision = self.decide_reserving(check, Some(reservation)).await?;
         self.observe(check, &decision);
         Ok(decision)
     }

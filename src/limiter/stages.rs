@@ -19,17 +19,30 @@ use super::deny_cache::DenyCache;
 use super::domains::Permit;
 use super::wait::queue::Waiters;
 use super::{Limiter, LimiterError, health};
-use crate::domain::{Check, Decision, LeaseId, Outcome};
+use crate::domain::{Check, Decision, LeaseId, Outcome, Reservation};
 use crate::store::{Op, Store, StoreError};
 
 impl Limiter {
     /// One check through the stages, without observing it (a waiting check
     /// counts its answer once, not each try: see `wait`).
     pub(super) async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
+        self.decide_reserving(check, None).await
+    }
+
+    /// [`Limiter::decide`], recording `reservation` in the store if every
+    /// limit allows. Such a check is never answered from a leased chunk:
+    /// its record must be written with its spend, in the same store call.
+    pub(super) async fn decide_reserving(
+        &self,
+        check: &Check,
+        reservation: Option<&Reservation>,
+    ) -> Result<Decision, LimiterError> {
         if let Some(decision) = self.local_answer(check) {
             return Ok(decision);
         }
-        if let Some(answer) = self.leased(check).await {
+        if reservation.is_none()
+            && let Some(answer) = self.leased(check).await
+        {
             return answer;
         }
         let lease = lease_for(check);
@@ -38,7 +51,7 @@ impl Limiter {
         };
         let asked = self.asking();
         let guard = self.guard(check, lease.as_ref());
-        let op = op_for(check, lease.as_ref());
+        let op = op_for(check, lease.as_ref()).reserving(reservation);
         let result = self.store.apply(&[op]).await.pop().unwrap_or_else(|| {
             Err(StoreError::Backend(
                 "a store answered one operation with no answer".into(),
@@ -57,6 +70,16 @@ impl Limiter {
     /// ones the store must answer in one store call (one round trip per
     /// cluster slot), applied in their order. Each is observed.
     pub async fn check_many(&self, checks: &[Check]) -> Vec<Result<Decision, LimiterError>> {
+        self.check_many_reserving(checks, &[]).await
+    }
+
+    /// [`Limiter::check_many`], each check recording the reservation at
+    /// its index in `reservations` (if any) when every limit allows.
+    pub async fn check_many_reserving(
+        &self,
+        checks: &[Check],
+        reservations: &[Option<Reservation>],
+    ) -> Vec<Result<Decision, LimiterError>> {
         let mut answers: Vec<Option<Result<Decision, LimiterError>>> =
             checks.iter().map(|_| None).collect();
         let mut to_store: Vec<(usize, Permit)> = Vec::new();
@@ -78,7 +101,10 @@ impl Limiter {
                 .collect();
             let ops: Vec<Op> = to_store
                 .iter()
-                .map(|&(i, _)| op_for(&checks[i], leases[i].as_ref()))
+                .map(|&(i, _)| {
+                    let reservation = reservations.get(i).and_then(Option::as_ref);
+                    op_for(&checks[i], leases[i].as_ref()).reserving(reservation)
+                })
                 .collect();
             let results: Vec<_> = self
                 .store

@@ -7,7 +7,7 @@ mod op;
 pub mod redis;
 pub mod scripts;
 
-pub use op::{Applied, Op, OpKind};
+pub use op::{Applied, Op, OpKind, Settled};
 
 use async_trait::async_trait;
 
@@ -104,6 +104,13 @@ pub trait Store: Send + Sync + 'static {
     /// so itself (the embedded store at `memory.max_keys`); Redis counts its
     /// own in `INFO stats`.
     fn evictions(&self) -> Option<u64> {
+        None
+    }
+
+    /// Reservations held (`domain::reservation`), where the store keeps
+    /// them itself (the embedded store, bounded by `memory.max_keys`);
+    /// Redis counts them among its keys.
+    fn reservation_count(&self) -> Option<usize> {
         None
     }
 

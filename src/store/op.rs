@@ -4,7 +4,7 @@
 //! store has one way in ([`Store::apply`](super::Store::apply)) and one
 //! round trip can carry any mix of them.
 
-use crate::domain::{Check, LeaseId, Outcome};
+use crate::domain::{Check, LeaseId, Outcome, Reservation};
 
 /// What an operation does to its check's limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,6 +23,9 @@ pub enum OpKind {
     /// each on its own (`domain::algorithms::settle`): below `cost` a refund
     /// of the difference; above it the difference spent without a check,
     /// which may go past the limit. Then answers like a check of cost 0.
+    /// With a reservation ([`Op::reservation`]), only if its record holds
+    /// the reservation's digest and is not settled yet; it then records
+    /// `actual` ([`Applied::reservation`] says which it was).
     Settle { actual: u64 },
     /// Frees the operation's lease on the check's concurrency limit at
     /// once ([`Applied::lease`]: whether it was live), then answers like a
@@ -69,6 +72,46 @@ pub struct Op<'a> {
     /// release or renewal names; generated before the store call
     /// ([`LeaseId::generate`]). `None`: the empty id.
     pub lease: Option<&'a LeaseId>,
+    /// A check's: the reservation it records if allowed (its record lives
+    /// `ttl_ms`). A settle's: the reservation it settles, once. `None`:
+    /// neither, and no store work for it (`domain::reservation`).
+    pub reservation: Option<&'a Reservation>,
+}
+
+/// What a settle found of its reservation's record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// Missing, expired, or of another reservation: nothing changed.
+    Unknown,
+    /// Settled now.
+    Now,
+    /// Settled before with the same `actual`: nothing changed.
+    Again,
+    /// Settled before with another `actual`: nothing changed.
+    Conflict,
+}
+
+impl Settled {
+    /// The number the script answers for it (`lua/adjust.lua`).
+    pub fn code(self) -> i64 {
+        match self {
+            Settled::Unknown => 0,
+            Settled::Now => 1,
+            Settled::Again => 2,
+            Settled::Conflict => 3,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Option<Settled> {
+        [
+            Settled::Unknown,
+            Settled::Now,
+            Settled::Again,
+            Settled::Conflict,
+        ]
+        .into_iter()
+        .find(|s| s.code() == code)
+    }
 }
 
 impl<'a> Op<'a> {
@@ -77,6 +120,7 @@ impl<'a> Op<'a> {
             kind: OpKind::Check,
             check,
             lease: None,
+            reservation: None,
         }
     }
 
@@ -86,6 +130,7 @@ impl<'a> Op<'a> {
             kind: OpKind::Check,
             check,
             lease: Some(lease),
+            reservation: None,
         }
     }
 
@@ -95,6 +140,7 @@ impl<'a> Op<'a> {
             kind: OpKind::Release,
             check,
             lease: Some(lease),
+            reservation: None,
         }
     }
 
@@ -104,6 +150,16 @@ impl<'a> Op<'a> {
             kind: OpKind::Renew,
             check,
             lease: Some(lease),
+            reservation: None,
+        }
+    }
+
+    /// This operation with `reservation`: a check recording it, a settle
+    /// naming it.
+    pub fn reserving(self, reservation: Option<&'a Reservation>) -> Op<'a> {
+        Op {
+            reservation,
+            ..self
         }
     }
 
@@ -117,6 +173,7 @@ impl<'a> Op<'a> {
             kind: OpKind::Reset,
             check,
             lease: None,
+            reservation: None,
         }
     }
 
@@ -125,6 +182,7 @@ impl<'a> Op<'a> {
             kind: OpKind::Refund,
             check,
             lease: None,
+            reservation: None,
         }
     }
 
@@ -135,6 +193,7 @@ impl<'a> Op<'a> {
             kind: OpKind::GiveBack { at_us },
             check,
             lease: None,
+            reservation: None,
         }
     }
 
@@ -144,6 +203,7 @@ impl<'a> Op<'a> {
             kind: OpKind::Settle { actual },
             check,
             lease: None,
+            reservation: None,
         }
     }
 }
@@ -171,6 +231,9 @@ pub struct Applied {
     /// [`Op::give_back`] of a check names. `None` only from
     /// [`Applied::unshared`] without [`Applied::at`] (test doubles).
     pub at_us: Option<u64>,
+    /// For a settle naming a reservation: what its record said. `None`
+    /// for every other operation.
+    pub reservation: Option<Settled>,
 }
 
 impl Applied {
@@ -181,6 +244,7 @@ impl Applied {
             published: None,
             lease: None,
             at_us: None,
+            reservation: None,
         }
     }
 

@@ -70,9 +70,9 @@ async fn call(
         let check = json!({"key": "k", "limit": 10, "window": "1m"});
         let body = match path {
             "/v1/checks" => json!({ "checks": [check] }),
-            "/v1/settle" => {
-                json!({"key": "k", "limit": 10, "window": "1m", "reserved": 1, "actual": 1})
-            }
+            // A real reservation, made with a check token (a settle
+            // without a good token is refused before its body is read).
+            "/v1/settle" => json!({"reservation": reservation(app).await, "actual": 1}),
             // A lease nobody holds: released/renewed false, still a 200.
             "/v1/release" | "/v1/renew" => json!({
                 "key": "k", "limit": 2, "algorithm": "concurrency", "lease_ttl": "1m",
@@ -92,6 +92,21 @@ async fn call(
         .get("www-authenticate")
         .map(|v| v.to_str().unwrap().to_string());
     (status, challenge, response.text().await.unwrap())
+}
+
+/// The reservation of a check made with a check token.
+async fn reservation(app: &TestApp) -> String {
+    let check = json!({"key": "k", "limit": 1000, "window": "1m", "reservation_ttl": "1m"});
+    let request = app.http.post(app.url("/v1/check")).bearer_auth(CHECK);
+    let answer: serde_json::Value = request
+        .json(&check)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["reservation"]["id"].as_str().unwrap().to_owned()
 }
 
 fn code(body: &str) -> String {

@@ -28,6 +28,8 @@ mod policies_reload;
 mod policies_reload_load;
 mod policies_watch;
 mod settle;
+mod settle_abuse;
+mod settle_refused;
 mod slow_clients;
 mod top;
 mod wait;

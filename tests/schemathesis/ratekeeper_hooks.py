@@ -58,10 +58,10 @@ LEASED_PATHS = ("/v1/release", "/v1/renew")
 
 
 def _positive_check(case):
-    # Reset, refund, settle, release and renew take the same forms, with
-    # the same rules (a settle's `reserved` as a cost, its `actual` up to
-    # 100 capacities).
-    paths = ("/v1/check", "/v1/reset", "/v1/refund", "/v1/settle") + LEASED_PATHS
+    # Reset, refund, release and renew take the same forms, with the same
+    # rules. A settle names a reservation, which no generated string is:
+    # its positive cases are answered 404 unknown_reservation, as documented.
+    paths = ("/v1/check", "/v1/reset", "/v1/refund") + LEASED_PATHS
     return _positive(case) and case.operation.path in paths and isinstance(case.body, dict)
 
 
@@ -71,6 +71,7 @@ def map_case(context, case):
         if case.operation.path in LEASED_PATHS:
             _leased(case.body)
         _within_cross_field_rules(case.body)
+        _reservation_ttl(case.body)
     if _positive(case) and case.operation.path == "/v1/top" and isinstance(case.query, dict):
         # Its parameter example (`api`) is a policy of the example file,
         # not this run's; any other name is rightly a 422 unknown_policy.
@@ -175,6 +176,22 @@ def _inline_limits(body):
         # A concurrency limit bounds the cost only when it is alone.
         rates = [c for c in capacities if c is not LEASE]
         _cost_within(body, min(rates) if rates else 1)
+
+
+def _reservation_ttl(body):
+    """A check's reservation_ttl within limits.max_reservation_ttl (1h),
+    never with a wait_ms above 0 nor on a check whose only limits are
+    concurrency limits (both 422s)."""
+    if "reservation_ttl" not in body:
+        return
+    limits = body.get("limits") if isinstance(body.get("limits"), list) else [body]
+    only_leases = all(isinstance(l, dict) and l.get("algorithm") == "concurrency" for l in limits)
+    if only_leases:
+        del body["reservation_ttl"]
+        return
+    body["reservation_ttl"] = "1m"
+    if body.get("wait_ms"):
+        body["wait_ms"] = 0
 
 
 # The most a settle's `actual` may be, in capacities (MAX_SETTLE_CAPACITIES).

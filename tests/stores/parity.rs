@@ -27,6 +27,8 @@ use support::{RedisServer, unique_key};
 mod cache;
 #[path = "parity/leases.rs"]
 mod leases;
+#[path = "parity/reservations.rs"]
+mod reservations;
 
 /// Around 2026 in microseconds: large enough to exercise Lua's number range.
 const EPOCH_2026_US: u64 = 1_767_225_600_000_000;

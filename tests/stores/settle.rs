@@ -175,7 +175,7 @@ async fn the_limiter_drops_cached_denials_on_settle(store: Arc<dyn Store>, clock
     // Denied, and cached until the window ends.
     assert!(!limiter.check(&c).await.unwrap().allowed);
     assert!(!limiter.check(&c).await.unwrap().allowed);
-    let settled = limiter.settle(&c, 2).await.unwrap();
+    let settled = limiter.settle(&c, 2, None).await.unwrap().decision;
     assert!(settled.allowed, "3 of 5 used after the settle");
     assert!(limiter.check(&with_cost(&c, 2)).await.unwrap().allowed);
 }

@@ -5,7 +5,7 @@
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 
-use super::forms::{CheckForms, ResetForms};
+use super::forms::{RefundForms, ResetForms};
 use super::response::CheckResponse;
 use super::{Parsed, parse, respond};
 use crate::domain::validate_wait_ms;
@@ -60,7 +60,7 @@ pub async fn reset(State(state): State<AppState>, request: Request) -> Response 
     post,
     path = "/v1/refund",
     tag = "limits",
-    request_body(content = CheckForms, content_type = "application/json"),
+    request_body(content = RefundForms, content_type = "application/json"),
     responses(
         (status = 200, description = "Refunded; the state afterwards, as a check of cost 0 reports it", body = CheckResponse),
         (status = 400, description = "Malformed JSON", body = ErrorBody),
@@ -88,7 +88,14 @@ async fn adjust(
         mut check,
         has_cost,
         wait_ms,
+        reservation,
     } = parse(state, request).await?;
+    if reservation.is_some() {
+        return Err(ApiError::InvalidRequest(format!(
+            "reservation_ttl: only a check takes a reservation, not a {}",
+            op.as_str()
+        )));
+    }
     // `wait_ms` is part of the shared forms: validated as for a check, then
     // ignored, since a reset or a refund never waits.
     validate_wait_ms(wait_ms, &state.bounds)?;

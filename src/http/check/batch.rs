@@ -35,7 +35,9 @@ use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
 
+use super::reserve::Ask;
 use super::response::CheckResponse;
+use super::response::ReservationResponse;
 use super::{Form, body_for, parse_check};
 use crate::domain::Check;
 use crate::http::MAX_BODY_BYTES;
@@ -101,23 +103,42 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
     }
     let mut forms = Vec::with_capacity(checks.kept.len());
     let mut valid = Vec::with_capacity(checks.kept.len());
+    // Each valid check's reservation (and its id and TTL), if it asked for one.
+    let mut reservations = Vec::new();
+    let mut granted = Vec::new();
     for raw in checks.kept {
-        forms.push(item(state, raw).map(|(form, check)| {
+        forms.push(item(state, raw).map(|(form, check, ask)| {
             valid.push(check);
+            if let Some(ask) = ask {
+                let (reservation, id) = ask.reservation();
+                reservations.resize(valid.len() - 1, None);
+                reservations.push(Some(reservation));
+                granted.resize(valid.len() - 1, None);
+                granted.push(Some((id, ask.ttl_ms)));
+            }
             form
         }));
     }
     let mut decided = if valid.is_empty() {
         Vec::new().into_iter()
-    } else {
+    } else if reservations.is_empty() {
         state.limiter.check_many(&valid).await.into_iter()
+    } else {
+        let answers = state.limiter.check_many_reserving(&valid, &reservations);
+        answers.await.into_iter()
     };
+    let mut granted = granted.into_iter();
     let results = forms
         .into_iter()
         .map(|form| {
             let answer = form.and_then(|form| {
+                let reserved = granted.next().flatten();
                 let decision = decided.next().expect("one answer per valid check")?;
-                Ok(body_for(form, &decision))
+                let mut body = body_for(form, &decision);
+                if let Some((id, ttl_ms)) = reserved {
+                    body.reservation = ReservationResponse::granted(&decision, id, ttl_ms);
+                }
+                Ok(body)
             });
             match answer {
                 Ok(body) => BatchItem::decided(body),
@@ -130,7 +151,7 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
 
 /// One item: the check it asks, in the form it was asked in (the shape of
 /// its answer).
-fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check), ApiError> {
+fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check, Option<Ask>), ApiError> {
     // No item larger than a body POST /v1/check takes: parsing one costs
     // a few times its size, and the batch's own cap is many times more.
     if raw.get().len() > MAX_BODY_BYTES {
@@ -144,7 +165,7 @@ fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check), ApiError> {
                 .into(),
         ));
     }
-    Ok((parsed.form, parsed.check))
+    Ok((parsed.form, parsed.check, parsed.reservation))
 }
 
 /// The request body, as parsed. Named as the schema names it, since

@@ -14,9 +14,10 @@ use super::request::RULE_FIELDS;
 
 /// The names [`Present`] records, in bit order: the two lead fields, every
 /// one of [`RULE_FIELDS`] (one list, so a new rule field is recorded too),
-/// and the two a handler may refuse.
-const NAMES: [&str; 4 + RULE_FIELDS.len()] = {
-    let mut names = [""; 4 + RULE_FIELDS.len()];
+/// and those a handler may refuse or needs (`reservation_ttl`, a settle's
+/// `reservation`).
+const NAMES: [&str; 6 + RULE_FIELDS.len()] = {
+    let mut names = [""; 6 + RULE_FIELDS.len()];
     names[0] = "policy";
     names[1] = "limits";
     let mut i = 0;
@@ -26,6 +27,8 @@ const NAMES: [&str; 4 + RULE_FIELDS.len()] = {
     }
     names[2 + RULE_FIELDS.len()] = "cost";
     names[3 + RULE_FIELDS.len()] = "wait_ms";
+    names[4 + RULE_FIELDS.len()] = "reservation_ttl";
+    names[5 + RULE_FIELDS.len()] = "reservation";
     names
 };
 

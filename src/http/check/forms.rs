@@ -40,7 +40,23 @@ impl ToSchema for ResetForms {
 
 impl PartialSchema for ResetForms {
     fn schema() -> RefOr<Schema> {
-        forms(&["cost"], "Reset")
+        forms(&["cost", "reservation_ttl"], "Reset")
+    }
+}
+
+/// The request body of `POST /v1/refund`: the three forms of a check
+/// without `reservation_ttl`.
+pub struct RefundForms;
+
+impl ToSchema for RefundForms {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "RefundRequest".into()
+    }
+}
+
+impl PartialSchema for RefundForms {
+    fn schema() -> RefOr<Schema> {
+        forms(&["reservation_ttl"], "Refund")
     }
 }
 

@@ -50,7 +50,9 @@ impl PartialSchema for LeaseForms {
         let RefOr::T(Schema::Object(field)) = LeaseField::schema() else {
             unreachable!("a derived struct schema is an inline object")
         };
-        let RefOr::T(Schema::OneOf(mut one_of)) = forms(&["cost", "wait_ms"], "Lease") else {
+        let RefOr::T(Schema::OneOf(mut one_of)) =
+            forms(&["cost", "wait_ms", "reservation_ttl"], "Lease")
+        else {
             unreachable!("the forms are a oneOf")
         };
         for item in &mut one_of.items {
@@ -153,7 +155,7 @@ async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Re
     let verb = what.as_str();
     let (parsed, LeaseField { lease }) = body.parse_with(|json| {
         if let Some(fields) = Present::of(json) {
-            for field in ["cost", "wait_ms"] {
+            for field in ["cost", "wait_ms", "reservation_ttl"] {
                 if fields.has(field) {
                     return Err(ApiError::InvalidRequest(format!(
                         "{field}: to {verb} a lease, send the check's form and its `lease`, without `{field}`"

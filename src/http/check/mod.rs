@@ -5,8 +5,8 @@
 //! documented schemas),
 //! `fields` (whole numbers, windows, algorithm names), `response` (the body
 //! and headers), `adjust` (`POST /v1/reset` and `/v1/refund`, which take
-//! the same forms), `settle` (`POST /v1/settle`: the same forms with
-//! `reserved` and `actual`), `lease` (`POST /v1/release` and `/v1/renew`: the
+//! the same forms), `reserve` (a check's `reservation_ttl`), `settle`
+//! (`POST /v1/settle`: a reservation and `actual`), `lease` (`POST /v1/release` and `/v1/renew`: the
 //! same forms with `lease`), `batch` (`POST /v1/checks`: many checks, each
 //! parsed as a body here is), and here the handler and the errors
 //! only it makes (`unknown_policy`).
@@ -18,6 +18,7 @@ mod fields_present;
 mod forms;
 pub(super) mod lease;
 mod request;
+mod reserve;
 mod response;
 pub(super) mod settle;
 
@@ -30,13 +31,13 @@ use axum::response::{IntoResponse, Response};
 pub use adjust::{refund, reset};
 pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
 pub(crate) use forms::window_or_calendar;
-pub use forms::{CheckForms, ResetForms};
+pub use forms::{CheckForms, RefundForms, ResetForms};
 pub use lease::{LeaseForms, release, renew};
 pub use request::{
     AlgorithmName, CheckRequest, Form, InlineCheckRequest, LimitSpec, PolicyCheckRequest,
     WindowSpec,
 };
-pub use response::{CheckResponse, LeaseResponse, LimitResponse};
+pub use response::{CheckResponse, LeaseResponse, LimitResponse, ReservationResponse};
 pub use settle::settle;
 
 use self::fields_present::Present;
@@ -93,9 +94,18 @@ async fn decide(state: &AppState, request: Request) -> Result<(Response, Duratio
         form,
         check,
         wait_ms,
+        reservation,
         ..
     } = parse(state, request).await?;
     let wait_ms = validate_wait_ms(wait_ms, &state.bounds)?;
+    if let Some(ask) = reservation {
+        // Never waits (`reserve::ask` refuses wait_ms with it).
+        let (reservation, id) = ask.reservation();
+        let decision = state.limiter.check_reserving(&check, &reservation).await?;
+        let mut response = body_for(form, &decision);
+        response.reservation = ReservationResponse::granted(&decision, id, ask.ttl_ms);
+        return Ok((response.into_response_for(&decision), Duration::ZERO));
+    }
     let waited = state
         .limiter
         .check_waiting(&check, Duration::from_millis(wait_ms))
@@ -119,6 +129,9 @@ pub(super) struct Parsed {
     pub has_cost: bool,
     /// `wait_ms` as given, not yet validated (only a check waits).
     pub wait_ms: Option<u64>,
+    /// The reservation `reservation_ttl` asked for (only a check takes
+    /// one).
+    pub reservation: Option<reserve::Ask>,
 }
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
@@ -134,29 +147,34 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
     let fields = Present::of(json);
     let has_cost = fields.is_some_and(|f| f.has("cost"));
     let form = Form::of(fields).map_err(ApiError::MixedForms)?;
-    let (check, wait_ms) = match form {
+    let (check, wait_ms, ttl) = match form {
         Form::SingleRule => {
-            let request: CheckRequest = parse_json(json)?;
-            let wait_ms = request.wait_ms;
-            (Check::new(request.into(), &state.bounds)?, wait_ms)
+            let mut request: CheckRequest = parse_json(json)?;
+            let (wait_ms, ttl) = (request.wait_ms, request.reservation_ttl.take());
+            (Check::new(request.into(), &state.bounds)?, wait_ms, ttl)
         }
         Form::Inline => {
             let request: InlineCheckRequest = parse_json(json)?;
             let limits = request.limits.into_iter().map(Into::into).collect();
             let check = Check::inline(request.key, limits, request.cost, &state.bounds)?;
-            (check, request.wait_ms)
+            (check, request.wait_ms, request.reservation_ttl)
         }
         Form::Policy => {
-            let request: PolicyCheckRequest = parse_json(json)?;
-            let wait_ms = request.wait_ms;
-            (policy_check(state, request)?, wait_ms)
+            let mut request: PolicyCheckRequest = parse_json(json)?;
+            let (wait_ms, ttl) = (request.wait_ms, request.reservation_ttl.take());
+            (policy_check(state, request)?, wait_ms, ttl)
         }
+    };
+    let reservation = match fields.is_some_and(|f| f.has("reservation_ttl")) {
+        true => reserve::ask(json, &check, ttl, wait_ms, &state.bounds)?,
+        false => None,
     };
     Ok(Parsed {
         form,
         check,
         has_cost,
         wait_ms,
+        reservation,
     })
 }
 

@@ -73,6 +73,14 @@ pub struct CheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0, maximum = 10_000)]
     pub wait_ms: Option<u64>,
+    /// Ask for a reservation, to settle this check's cost afterwards with
+    /// `POST /v1/settle`: how long it can be settled, from 1ms to
+    /// `limits.max_reservation_ttl` (default 1h), whole milliseconds, the
+    /// same forms as `window`. An allowed answer then carries
+    /// `reservation`. Not with `wait_ms`, nor on a check whose only limits
+    /// are concurrency limits (422).
+    #[serde(default)]
+    pub reservation_ttl: Option<WindowSpec>,
 }
 
 impl From<CheckRequest> for CheckInput {
@@ -124,6 +132,14 @@ pub struct PolicyCheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0, maximum = 10_000)]
     pub wait_ms: Option<u64>,
+    /// Ask for a reservation, to settle this check's cost afterwards with
+    /// `POST /v1/settle`: how long it can be settled, from 1ms to
+    /// `limits.max_reservation_ttl` (default 1h), whole milliseconds, the
+    /// same forms as `window`. An allowed answer then carries
+    /// `reservation`. Not with `wait_ms`, nor on a check whose only limits
+    /// are concurrency limits (422).
+    #[serde(default)]
+    pub reservation_ttl: Option<WindowSpec>,
 }
 
 /// The inline form: several limits on one key, decided all or nothing.
@@ -160,6 +176,14 @@ pub struct InlineCheckRequest {
     #[serde(default, deserialize_with = "optional_whole_number")]
     #[schema(minimum = 0, maximum = 10_000)]
     pub wait_ms: Option<u64>,
+    /// Ask for a reservation, to settle this check's cost afterwards with
+    /// `POST /v1/settle`: how long it can be settled, from 1ms to
+    /// `limits.max_reservation_ttl` (default 1h), whole milliseconds, the
+    /// same forms as `window`. An allowed answer then carries
+    /// `reservation`. Not with `wait_ms`, nor on a check whose only limits
+    /// are concurrency limits (422).
+    #[serde(default)]
+    pub reservation_ttl: Option<WindowSpec>,
 }
 
 /// One limit of an inline check: the fields of the single-rule form, and a

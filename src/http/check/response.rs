@@ -83,6 +83,36 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub renewed: Option<bool>,
+    /// Checks that asked for one (`reservation_ttl`), when allowed by the
+    /// store: the reservation to name in `POST /v1/settle`. Absent from a
+    /// denial, from an answer of the failure policy (`degraded`), and from
+    /// a shadow policy's answer that a limit denied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub reservation: Option<ReservationResponse>,
+}
+
+/// A reservation: what `POST /v1/settle` names to settle the check's cost.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReservationResponse {
+    /// Opaque (URL-safe characters): pass it back unchanged. Any instance
+    /// sharing the store can settle it.
+    #[schema(value_type = String, pattern = "^[A-Za-z0-9_-]+$")]
+    pub id: String,
+    /// Milliseconds it can be settled for: the check's `reservation_ttl`.
+    /// After that a settle is answered 404 and the units stay spent.
+    pub expires_in_ms: u64,
+}
+
+impl ReservationResponse {
+    /// The reservation `id` of a check that asked for one, if the store
+    /// recorded it ([`Decision::reserved`]).
+    pub fn granted(decision: &Decision, id: String, ttl_ms: u64) -> Option<ReservationResponse> {
+        decision.reserved().then_some(ReservationResponse {
+            id,
+            expires_in_ms: ttl_ms,
+        })
+    }
 }
 
 /// A lease on a concurrency limit.
@@ -155,6 +185,7 @@ impl CheckResponse {
             }),
             released: None,
             renewed: None,
+            reservation: None,
         }
     }
 

@@ -7,8 +7,8 @@ use super::MemoryStore;
 use super::{Entry, OwnedStateKey};
 use crate::domain::algorithms::{State, give_back_all};
 use crate::domain::state_key::StateKey;
-use crate::domain::{Algorithm, Check, Rule};
-use crate::store::{Applied, StoreError};
+use crate::domain::{Algorithm, Check, Reservation, Rule};
+use crate::store::{Applied, Settled, StoreError};
 
 impl MemoryStore {
     /// Deletes the state of every limit of `check`, then answers like a
@@ -30,20 +30,7 @@ impl MemoryStore {
     pub fn refund_now(&self, check: &Check, cost: u64) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
-        for limit in check.limits.iter() {
-            let Some(entry) = shard.map.get_mut(&StateKey::of(check, limit)) else {
-                continue;
-            };
-            if entry.expires_at_us <= now {
-                continue;
-            }
-            // The buckets' refunds set the expiry as their Lua does, only
-            // ever lengthening it (PEXPIRE GT); the others keep the one
-            // their last spend set.
-            if let Some(lives) = entry.state.refund(&limit.rule, now, cost) {
-                entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
-            }
-        }
+        refund_in(&mut shard.map, check, cost, now);
         let outcomes = self.inner.check_in(&mut shard, check, 0, now, "");
         Ok(Applied::unshared(outcomes).at(now))
     }
@@ -91,51 +78,93 @@ impl MemoryStore {
     /// [`OpKind::Settle`](crate::store::OpKind::Settle)): below it a
     /// refund, above it a forced spend ([`State::spend`]), whose state and
     /// expiry are written as a check spending writes them.
-    pub fn settle_now(&self, check: &Check, actual: u64) -> Result<Applied, StoreError> {
-        if actual < check.cost {
-            return self.refund_now(check, check.cost - actual);
-        }
+    ///
+    /// With `reservation`, only if its record is live, holds its digest and
+    /// is not settled yet (`reservations.rs`); [`Applied::reservation`]
+    /// says what it found, and anything else changes nothing.
+    pub fn settle_now(
+        &self,
+        check: &Check,
+        actual: u64,
+        reservation: Option<&Reservation>,
+    ) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
-        let mut shard = self.inner.shard_of(check);
-        if actual > check.cost {
-            let new = check
-                .limits
-                .iter()
-                .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
-                .count();
-            if new > 0 && shard.weight() + new > self.inner.shard_capacity {
-                self.inner.make_room(&mut shard, now);
-            }
-            for limit in check.limits.iter() {
-                let lookup = StateKey::of(check, limit);
-                let live = shard.map.get(&lookup).filter(|e| e.expires_at_us > now);
-                let mut state =
-                    live.map_or_else(|| State::fresh(limit.rule.algorithm), |e| e.state.clone());
-                let spent = state.spend(&limit.rule, now, actual - check.cost);
-                if let Some(entry) = shard.map.get_mut(&lookup) {
-                    if let Some(spend) = spent.spend {
-                        entry.expires_at_us = now.saturating_add(spend.reset_after_us);
-                        entry.state = state;
-                    } else if entry.expires_at_us > now {
-                        // The look's trim (a sliding log) and, as a look
-                        // does, an expiry only ever lengthened.
-                        entry.state = state;
-                        let until = now.saturating_add(spent.look.reset_after_us);
-                        entry.expires_at_us = entry.expires_at_us.max(until);
-                    }
-                } else if let Some(spend) = spent.spend {
-                    shard.map.insert(
-                        OwnedStateKey::of(check, limit),
-                        Entry {
-                            state,
-                            expires_at_us: now.saturating_add(spend.reset_after_us),
-                        },
-                    );
-                }
+        let mut guard = self.inner.shard_of(check);
+        let shard = &mut *guard;
+        let delta = i128::from(actual) - i128::from(check.cost);
+        let settled = reservation.map(|r| shard.reservations.settle(r, now, delta));
+        if matches!(settled, None | Some(Settled::Now)) {
+            if actual < check.cost {
+                refund_in(&mut shard.map, check, check.cost - actual, now);
+            } else if actual > check.cost {
+                self.spend_in(shard, check, actual - check.cost, now);
             }
         }
-        let outcomes = self.inner.check_in(&mut shard, check, 0, now, "");
-        Ok(Applied::unshared(outcomes).at(now))
+        let outcomes = self.inner.check_in(shard, check, 0, now, "");
+        Ok(Applied {
+            reservation: settled,
+            ..Applied::unshared(outcomes).at(now)
+        })
+    }
+
+    /// A settle's forced spend of `cost` on every limit of `check`.
+    fn spend_in(&self, shard: &mut super::ShardData, check: &Check, cost: u64, now: u64) {
+        let new = check
+            .limits
+            .iter()
+            .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
+            .count();
+        if new > 0 && shard.weight() + new > self.inner.shard_capacity {
+            self.inner.make_room(shard, now);
+        }
+        let map = &mut shard.map;
+        for limit in check.limits.iter() {
+            let lookup = StateKey::of(check, limit);
+            let live = map.get(&lookup).filter(|e| e.expires_at_us > now);
+            let mut state =
+                live.map_or_else(|| State::fresh(limit.rule.algorithm), |e| e.state.clone());
+            let spent = state.spend(&limit.rule, now, cost);
+            if let Some(entry) = map.get_mut(&lookup) {
+                if let Some(spend) = spent.spend {
+                    entry.expires_at_us = now.saturating_add(spend.reset_after_us);
+                    entry.state = state;
+                } else if entry.expires_at_us > now {
+                    // The look's trim (a sliding log) and, as a look
+                    // does, an expiry only ever lengthened.
+                    entry.state = state;
+                    let until = now.saturating_add(spent.look.reset_after_us);
+                    entry.expires_at_us = entry.expires_at_us.max(until);
+                }
+            } else if let Some(spend) = spent.spend {
+                map.insert(
+                    OwnedStateKey::of(check, limit),
+                    Entry {
+                        state,
+                        expires_at_us: now.saturating_add(spend.reset_after_us),
+                    },
+                );
+            }
+        }
+    }
+}
+
+/// Gives back up to `cost` on every limit of `check` in its shard's `map`.
+/// Expired state is "never seen", as after a Redis TTL: nothing to give
+/// back.
+fn refund_in(map: &mut super::Map, check: &Check, cost: u64, now: u64) {
+    for limit in check.limits.iter() {
+        let Some(entry) = map.get_mut(&StateKey::of(check, limit)) else {
+            continue;
+        };
+        if entry.expires_at_us <= now {
+            continue;
+        }
+        // The buckets' refunds set the expiry as their Lua does, only
+        // ever lengthening it (PEXPIRE GT); the others keep the one
+        // their last spend set.
+        if let Some(lives) = entry.state.refund(&limit.rule, now, cost) {
+            entry.expires_at_us = entry.expires_at_us.max(now.saturating_add(lives));
+        }
     }
 }
 
@@ -181,6 +210,7 @@ impl MemoryStore {
             published: None,
             lease: live,
             at_us: Some(now),
+            reservation: None,
         })
     }
 }

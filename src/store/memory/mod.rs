@@ -28,7 +28,7 @@ use hashbrown::{Equivalent, HashMap};
 use super::{Applied, Op, OpKind, Store, StoreError};
 use crate::domain::algorithms::{State, apply_all_leased};
 use crate::domain::state_key::StateKey;
-use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Rule, Window};
+use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Reservation, Rule, Window};
 
 const SHARDS: usize = 64;
 
@@ -126,6 +126,7 @@ impl MemoryStore {
                         Mutex::new(ShardData {
                             map: HashMap::with_hasher(RandomState::new()),
                             leases: 0,
+                            reservations: reservations::Table::default(),
                         })
                     })
                     .collect(),
@@ -180,12 +181,12 @@ impl MemoryStore {
     pub fn apply_now(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
         match op.kind {
             OpKind::Check => {
-                let (now, outcomes) = self.acquire_at(op.check, op.lease_str());
+                let (now, outcomes) = self.acquire_at(op.check, op.lease_str(), op.reservation);
                 Ok(Applied::unshared(outcomes).at(now))
             }
             OpKind::Reset => self.reset_now(op.check),
             OpKind::Refund => self.refund_now(op.check, op.check.cost),
-            OpKind::Settle { actual } => self.settle_now(op.check, actual),
+            OpKind::Settle { actual } => self.settle_now(op.check, actual, op.reservation),
             OpKind::Release => self.lease_now(op.check, op.lease_str(), false),
             OpKind::Renew => self.lease_now(op.check, op.lease_str(), true),
             OpKind::GiveBack { at_us } => self.give_back_now(op.check, at_us),
@@ -202,17 +203,38 @@ impl MemoryStore {
     /// [`MemoryStore::check_now`] acquiring `lease` on the check's
     /// concurrency limit, if it has one.
     pub fn acquire_now(&self, check: &Check, lease: &str) -> Result<Vec<Outcome>, StoreError> {
-        Ok(self.acquire_at(check, lease).1)
+        Ok(self.acquire_at(check, lease, None).1)
     }
 
-    /// [`MemoryStore::acquire_now`], and the store time it ran at.
-    fn acquire_at(&self, check: &Check, lease: &str) -> (u64, Vec<Outcome>) {
+    /// [`MemoryStore::acquire_now`], recording `reservation` if every
+    /// limit allowed, and the store time it ran at.
+    fn acquire_at(
+        &self,
+        check: &Check,
+        lease: &str,
+        reservation: Option<&Reservation>,
+    ) -> (u64, Vec<Outcome>) {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
         let outcomes = self
             .inner
             .check_in(&mut shard, check, check.cost, now, lease);
+        if let Some(reservation) = reservation
+            && outcomes.iter().all(|o| o.allowed)
+        {
+            let capacity = self.inner.shard_capacity;
+            shard.reservations.record(reservation, now, capacity);
+        }
         (now, outcomes)
+    }
+
+    /// Reservations held, expired or not (`ratekeeper_store_reservations`).
+    pub fn reservation_count(&self) -> usize {
+        self.inner
+            .shards
+            .iter()
+            .map(|s| lock(s).reservations.len())
+            .sum()
     }
 }
 
@@ -339,10 +361,15 @@ impl Store for MemoryStore {
     fn evictions(&self) -> Option<u64> {
         Some(self.inner.evictions.load(Ordering::Relaxed))
     }
+
+    fn reservation_count(&self) -> Option<usize> {
+        Some(MemoryStore::reservation_count(self))
+    }
 }
 
 mod adjust;
 mod shard;
 use shard::{ShardData, leases_of};
+mod reservations;
 #[cfg(test)]
 mod tests;

@@ -14,6 +14,9 @@ pub(super) struct ShardData {
     /// key of one concurrency limit can hold `limits.max_concurrency` of
     /// them, about as large each as a key's state.
     pub(super) leases: usize,
+    /// The reservations of this shard's client keys, by nonce
+    /// (`reservations.rs`), bounded like `map`.
+    pub(super) reservations: super::reservations::Table,
 }
 
 /// How many leases `state` holds: its weight beyond its key's own.
@@ -103,6 +106,7 @@ impl Inner {
             // Recounted exactly, once a sweep: what every write added and
             // took away in between.
             shard.leases = shard.map.values().map(|e| leases_of(&e.state)).sum();
+            shard.reservations.sweep(now);
         }
         removed
     }

@@ -18,7 +18,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
 use super::Inner;
-use crate::domain::{Check, LeaseId};
+use crate::domain::{Check, LeaseId, Reservation};
 use crate::store::{Applied, Op, OpKind, StoreError};
 
 /// The most operations one batch carries.
@@ -28,11 +28,12 @@ pub(super) struct Job {
     kind: OpKind,
     pub(super) check: Check,
     lease: Option<LeaseId>,
+    reservation: Option<Reservation>,
     reply: oneshot::Sender<Result<Applied, StoreError>>,
 }
 
 /// A job's operation, owned: what [`Op`] borrows.
-type Owned = (OpKind, Check, Option<LeaseId>);
+type Owned = (OpKind, Check, Option<LeaseId>, Option<Reservation>);
 
 /// Starts the batcher; it runs until every sender is dropped.
 pub(super) fn spawn(inner: Arc<Inner>, window: Duration) -> mpsc::Sender<Job> {
@@ -51,6 +52,7 @@ pub(super) async fn submit(
         kind: op.kind,
         check: op.check.clone(),
         lease: op.lease.cloned(),
+        reservation: op.reservation.cloned(),
         reply,
     };
     if batcher.send(job).await.is_err() {
@@ -85,14 +87,15 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
             in_flight.spawn(async move {
                 let (ops, replies): (Vec<Owned>, Vec<_>) = jobs
                     .into_iter()
-                    .map(|j| ((j.kind, j.check, j.lease), j.reply))
+                    .map(|j| ((j.kind, j.check, j.lease, j.reservation), j.reply))
                     .unzip();
                 let ops: Vec<Op> = ops
                     .iter()
-                    .map(|(kind, check, lease)| Op {
+                    .map(|(kind, check, lease, reservation)| Op {
                         kind: *kind,
                         check,
                         lease: lease.as_ref(),
+                        reservation: reservation.as_ref(),
                     })
                     .collect();
                 match inner.run_ops(&ops).await {

@@ -11,7 +11,9 @@
 //! to publish or `''`, its lease id or `''`: the lease a check acquires
 //! on a concurrency limit, or the one a release or renewal names; for a
 //! give-back, the store time in microseconds of the check it gives back
-//! for, in the same slot), then `LIMIT_ARGS` per limit (the algorithm
+//! for, in the same slot; its reservation, `''` or `<ttl_ms>:<digest>`: the
+//! record a check writes if allowed, or the one a settle names, whose key
+//! then follows the operation's limits' keys in `KEYS`), then `LIMIT_ARGS` per limit (the algorithm
 //! tag, limit, window, burst: a window is a length in microseconds, or a
 //! calendar window's period boundaries `b0,b1,b2,b3`, see `push_limits`).
 //! The amount is the check's cost, except for a settle: there it is the
@@ -27,7 +29,9 @@
 //! publish, `0`: the PUBLISH failed, `1`: published), then for a check
 //! the script's `now` (the store time it ran at: `Applied::at_us`), and
 //! for any other operation whether a release or renewal found its lease
-//! live (`-1`: not one, or no concurrency limit; `0`; `1`) and then `now`;
+//! live (`-1`: not one, or no concurrency limit; `0`; `1`), or for a
+//! settle naming a reservation what its record said (`Settled::code`), and
+//! then `now`;
 //! then four numbers per limit (allowed, remaining, retry_after_us,
 //! reset_after_us). A check, the common operation, so carries one header
 //! value less: it has no lease flag to report. Or `-1` and the error it
@@ -40,14 +44,14 @@ use super::FREED_PREFIX;
 use super::Inner;
 use super::errors::classify_message;
 use crate::domain::algorithms::settle::OVERDRAFT_CAPACITIES;
-use crate::domain::state_key::StateKey;
-use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, SystemClock, Window};
-use crate::store::{Applied, Op, OpKind, StoreError};
+use crate::domain::state_key::{StateKey, hash_tag};
+use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Reservation, SystemClock, Window};
+use crate::store::{Applied, Op, OpKind, Settled, StoreError};
 
 /// Values of `ARGV` before the first operation.
 pub(super) const HEADER_ARGS: usize = 3;
 /// Values of `ARGV` per operation, before its limits'.
-pub(super) const OP_ARGS: usize = 5;
+pub(super) const OP_ARGS: usize = 6;
 /// Values of `ARGV` per limit.
 pub(super) const LIMIT_ARGS: usize = 4;
 /// Reply values per limit.
@@ -143,6 +147,10 @@ impl Inner {
                 OpKind::GiveBack { at_us } => at_us.to_string(),
                 _ => op.lease_str().to_string(),
             });
+            args.push(
+                op.reservation
+                    .map_or_else(String::new, |r| format!("{}:{}", r.ttl_ms, r.digest())),
+            );
             for limit in check.limits.iter() {
                 let key = StateKey::of(check, limit);
                 keys.push(key.write(&self.options.key_prefix));
@@ -155,9 +163,27 @@ impl Inner {
                     push_limit(&mut args, limit, now_us);
                 }
             }
+            if let Some(reservation) = op.reservation {
+                keys.push(reservation_key(
+                    &self.options.key_prefix,
+                    check,
+                    reservation,
+                ));
+            }
         }
         (keys, args)
     }
+}
+
+/// Where a reservation's record lives: beside the check's state, under
+/// the same hash tag (`<prefix>{<client key>}:rsv:<nonce>`; no algorithm
+/// tag is `rsv`).
+pub fn reservation_key(prefix: &str, check: &Check, reservation: &Reservation) -> String {
+    format!(
+        "{prefix}{{{}}}:rsv:{}",
+        hash_tag(&check.key),
+        reservation.nonce()
+    )
 }
 
 /// How many limits `check` sends: its own, plus with `legacy_keys` a second
@@ -284,8 +310,17 @@ fn applied<'r>(op: &Op<'_>, n: usize, reply: &'r [Value]) -> Option<(Applied, &'
     };
     let (published, lease, now, after) = match (op.kind, reply) {
         (OpKind::Check, [published, now, after @ ..]) => (flag(published)?, None, now, after),
-        (_, [published, lease, now, after @ ..]) => (flag(published)?, flag(lease)?, now, after),
+        (_, [published, lease, now, after @ ..]) => (flag(published)?, Some(lease), now, after),
         _ => return None,
+    };
+    // A settle's second value is what its reservation's record said.
+    let (lease, reservation) = match (op.kind, lease) {
+        (OpKind::Settle { .. }, Some(found)) => match found.as_i64()? {
+            -1 => (None, None),
+            code => (None, Some(Settled::from_code(code)?)),
+        },
+        (_, Some(lease)) => (flag(lease)?, None),
+        (_, None) => (None, None),
     };
     let at_us = now.as_i64().and_then(|t| u64::try_from(t).ok())?;
     let (mine, after) = after.split_at_checked(LIMIT_REPLY * n)?;
@@ -298,6 +333,7 @@ fn applied<'r>(op: &Op<'_>, n: usize, reply: &'r [Value]) -> Option<(Applied, &'
         published,
         lease,
         at_us: Some(at_us),
+        reservation,
     };
     Some((applied, after))
 }

@@ -58,7 +58,10 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
                             Op::Check => limiter.check(&check).await,
                             Op::Reset => limiter.reset(&check).await,
                             Op::Refund => limiter.refund(&check).await,
-                            Op::Settle(actual) => limiter.settle(&check, actual).await,
+                            Op::Settle(actual) => limiter
+                                .settle(&check, actual, None)
+                                .await
+                                .map(|a| a.decision),
                             // The limiter has no lease path yet; the rate
                             // algorithms' sequences never hold these.
                             Op::Acquire(_)

@@ -1,0 +1,73 @@
+//! A check's `reservation_ttl`: validated, and turned into the description
+//! its reservation id carries (`domain::reservation`).
+//!
+//! The description is the check's own JSON, so that a settle rebuilds the
+//! check with the very code that parsed it (`parse_check`), in the same
+//! form: the body without `reservation_ttl` and `wait_ms`, with `cost` set
+//! to what the check reserved. Only a check that asks for a reservation
+//! pays for this; every other check skips it on one bit of `Present`.
+
+use serde_json::Value;
+
+use super::fields::WindowSpec;
+use crate::domain::{Algorithm, Bounds, Check, Reservation, reservation_ttl_ms};
+use crate::http::error::ApiError;
+
+/// What a check asked for: a reservation living `ttl_ms`, of the check
+/// `description` describes.
+#[derive(Debug, Clone)]
+pub(crate) struct Ask {
+    pub ttl_ms: u64,
+    pub description: Vec<u8>,
+}
+
+impl Ask {
+    /// A fresh reservation for the store, and its id for the answer.
+    pub fn reservation(&self) -> (Reservation, String) {
+        Reservation::new(&self.description, self.ttl_ms)
+    }
+}
+
+/// The reservation `ttl` asks for on `check`, parsed from `json`, if any.
+pub(super) fn ask(
+    json: &[u8],
+    check: &Check,
+    ttl: Option<WindowSpec>,
+    wait_ms: Option<u64>,
+    bounds: &Bounds,
+) -> Result<Option<Ask>, ApiError> {
+    let Some(ttl) = ttl else {
+        return Ok(None);
+    };
+    let ttl_ms = reservation_ttl_ms(&ttl.0, bounds)?;
+    if check
+        .limits
+        .iter()
+        .all(|l| l.rule.algorithm == Algorithm::Concurrency)
+    {
+        return Err(ApiError::InvalidRequest(
+            "reservation_ttl: a check whose only limits are concurrency limits has nothing to \
+             settle (a settle moves no lease; release the lease instead)"
+                .into(),
+        ));
+    }
+    if wait_ms.is_some_and(|ms| ms > 0) {
+        return Err(ApiError::InvalidRequest(
+            "reservation_ttl: a check that waits (wait_ms) cannot take a reservation; \
+             leave wait_ms out or 0"
+                .into(),
+        ));
+    }
+    let Ok(Value::Object(mut body)) = serde_json::from_slice::<Value>(json) else {
+        unreachable!("a check's body that parsed is a JSON object")
+    };
+    body.remove("reservation_ttl");
+    body.remove("wait_ms");
+    body.insert("cost".into(), check.cost.into());
+    // serde_json's map is ordered by key: one description per check.
+    let description = serde_json::to_vec(&Value::Object(body)).expect("JSON values serialize");
+    Ok(Some(Ask {
+        ttl_ms,
+        description,
+    }))
+}
