@@ -137,7 +137,11 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
                 },
             );
         }
-        ShardData { map, leases: 0 }
+        ShardData {
+            map,
+            leases: 0,
+            reservations: Default::default(),
+        }
     };
     let expiries = |shard: &ShardData| {
         let mut e: Vec<u64> = shard.map.values().map(|e| e.expires_at_us).collect();
