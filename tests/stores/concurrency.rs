@@ -201,6 +201,7 @@ mod multi_limit {
                 clock: None,
                 ttl_pad_ms: 0,
                 legacy_keys: false,
+                tls: None,
             })
             .unwrap();
             store.ping().await.unwrap();

@@ -36,6 +36,9 @@ pub(super) fn classify(error: Error) -> StoreError {
     if super::auth::is_auth(&error) {
         return StoreError::Auth(error.to_string());
     }
+    if let Some(why) = tls_failure(&error) {
+        return StoreError::Tls(why);
+    }
     match error.kind() {
         ErrorKind::Timeout => StoreError::Timeout(error.to_string()),
         ErrorKind::IO
@@ -66,6 +69,42 @@ fn by_reply(reply: &str, text: String) -> StoreError {
     } else {
         StoreError::Backend(text)
     }
+}
+
+/// What to fix, when `error` is a failed TLS handshake. fred reports a
+/// handshake's failure as an IO error carrying the `Debug` text of
+/// rustls's error (`InvalidCertificate(UnknownIssuer)`,
+/// `AlertReceived(CertificateRequired)`, `InvalidMessage(..)`), or as
+/// [`ErrorKind::Tls`]; the text is matched to say what to do.
+pub(super) fn tls_failure(error: &Error) -> Option<String> {
+    let details = error.details();
+    let said = |needle: &str| details.contains(needle);
+    let cert = said("InvalidCertificate(");
+    let why = if cert && (said("UnknownIssuer") || said("BadSignature")) {
+        "the server's certificate is not signed by a trusted CA: set redis.tls.ca_file to the CA \
+         that signed it"
+    } else if cert && (said("Expired") || said("NotValidYet")) {
+        "the server's certificate has expired or is not yet valid: renew it on the server \
+         (or check this host's clock)"
+    } else if cert && said("NotValidForName") {
+        "the server's certificate does not hold the URL's host: set redis.tls.server_name to a \
+         name it holds"
+    } else if cert {
+        "the server's certificate was refused: check redis.tls.ca_file and the server's \
+         certificate"
+    } else if said("AlertReceived") {
+        "the server refused the handshake (our client certificate?): set redis.tls.cert_file \
+         and redis.tls.key_file to a certificate its tls-ca-cert-file trusts"
+    } else if said("InvalidMessage") || said("InvalidContentType") || said("CorruptMessage") {
+        "the server did not answer in TLS: is the port a plaintext one? use redis:// or the \
+         server's tls-port"
+    } else if *error.kind() == ErrorKind::Tls || said("PeerIncompatible") || said("PeerMisbehaved")
+    {
+        "the TLS handshake failed: check the [redis.tls] settings and the server's TLS settings"
+    } else {
+        return None;
+    };
+    Some(why.to_string())
 }
 
 /// The node asked no longer serves the slot.
@@ -206,6 +245,7 @@ mod url_tests {
                 clock: None,
                 ttl_pad_ms: 0,
                 legacy_keys: false,
+                tls: None,
             };
             let error = RedisStore::connect(options).err().expect("rejected");
             assert!(!error.to_string().contains("hunter2"), "{url}: {error}");
