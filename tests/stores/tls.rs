@@ -190,3 +190,152 @@ async fn an_acl_user_works_over_tls() {
     let who = redis.server.cli(&["client", "list"]);
     assert!(who.contains("user=alice"), "{who}");
 }
+
+/// Copies `certs`' CA and client certificate into `live` the way a
+/// Secret update lands: each file written aside, then renamed over.
+fn install(certs: &Certs, live: &std::path::Path) {
+    for (from, to) in [
+        (certs.crt("ca"), "ca.crt"),
+        (certs.crt("client"), "client.crt"),
+        (certs.key("client"), "client.key"),
+    ] {
+        let aside = live.join(format!(".{to}.new"));
+        std::fs::copy(from, &aside).unwrap();
+        std::fs::rename(&aside, live.join(to)).unwrap();
+    }
+}
+
+async fn wait_for_metric(app: &TestApp, series: &str, at_least: f64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while app.metric(series).await < at_least {
+        assert!(
+            Instant::now() < deadline,
+            "{series} never reached {at_least}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Checks flow while the CA and the client certificate are replaced: a
+/// bad file is refused and the last good one kept (a reconnection still
+/// succeeds), then a server restarted with a new CA is reached with the
+/// new files, without restarting the service.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ca_and_client_certificate_rotate_while_checks_flow() {
+    let (old, new) = (Certs::new("rotate-old"), Certs::new("rotate-new"));
+    let live = crate::support::fresh_dir("tls-live");
+    install(&old, &live);
+    let mut redis = TlsRedis::start(&old, "server", true);
+    let port = redis.tls_port;
+    let vars = [
+        ("TLS__CA_FILE", live.join("ca.crt")),
+        ("TLS__CERT_FILE", live.join("client.crt")),
+        ("TLS__KEY_FILE", live.join("client.key")),
+    ];
+    let vars: Vec<(&str, &std::path::Path)> = vars.iter().map(|(k, p)| (*k, p.as_path())).collect();
+    let app = Arc::new(TestApp::spawn(tls_settings(&redis.url(), &vars).unwrap()).await);
+    let ok = r#"ratekeeper_reloads_total{file="tls",result="ok"}"#;
+    let error = r#"ratekeeper_reloads_total{file="tls",result="error"}"#;
+    assert_eq!(app.metric(ok).await, 1.0, "the startup load");
+    assert_eq!(app.metric(error).await, 0.0);
+    // Checks flow throughout, counted as answered or degraded.
+    let counts = Arc::new([
+        std::sync::atomic::AtomicU64::new(0),
+        std::sync::atomic::AtomicU64::new(0),
+    ]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flow = {
+        let (app, counts, stop) = (app.clone(), counts.clone(), stop.clone());
+        tokio::spawn(async move {
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let (body, _) = check_once(&app).await;
+                let degraded = body["degraded"] == true;
+                counts[degraded as usize].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    assert_answered(&app).await;
+
+    // A broken CA file: refused, counted; the last good CA stays, and a
+    // reconnection (Redis restarted) still succeeds with it.
+    std::fs::write(live.join("ca.crt"), "-----BEGIN CERTIFICATE-----\n%%\n").unwrap();
+    wait_for_metric(&app, error, 1.0).await;
+    redis.server.restart();
+    wait_answered(&app).await;
+
+    // The new CA and client certificate, then the server moves to them.
+    install(&new, &live);
+    wait_for_metric(&app, ok, 2.0).await;
+    drop(redis);
+    let _redis = TlsRedis::start_on(&new, "server", true, port);
+    let rotated = Instant::now();
+    wait_answered(&app).await;
+    eprintln!(
+        "MEASURED rotation: answered again {:?} after the server's restart",
+        rotated.elapsed()
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    flow.await.unwrap();
+    let [answered, degraded] = [0, 1].map(|i| counts[i].load(std::sync::atomic::Ordering::Relaxed));
+    eprintln!(
+        "MEASURED rotation: {answered} checks answered by Redis, {degraded} degraded (the restarts)"
+    );
+    assert!(answered > 0);
+}
+
+/// Waits up to 10 s for a check answered by Redis.
+async fn wait_answered(app: &TestApp) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (body, _) = check_once(app).await;
+        if body["degraded"] == false {
+            return;
+        }
+        assert!(Instant::now() < deadline, "not answered again: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// A 3-primary cluster with `tls-cluster yes`, reached by
+/// `rediss-cluster://` naming one node: the other nodes, discovered, are
+/// reached over TLS too, and keys on every primary are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_go_over_tls_to_every_primary_of_a_cluster() {
+    let certs = Certs::new("cluster");
+    let cluster = crate::support::RedisCluster::start_tls(3, &certs);
+    let app = TestApp::spawn(settings_for(&cluster.tls_url(), &certs, false)).await;
+    let mut answered_by = std::collections::BTreeSet::new();
+    for i in 0..30 {
+        let key = format!("{}-{i}", unique_key("tls-cluster"));
+        let (status, body) = app
+            .check(json!({"key": key, "limit": 10, "window": "1m"}))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["degraded"], false, "{body}");
+        let slot = fred::util::redis_keyslot(key.as_bytes());
+        answered_by.extend(cluster.owner_of(slot));
+    }
+    assert_eq!(
+        answered_by.len(),
+        3,
+        "keys on every primary: {answered_by:?}"
+    );
+}
+
+/// The 400-caller exactness test over TLS: two instances on one TLS
+/// Redis, 400 concurrent checks of limit 100 on one key, each algorithm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_over_tls_allow_exactly_the_limit() {
+    let certs = Certs::new("exact");
+    let redis = TlsRedis::start(&certs, "server", true);
+    let mut config = settings_for(&redis.url(), &certs, true);
+    let r = config.redis.as_mut().unwrap();
+    r.timeout = Duration::from_secs(5);
+    config.deny_cache_capacity = 0;
+    let apps = [
+        Arc::new(TestApp::spawn(config.clone()).await),
+        Arc::new(TestApp::spawn(config).await),
+    ];
+    crate::concurrency::every_algorithm_allows_exactly_the_limit(&apps).await;
+}

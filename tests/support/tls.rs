@@ -14,6 +14,7 @@ use super::{RedisServer, free_port, fresh_dir, path_str};
 
 /// A CA and the certificates it signed, as PEM files in `dir`, each named
 /// `<ca name>-<what>.crt` / `.key`.
+#[derive(Clone)]
 pub struct Certs {
     pub dir: PathBuf,
     name: String,

@@ -23,3 +23,4 @@ mod prometheus_live;
 mod prometheus_rules;
 mod readme_examples;
 mod schemathesis;
+mod tls_config;
