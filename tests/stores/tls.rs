@@ -339,3 +339,20 @@ async fn two_instances_over_tls_allow_exactly_the_limit() {
     ];
     crate::concurrency::every_algorithm_allows_exactly_the_limit(&apps).await;
 }
+
+/// Sentinel over TLS: `rediss-sentinel://` reaches the sentinels over TLS
+/// and the primary they name over TLS too (one setting covers both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checks_go_over_tls_through_sentinel() {
+    let certs = Certs::new("sentinel");
+    let group = crate::support::SentinelGroup::start_tls(3, &certs);
+    let app = TestApp::spawn(settings_for(&group.tls_url(), &certs, false)).await;
+    assert_answered(&app).await;
+    // The check reached the primary over its TLS port.
+    let clients = group.primary.cli(&["client", "list"]);
+    let (primary_tls, _) = group.tls_nodes.unwrap();
+    assert!(
+        clients.contains(&format!("laddr=127.0.0.1:{primary_tls}")),
+        "{clients}"
+    );
+}
