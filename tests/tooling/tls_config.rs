@@ -129,3 +129,28 @@ fn unusable_tls_files_and_names_are_refused_naming_the_key() {
     let env: Vec<(&str, &Path)> = env.iter().map(|(k, v)| (k.as_str(), *v)).collect();
     refused(&url, &env, "redis.tls.server_name", "not a valid DNS name");
 }
+
+/// `examples/tls-redis/run.sh`: certificates, a TLS-only Redis with client
+/// certificates required, ratekeeper with the example's config, one check
+/// answered by Redis.
+#[test]
+fn the_tls_example_runs() {
+    let work = support::fresh_dir("tls-example");
+    let port = support::free_port().to_string();
+    let listen = format!("127.0.0.1:{}", support::free_port());
+    let root = env!("CARGO_MANIFEST_DIR");
+    let out = std::process::Command::new("bash")
+        .arg(format!("{root}/examples/tls-redis/run.sh"))
+        .env("RATEKEEPER", env!("CARGO_BIN_EXE_ratekeeper"))
+        .env("REDIS_TLS_PORT", &port)
+        .env("LISTEN", &listen)
+        .env("WORK", &work)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let log = std::fs::read_to_string(work.join("ratekeeper.log")).unwrap_or_default();
+    assert!(out.status.success(), "{stdout}\n{log}");
+    assert!(stdout.contains(r#""status":"ready""#), "{stdout}\n{log}");
+    assert!(stdout.contains(r#""allowed":true"#), "{stdout}\n{log}");
+    assert!(stdout.contains(r#""degraded":false"#), "{stdout}\n{log}");
+}
