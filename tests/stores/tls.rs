@@ -356,3 +356,24 @@ async fn checks_go_over_tls_through_sentinel() {
         "{clients}"
     );
 }
+
+/// Hostname verification is on: a `server_name` the certificate does not
+/// hold is named; one it holds (`localhost`, the URL naming an IP) works.
+#[tokio::test]
+async fn the_server_name_is_verified() {
+    let certs = Certs::new("names");
+    let redis = TlsRedis::start(&certs, "server", false);
+    let ca = certs.crt("ca");
+    for (name, works) in [("localhost", true), ("other.example", false)] {
+        let vars = [
+            ("TLS__CA_FILE", ca.as_path()),
+            ("TLS__SERVER_NAME", std::path::Path::new(name)),
+        ];
+        let app = TestApp::spawn(tls_settings(&redis.url(), &vars).unwrap()).await;
+        if works {
+            assert_answered(&app).await;
+        } else {
+            assert_named_tls_failure(&app, "redis.tls.server_name").await;
+        }
+    }
+}

@@ -194,6 +194,28 @@ mod tests {
         assert!(!is_moved(&Error::new(ErrorKind::Unknown, "ERR MOVED")));
     }
 
+    /// fred carries rustls's errors as IO errors with their `Debug` text.
+    #[test]
+    fn tls_handshake_failures_are_named_with_what_to_fix() {
+        let fix = |details: &str| {
+            let error = Error::new(ErrorKind::IO, details.to_string());
+            assert_eq!(classify(error.clone()).kind(), "tls", "{details}");
+            tls_failure(&error).unwrap()
+        };
+        let io = |inner: &str| format!("Custom {{ kind: InvalidData, error: {inner} }}");
+        assert!(fix(&io("InvalidCertificate(UnknownIssuer)")).contains("redis.tls.ca_file"));
+        let expired = "InvalidCertificate(ExpiredContext { time: 1, not_after: 0 })";
+        assert!(fix(&io(expired)).contains("expired"));
+        let name = "InvalidCertificate(NotValidForNameContext { expected: x, presented: [] })";
+        assert!(fix(&io(name)).contains("redis.tls.server_name"));
+        let alert = "AlertReceived(CertificateRequired)";
+        assert!(fix(&io(alert)).contains("redis.tls.cert_file"));
+        assert!(fix(&io("InvalidMessage(InvalidContentType)")).contains("plaintext"));
+        let plain = Error::new(ErrorKind::IO, "Connection reset by peer".to_string());
+        assert!(tls_failure(&plain).is_none());
+        assert_eq!(classify(plain).kind(), "unavailable");
+    }
+
     /// What a batched check's pcall caught (Redis 7.0's words, no fred kind).
     #[test]
     fn batched_replies_classify_like_direct_ones() {
