@@ -167,7 +167,7 @@ impl TlsClient {
 
     /// The config fred's connector is built from.
     pub fn fred_config(&self) -> fred::types::config::TlsConfig {
-        let connector = tokio_rustls_connector(self.config.clone());
+        let connector = connector(self.config.clone());
         fred::types::config::TlsConfig {
             connector,
             hostnames: fred::types::config::TlsHostMapping::None,
@@ -181,8 +181,20 @@ impl TlsClient {
     /// Re-reads the files; swaps in changed ones that parse. `forced`
     /// re-judges bytes already refused. Blocking IO.
     pub fn reload(&self, forced: bool) -> Result<Reloaded, TlsFileError> {
-        let (bytes, hash) = read_files(&self.files)?;
         let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        let (bytes, hash) = match read_files(&self.files) {
+            Ok(read) => read,
+            // A file gone or unreadable: reported once, like bad bytes,
+            // not at every poll while it stays so.
+            Err(e) => {
+                let hash = hash_of(&e.to_string());
+                if loaded.1 == Some(hash) && !forced {
+                    return Ok(Reloaded::StillRefused);
+                }
+                loaded.1 = Some(hash);
+                return Err(e);
+            }
+        };
         if hash == loaded.0 {
             loaded.1 = None;
             return Ok(Reloaded::Unchanged);
@@ -206,7 +218,7 @@ impl TlsClient {
     }
 }
 
-fn tokio_rustls_connector(config: Arc<ClientConfig>) -> fred::types::config::TlsConnector {
+fn connector(config: Arc<ClientConfig>) -> fred::types::config::TlsConnector {
     // fred's From<ClientConfig> wants the config by value; a clone shares
     // the verifier and resolver (both `Arc`s), so swaps still reach it.
     fred::types::config::TlsConnector::from((*config).clone())
@@ -230,9 +242,14 @@ fn read_files(files: &TlsFiles) -> Result<(FileBytes, u64), TlsFileError> {
         read("redis.tls.cert_file", &files.cert_file)?,
         read("redis.tls.key_file", &files.key_file)?,
     ];
+    let hash = hash_of(&bytes);
+    Ok((bytes, hash))
+}
+
+fn hash_of(value: &impl Hash) -> u64 {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut hasher);
-    Ok((bytes, hasher.finish()))
+    value.hash(&mut hasher);
+    hasher.finish()
 }
 
 fn parse(files: &TlsFiles, bytes: &FileBytes) -> Result<Material, TlsFileError> {
