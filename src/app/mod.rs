@@ -6,6 +6,7 @@
 mod budget;
 mod grpc;
 mod stores;
+mod tls;
 
 use std::future::Future;
 use std::io;
@@ -110,6 +111,10 @@ impl Application {
         });
         if let Some(reloader) = auth.reloader {
             background.push(watch::spawn(reloader, settings.policies_poll_interval));
+        }
+        if let Some(tls) = settings.redis.as_ref().and_then(|r| r.tls.as_ref()) {
+            let poll = settings.policies_poll_interval;
+            background.extend(tls::watch_files(tls, &metrics, poll));
         }
         let Stores {
             store,
@@ -328,6 +333,7 @@ pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
         clock: None,
         ttl_pad_ms: 0,
         legacy_keys: redis.legacy_keys,
+        tls: redis.tls.clone(),
     }
 }
 

@@ -2,9 +2,13 @@
 
 use std::time::Duration;
 
+use std::path::PathBuf;
+use std::sync::Arc;
+
 use super::int_in;
 use super::reader::Reader;
 use crate::domain::parse_duration_us;
+use crate::store::redis::tls::{TlsClient, TlsFiles, url_uses_tls};
 
 /// Redis settings. `Debug` hides the URL's password.
 #[derive(Clone)]
@@ -25,6 +29,8 @@ pub struct RedisSettings {
     /// Also read and write inline buckets under the name earlier versions
     /// gave them, for a rolling upgrade (`store::redis::wire`).
     pub legacy_keys: bool,
+    /// `[redis.tls]`, read and checked: set only with a `rediss` URL.
+    pub tls: Option<Arc<TlsClient>>,
 }
 
 impl std::fmt::Debug for RedisSettings {
@@ -40,6 +46,7 @@ impl std::fmt::Debug for RedisSettings {
             .field("batch_window", &self.batch_window)
             .field("max_in_flight", &self.max_in_flight)
             .field("legacy_keys", &self.legacy_keys)
+            .field("tls", &self.tls.as_ref().map(|t| t.files()))
             .finish()
     }
 }
@@ -55,19 +62,21 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
             "redis://",
             "rediss://",
             "redis-cluster://",
+            "rediss-cluster://",
             "redis-sentinel://",
-            "redis+unix://",
+            "rediss-sentinel://",
         ];
         if !schemes.iter().any(|p| s.starts_with(p)) {
-            return Err(
-                "must be empty or a redis://, rediss://, redis-cluster:// or redis-sentinel:// URL"
-                    .into(),
-            );
+            return Err("must be empty or a redis[s]://, redis[s]-cluster:// or \
+                 redis[s]-sentinel:// URL"
+                .into());
         }
         // Let the client library judge the URL, so a URL accepted here is
-        // one it can use.
+        // one it can use; without the TLS `s`, as the store hands it over
+        // (it sets TLS up itself: `store::redis::client`).
         // fred's message may quote parts of the URL: never echo it.
-        fred::prelude::Config::from_url(s)
+        let plain = s.replacen("rediss", "redis", url_uses_tls(s) as usize);
+        fred::prelude::Config::from_url(&plain)
             .map(|_| s.to_string())
             .map_err(|_| {
                 "is not a usable Redis URL; use redis://[user[:password]@]host:port[/db], \
@@ -104,6 +113,7 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
     });
     let max_in_flight = r.parse("redis.max_in_flight", |s| int_in(s, 1, 1_000_000));
     let legacy_keys = r.boolean("redis.legacy_keys");
+    let tls = read_tls(r, url.as_deref());
     let url = with_password_file(r, url?, password_file?)?;
     let settings = RedisSettings {
         url,
@@ -116,8 +126,54 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         batch_window: batch_window?,
         max_in_flight: max_in_flight? as usize,
         legacy_keys: legacy_keys?,
+        tls: tls?,
     };
     Some((!settings.url.is_empty()).then_some(settings))
+}
+
+/// `[redis.tls]`: refused with a URL without TLS (never a silent
+/// downgrade) or without a URL, and its files read and checked now, so a
+/// bad one stops startup naming its key; with a `rediss` URL and no
+/// settings, the system's roots. `Some(None)`: no TLS.
+fn read_tls(r: &mut Reader, url: Option<&str>) -> Option<Option<Arc<TlsClient>>> {
+    let path = |s: &str| Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)));
+    let files = TlsFiles {
+        ca_file: r.parse("redis.tls.ca_file", path)?,
+        cert_file: r.parse("redis.tls.cert_file", path)?,
+        key_file: r.parse("redis.tls.key_file", path)?,
+        server_name: r.parse("redis.tls.server_name", |s| {
+            Ok::<_, String>((!s.is_empty()).then(|| s.to_string()))
+        })?,
+    };
+    let url = url?;
+    let mut refuse = |key: &str, m: &str| {
+        r.problems.push(format!("{key}: {m}"));
+        None
+    };
+    let set = files != TlsFiles::default();
+    if !set && !url_uses_tls(url) {
+        return Some(None);
+    }
+    if !url_uses_tls(url) {
+        let key = files
+            .paths()
+            .first()
+            .map_or("redis.tls.server_name", |(k, _)| k);
+        return refuse(
+            key,
+            "is set, but redis.url does not use TLS: use rediss://, rediss-cluster:// or \
+             rediss-sentinel://, or remove the [redis.tls] settings",
+        );
+    }
+    match (&files.cert_file, &files.key_file) {
+        (Some(_), None) => return refuse("redis.tls.key_file", "must be set with cert_file"),
+        (None, Some(_)) => return refuse("redis.tls.cert_file", "must be set with key_file"),
+        _ => {}
+    }
+    match TlsClient::load(files) {
+        Ok(client) => Some(Some(Arc::new(client))),
+        Err(e) => refuse(e.key, &e.message),
+    }
 }
 
 /// Where the user-info of `url` lies: from after `://` to the last `@`

@@ -335,6 +335,13 @@ impl Breakers {
                     "{AUTH_HINT}; failing {} meanwhile",
                     self.mode.as_str()
                 ),
+                Some(e @ StoreError::Tls(_)) => error!(
+                    store,
+                    domain,
+                    error = %e,
+                    "TLS to {store} failed: circuit breaker open, failing {} meanwhile",
+                    self.mode.as_str()
+                ),
                 _ => warn!(
                     store,
                     domain,

@@ -32,7 +32,7 @@ pub(super) const DOWN: u8 = 2;
 /// while the kind of error stays the same: during an outage every check
 /// fails, and each would otherwise lock and format a message.
 const NOTE_EVERY_US: u64 = 1_000_000;
-const KINDS: [&str; 4] = ["timeout", "unavailable", "auth", "backend"];
+const KINDS: [&str; 5] = ["timeout", "unavailable", "auth", "backend", "tls"];
 
 /// When a failed check last wrote the reason, and the error's kind.
 pub(super) struct Noted {
@@ -53,7 +53,7 @@ impl Default for Noted {
 /// (never a credential: an auth failure gets a fixed hint, not the reply).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct NotReady {
-    /// `timeout`, `unavailable`, `auth`, or `unknown` before the first probe.
+    /// `timeout`, `unavailable`, `auth`, `tls`, or `unknown` before the first probe.
     #[schema(example = "timeout")]
     pub kind: &'static str,
     #[schema(example = "store timed out: Request timed out.")]
@@ -173,6 +173,11 @@ impl Limiter {
                 if self.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
                     match &error {
                         StoreError::Auth(_) => error!(store, %error, "{AUTH_HINT}"),
+                        // The message says what to fix ([redis.tls], the
+                        // server's certificate, the port).
+                        StoreError::Tls(_) => {
+                            error!(store, %error, "TLS to {store} failed: not ready")
+                        }
                         _ => warn!(
                             store,
                             %error,

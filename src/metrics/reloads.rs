@@ -1,5 +1,5 @@
 //! Loads of the watched files: the policies file, `rls.config` and
-//! `auth.tokens_file`. One pair of metrics with a `file` label, so one
+//! `auth.tokens_file` and the `[redis.tls]` files. One pair of metrics with a `file` label, so one
 //! query or alert covers all three and a fourth file is one more label.
 
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -35,17 +35,19 @@ pub struct Reloads {
     pub policies: ReloadMetrics,
     pub rls: ReloadMetrics,
     pub tokens: ReloadMetrics,
+    /// The `[redis.tls]` files, as one.
+    pub tls: ReloadMetrics,
 }
 
 /// The `file` label of each watched file.
-pub const FILES: [&str; 3] = ["policies", "rls", "tokens"];
+pub const FILES: [&str; 4] = ["policies", "rls", "tokens", "tls"];
 
 pub(super) fn reload_metrics() -> (Collectors, Reloads) {
     let loads = IntCounterVec::new(
         Opts::new(
             "ratekeeper_reloads_total",
             "Loads of a watched file (the first at startup counts), by file (policies: the \
-             policies file; rls: rls.config; tokens: auth.tokens_file) and result: ok, or error \
+             policies file; rls: rls.config; tokens: auth.tokens_file; tls: the [redis.tls] files) and result: ok, or error \
              (the new version was rejected whole and the one in force stayed).",
         ),
         &["file", "result"],
@@ -55,7 +57,7 @@ pub(super) fn reload_metrics() -> (Collectors, Reloads) {
         Opts::new(
             "ratekeeper_last_reload_timestamp_seconds",
             "Unix time of the last good load of a watched file, by file (policies, rls, \
-             tokens); 0 before any.",
+             tokens, tls); 0 before any.",
         ),
         &["file"],
     )
@@ -65,11 +67,12 @@ pub(super) fn reload_metrics() -> (Collectors, Reloads) {
         error: loads.with_label_values(&[file, "error"]),
         last: last.with_label_values(&[file]),
     };
-    let [policies, rls, tokens] = FILES.map(of);
+    let [policies, rls, tokens, tls] = FILES.map(of);
     let reloads = Reloads {
         policies,
         rls,
         tokens,
+        tls,
     };
     (vec![Box::new(loads), Box::new(last)], reloads)
 }

@@ -9,7 +9,14 @@ use super::Metrics;
 use crate::domain::PolicySet;
 
 /// The kinds `ratekeeper_store_errors_total` counts (`StoreError::kind`).
-const STORE_ERROR_KINDS: [&str; 5] = ["timeout", "unavailable", "auth", "backend", "overloaded"];
+const STORE_ERROR_KINDS: [&str; 6] = [
+    "timeout",
+    "unavailable",
+    "auth",
+    "backend",
+    "overloaded",
+    "tls",
+];
 
 /// `ratekeeper_build_info{version, revision}`, always 1: joined on
 /// `instance` to see which build each instance runs. The revision is the
@@ -82,6 +89,7 @@ mod tests {
             StoreError::Auth("a".into()),
             StoreError::Backend("b".into()),
             StoreError::Overloaded("o".into()),
+            StoreError::Tls("s".into()),
         ];
         let kinds: Vec<&str> = errors.iter().map(StoreError::kind).collect();
         assert_eq!(kinds, STORE_ERROR_KINDS);

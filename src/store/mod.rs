@@ -175,6 +175,12 @@ pub enum StoreError {
     /// the wrong type, an unexpected reply. Retrying will not help.
     #[error("store error: {0}")]
     Backend(String),
+    /// The TLS handshake with Redis failed: an untrusted or expired
+    /// certificate, a client certificate refused, a plaintext port. A
+    /// misconfiguration, answered by the failure policy like an outage;
+    /// the message says what to fix.
+    #[error("TLS to the store failed: {0}")]
+    Tls(String),
     /// Not sent: this instance already has as many operations waiting on
     /// the store as it can answer in time (`redis.max_in_flight`).
     /// Answered by the failure policy, and not a sign the store is down.
@@ -194,7 +200,10 @@ impl StoreError {
     pub fn store_is_down(&self) -> bool {
         matches!(
             self,
-            StoreError::Timeout(_) | StoreError::Unavailable(_) | StoreError::Auth(_)
+            StoreError::Timeout(_)
+                | StoreError::Unavailable(_)
+                | StoreError::Auth(_)
+                | StoreError::Tls(_)
         )
     }
 
@@ -205,6 +214,7 @@ impl StoreError {
             StoreError::Unavailable(_) => "unavailable",
             StoreError::Auth(_) => "auth",
             StoreError::Backend(_) => "backend",
+            StoreError::Tls(_) => "tls",
             StoreError::Overloaded(_) => "overloaded",
         }
     }

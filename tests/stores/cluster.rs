@@ -51,6 +51,7 @@ async fn batches_and_limits(cluster: &RedisCluster) {
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms: 600_000,
         legacy_keys: false,
+        tls: None,
     })
     .unwrap();
     assert!(redis.wait_connected(Duration::from_secs(10)).await);
@@ -131,6 +132,7 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
             clock: None,
             ttl_pad_ms: 0,
             legacy_keys: false,
+            tls: None,
         })
         .unwrap();
         assert!(store.wait_connected(Duration::from_secs(10)).await);

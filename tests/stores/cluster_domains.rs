@@ -40,6 +40,7 @@ fn options(url: String) -> RedisOptions {
         clock: None,
         ttl_pad_ms: 0,
         legacy_keys: false,
+        tls: None,
     }
 }
 

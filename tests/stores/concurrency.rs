@@ -75,6 +75,15 @@ async fn two_instances_allow_exactly_the_limit(batch_window: Duration) -> u64 {
     support::script_calls(&redis).await
 }
 
+/// Every algorithm: REQUESTS concurrent checks over `apps`, exactly LIMIT
+/// allowed (also run over TLS, `tls.rs`).
+pub(crate) async fn every_algorithm_allows_exactly_the_limit(apps: &[Arc<TestApp>]) {
+    for algorithm in ALGORITHMS {
+        let allowed = allowed_of_concurrent_checks(apps, algorithm).await;
+        assert_eq!(allowed, LIMIT as usize, "{algorithm}: {REQUESTS} checks");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_instances_sharing_redis_allow_exactly_the_limit() {
     let calls = two_instances_allow_exactly_the_limit(Duration::ZERO).await;
@@ -204,6 +213,7 @@ mod multi_limit {
                 clock: None,
                 ttl_pad_ms: 0,
                 legacy_keys: false,
+                tls: None,
             })
             .unwrap();
             store.ping().await.unwrap();

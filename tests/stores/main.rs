@@ -29,3 +29,4 @@ mod settle;
 mod stores;
 mod stores_adjust;
 mod stores_multi;
+mod tls;

@@ -215,6 +215,7 @@ fn simulated_redis(
             // alive so Redis's real-time expiry cannot interfere.
             ttl_pad_ms: 3_600_000,
             legacy_keys: false,
+            tls: None,
         })
         .unwrap();
         store.ping().await.unwrap();

@@ -160,6 +160,7 @@ async fn reset_and_refund_of_several_limits_on_a_cluster() {
         clock: None,
         ttl_pad_ms: 0,
         legacy_keys: false,
+        tls: None,
     })
     .unwrap();
     assert!(store.wait_connected(Duration::from_secs(10)).await);

@@ -25,6 +25,7 @@ fn store(url: String) -> RedisStore {
         clock: None,
         ttl_pad_ms: 0,
         legacy_keys: false,
+        tls: None,
     })
     .unwrap()
 }

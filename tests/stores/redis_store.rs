@@ -30,6 +30,7 @@ fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> 
         clock: Some(std::sync::Arc::new(clock.clone())),
         ttl_pad_ms,
         legacy_keys: false,
+        tls: None,
     }
 }
 
@@ -178,6 +179,7 @@ fn batching_store(server: &RedisServer) -> RedisStore {
         clock: None,
         ttl_pad_ms: 0,
         legacy_keys: false,
+        tls: None,
     })
     .unwrap()
 }
@@ -342,6 +344,7 @@ impl PasswordServer {
             clock: None,
             ttl_pad_ms: 0,
             legacy_keys: false,
+            tls: None,
         })
         .unwrap()
     }

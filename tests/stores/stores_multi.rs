@@ -166,6 +166,7 @@ async fn the_keys_of_one_check_share_a_cluster_slot() {
         clock: None,
         ttl_pad_ms: 0,
         legacy_keys: false,
+        tls: None,
     })
     .unwrap();
     let limits = [

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use super::tls::Certs;
 use super::{answering, wait_until};
 use super::{free_port, fresh_dir, path_str, redis_cli, redis_cli_binary, redis_server_binary};
 
@@ -20,6 +21,10 @@ pub struct RedisCluster {
     dir: PathBuf,
     /// Client ports the nodes announce, by start order; empty: their own.
     announced: Vec<u16>,
+    /// With TLS (`tls-cluster yes`): every node's TLS port, in start
+    /// order, and the certificates; the plaintext ports stay for the test.
+    pub tls_ports: Vec<u16>,
+    tls: Option<Certs>,
 }
 
 /// One line of `CLUSTER NODES`, as far as the tests need it.
@@ -56,19 +61,41 @@ impl RedisCluster {
     /// `announced[i]` as its client port (`cluster-announce-port`), so
     /// clients reach it through a proxy there; the cluster bus stays direct.
     pub fn start_announcing(primaries: usize, replicas: usize, announced: &[u16]) -> RedisCluster {
+        Self::start_all(primaries, replicas, announced, None)
+    }
+
+    /// `primaries` primaries whose clients and cluster bus speak TLS
+    /// (`tls-cluster yes`) with `certs`' server certificate; clients need
+    /// no certificate of their own. [`tls_url`](Self::tls_url) names them.
+    pub fn start_tls(primaries: usize, certs: &Certs) -> RedisCluster {
+        Self::start_all(primaries, 0, &[], Some(certs.clone()))
+    }
+
+    fn start_all(
+        primaries: usize,
+        replicas: usize,
+        announced: &[u16],
+        tls: Option<Certs>,
+    ) -> RedisCluster {
         let _ = redis_cli_binary(); // fail early and clearly if it is missing
         let mut cluster = RedisCluster {
             ports: Vec::new(),
             nodes: Vec::new(),
             dir: fresh_dir("cluster"),
             announced: announced.to_vec(),
+            tls_ports: Vec::new(),
+            tls,
         };
         for _ in 0..primaries * (1 + replicas) {
+            let tls_port = free_port();
             let (port, child) = (0..5)
-                .find_map(|_| cluster.spawn_node())
+                .find_map(|_| cluster.spawn_node(tls_port))
                 .expect("could not start a cluster node on a free port");
             cluster.ports.push(port);
             cluster.nodes.push(Some(child));
+            cluster
+                .tls_ports
+                .extend(cluster.tls.is_some().then_some(tls_port));
         }
         let addresses: Vec<String> = cluster
             .ports
@@ -91,8 +118,17 @@ impl RedisCluster {
         cluster
     }
 
-    fn spawn_node(&self) -> Option<(u16, Child)> {
+    /// A node; with TLS, its TLS port is `tls_port`.
+    fn spawn_node(&self, tls_port: u16) -> Option<(u16, Child)> {
         let (port, bus) = (free_port(), free_port());
+        let tls: Vec<String> = match &self.tls {
+            Some(certs) => {
+                let mut args = certs.server_args("server", tls_port, false);
+                args.extend(["--tls-cluster", "yes", "--tls-replication", "yes"].map(String::from));
+                args
+            }
+            None => Vec::new(),
+        };
         let node_dir = self.dir.join(port.to_string());
         std::fs::create_dir_all(&node_dir).unwrap();
         let announce: Vec<String> = match self.announced.get(self.ports.len()) {
@@ -106,6 +142,7 @@ impl RedisCluster {
         };
         let child = Command::new(redis_server_binary())
             .args(&announce)
+            .args(&tls)
             .args(["--port", &port.to_string()])
             .args(["--cluster-port", &bus.to_string()])
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
@@ -152,6 +189,11 @@ impl RedisCluster {
     /// A URL naming one node only, as the simplest configuration does.
     pub fn url(&self) -> String {
         format!("redis-cluster://127.0.0.1:{}", self.seed())
+    }
+
+    /// `rediss-cluster://` naming the first node's TLS port.
+    pub fn tls_url(&self) -> String {
+        format!("rediss-cluster://127.0.0.1:{}", self.tls_ports[0])
     }
 
     /// `CLUSTER NODES` as seen by the first live node.

@@ -23,6 +23,7 @@ mod net;
 pub mod ops;
 mod sentinel;
 pub mod stores;
+pub mod tls;
 pub mod venv;
 
 pub use app::{TestApp, settings};

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
+use super::tls::Certs;
 use super::{RedisServer, free_port, fresh_dir, path_str, redis_cli, redis_server_binary};
 use super::{answering, redis_cli_binary, wait_until};
 
@@ -22,6 +23,11 @@ pub struct SentinelGroup {
     pub replica: RedisServer,
     sentinels: Vec<(u16, Child)>,
     dir: PathBuf,
+    /// With TLS: each sentinel's TLS port (its plaintext one stays for the
+    /// test), and the data nodes' TLS ports (primary, replica).
+    tls_sentinels: Vec<u16>,
+    pub tls_nodes: Option<(u16, u16)>,
+    tls: Option<Certs>,
 }
 
 impl SentinelGroup {
@@ -29,29 +35,67 @@ impl SentinelGroup {
     /// sentinels (quorum: a majority), and waits until every sentinel knows
     /// the replica and the others, so a failover can happen at once.
     pub fn start(sentinels: usize) -> SentinelGroup {
+        Self::start_all(sentinels, None)
+    }
+
+    /// The same with every link over TLS (`certs`' server certificate):
+    /// clients to the sentinels and to the data nodes, the replica to the
+    /// primary and the sentinels to both (`tls-replication yes`).
+    pub fn start_tls(sentinels: usize, certs: &Certs) -> SentinelGroup {
+        Self::start_all(sentinels, Some(certs.clone()))
+    }
+
+    fn start_all(sentinels: usize, tls: Option<Certs>) -> SentinelGroup {
         let _ = redis_cli_binary(); // fail early and clearly if it is missing
-        let primary = RedisServer::start();
-        let of = format!("127.0.0.1 {}", primary.port);
-        let replica = RedisServer::start_with(&["--replicaof", &of]);
+        let node_args = |port: u16| -> Vec<String> {
+            let Some(certs) = &tls else { return Vec::new() };
+            let mut args = certs.server_args("server", port, false);
+            args.extend(["--tls-replication".into(), "yes".into()]);
+            args
+        };
+        let (primary_tls, replica_tls) = (free_port(), free_port());
+        let args = node_args(primary_tls);
+        let primary = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
+        let primary_at = if tls.is_some() {
+            primary_tls
+        } else {
+            primary.port
+        };
+        let of = format!("127.0.0.1 {primary_at}");
+        let mut args = node_args(replica_tls);
+        args.extend(["--replicaof".into(), of]);
+        let replica = RedisServer::start_with(&args.iter().map(String::as_str).collect::<Vec<_>>());
         wait_until(Duration::from_secs(10), "replica in sync", || {
             replica
                 .cli(&["info", "replication"])
                 .contains("master_link_status:up")
         });
+        let tls_nodes = tls.is_some().then_some((primary_tls, replica_tls));
         let mut group = SentinelGroup {
             primary,
             replica,
             sentinels: Vec::new(),
             dir: fresh_dir("sentinel"),
+            tls_sentinels: Vec::new(),
+            tls_nodes,
+            tls,
         };
         let quorum = sentinels / 2 + 1;
         for _ in 0..sentinels {
+            let tls_port = free_port();
+            let conf = group
+                .tls
+                .as_ref()
+                .map_or(String::new(), |certs| tls_conf(certs, tls_port));
             let sentinel = (0..5)
-                .find_map(|_| group.spawn_sentinel(quorum))
+                .find_map(|_| spawn_sentinel(&group.dir, primary_at, quorum, DOWN_AFTER_MS, &conf))
                 .expect("could not start a sentinel on a free port");
             group.sentinels.push(sentinel);
+            group
+                .tls_sentinels
+                .extend(group.tls.is_some().then_some(tls_port));
         }
-        let replica = group.replica.port.to_string();
+        let replica = tls_nodes.map_or(group.replica.port, |(_, r)| r).to_string();
         for port in group.sentinel_ports() {
             wait_until(Duration::from_secs(15), "sentinels ready", || {
                 redis_cli(port, &["sentinel", "replicas", SERVICE]).contains(&replica)
@@ -62,8 +106,17 @@ impl SentinelGroup {
         group
     }
 
-    fn spawn_sentinel(&self, quorum: usize) -> Option<(u16, Child)> {
-        spawn_sentinel(&self.dir, self.primary.port, quorum, DOWN_AFTER_MS)
+    /// `rediss-sentinel://` naming every sentinel's TLS port.
+    pub fn tls_url(&self) -> String {
+        let ports = &self.tls_sentinels;
+        let others: String = ports[1..]
+            .iter()
+            .map(|p| format!("&node=127.0.0.1:{p}"))
+            .collect();
+        format!(
+            "rediss-sentinel://127.0.0.1:{}/0?sentinelServiceName={SERVICE}{others}",
+            ports[0]
+        )
     }
 
     pub fn sentinel_ports(&self) -> Vec<u16> {
@@ -100,7 +153,7 @@ impl LoneSentinel {
         // Long: the sentinel's own link through a cut proxy must not make
         // it judge the primary down while the test runs.
         let (port, child) = (0..5)
-            .find_map(|_| spawn_sentinel(&dir, primary, 1, 60_000))
+            .find_map(|_| spawn_sentinel(&dir, primary, 1, 60_000, ""))
             .expect("could not start a sentinel on a free port");
         let sentinel = LoneSentinel { port, child, dir };
         wait_until(
@@ -134,6 +187,7 @@ fn spawn_sentinel(
     primary: u16,
     quorum: usize,
     down_after_ms: u64,
+    extra_conf: &str,
 ) -> Option<(u16, Child)> {
     let port = free_port();
     let dir = dir.join(port.to_string());
@@ -146,7 +200,7 @@ fn spawn_sentinel(
              sentinel monitor {SERVICE} 127.0.0.1 {primary} {quorum}\n\
              sentinel down-after-milliseconds {SERVICE} {down_after_ms}\n\
              sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n\
-             sentinel parallel-syncs {SERVICE} 1\n",
+             sentinel parallel-syncs {SERVICE} 1\n{extra_conf}",
             dir = path_str(&dir),
         ),
     )
@@ -160,6 +214,19 @@ fn spawn_sentinel(
         .spawn()
         .expect("failed to run redis-server --sentinel");
     answering(child, port)
+}
+
+/// A sentinel's TLS lines: its TLS port, and TLS to the data nodes and
+/// the other sentinels.
+fn tls_conf(certs: &Certs, port: u16) -> String {
+    let path = |p: PathBuf| path_str(&p).to_string();
+    format!(
+        "tls-port {port}\ntls-cert-file {}\ntls-key-file {}\ntls-ca-cert-file {}\n\
+         tls-replication yes\ntls-auth-clients no\n",
+        path(certs.crt("server")),
+        path(certs.key("server")),
+        path(certs.crt("ca")),
+    )
 }
 
 /// The primary's port according to the sentinel on `port`.

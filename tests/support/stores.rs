@@ -24,6 +24,7 @@ pub fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64)
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms,
         legacy_keys: false,
+        tls: None,
     }
 }
 

@@ -24,3 +24,4 @@ mod prometheus_rules;
 mod readme_errors;
 mod readme_examples;
 mod schemathesis;
+mod tls_config;

@@ -46,9 +46,29 @@ pub(super) fn tcp_config(options: &RedisOptions) -> fred::types::config::TcpConf
 /// The client configuration `options.url` describes, for every client of
 /// the store.
 pub(super) fn client_config(options: &RedisOptions) -> Result<Config, StoreError> {
+    let uses_tls = super::tls::url_uses_tls(&options.url);
+    // fred is handed the URL without its TLS `s`: given `rediss`, it would
+    // build a TLS config of its own from the system's roots (and fail if
+    // any of them is unreadable); ours is set below.
+    let url = options.url.replacen("rediss", "redis", uses_tls as usize);
     let mut config = Config {
         fail_fast: false,
-        ..Config::from_url(&options.url).map_err(|e| StoreError::Backend(e.to_string()))?
+        ..Config::from_url(&url).map_err(|e| StoreError::Backend(e.to_string()))?
+    };
+    config.tls = match (&options.tls, uses_tls) {
+        (Some(tls), true) => Some(tls.fred_config()),
+        (None, true) => Some(
+            super::tls::TlsClient::load(Default::default())
+                .map_err(|e| StoreError::Backend(e.to_string()))?
+                .fred_config(),
+        ),
+        // Never a silent downgrade: TLS settings with a plain URL.
+        (Some(_), false) => {
+            return Err(StoreError::Backend(
+                "TLS settings given for a URL without TLS: use rediss://".into(),
+            ));
+        }
+        (None, false) => None,
     };
     // Rediscover a cluster through every node it last knew, not only the
     // URL's: with the default, a client whose URL node dies stays down

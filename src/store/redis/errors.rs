@@ -36,6 +36,9 @@ pub(super) fn classify(error: Error) -> StoreError {
     if super::auth::is_auth(&error) {
         return StoreError::Auth(error.to_string());
     }
+    if let Some(why) = tls_failure(&error) {
+        return StoreError::Tls(why);
+    }
     match error.kind() {
         ErrorKind::Timeout => StoreError::Timeout(error.to_string()),
         ErrorKind::IO
@@ -66,6 +69,42 @@ fn by_reply(reply: &str, text: String) -> StoreError {
     } else {
         StoreError::Backend(text)
     }
+}
+
+/// What to fix, when `error` is a failed TLS handshake. fred reports a
+/// handshake's failure as an IO error carrying the `Debug` text of
+/// rustls's error (`InvalidCertificate(UnknownIssuer)`,
+/// `AlertReceived(CertificateRequired)`, `InvalidMessage(..)`), or as
+/// [`ErrorKind::Tls`]; the text is matched to say what to do.
+pub(super) fn tls_failure(error: &Error) -> Option<String> {
+    let details = error.details();
+    let said = |needle: &str| details.contains(needle);
+    let cert = said("InvalidCertificate(");
+    let why = if cert && (said("UnknownIssuer") || said("BadSignature")) {
+        "the server's certificate is not signed by a trusted CA: set redis.tls.ca_file to the CA \
+         that signed it"
+    } else if cert && (said("Expired") || said("NotValidYet")) {
+        "the server's certificate has expired or is not yet valid: renew it on the server \
+         (or check this host's clock)"
+    } else if cert && said("NotValidForName") {
+        "the server's certificate does not hold the URL's host: set redis.tls.server_name to a \
+         name it holds"
+    } else if cert {
+        "the server's certificate was refused: check redis.tls.ca_file and the server's \
+         certificate"
+    } else if said("AlertReceived") {
+        "the server refused the handshake (our client certificate?): set redis.tls.cert_file \
+         and redis.tls.key_file to a certificate its tls-ca-cert-file trusts"
+    } else if said("InvalidMessage") || said("InvalidContentType") || said("CorruptMessage") {
+        "the server did not answer in TLS: is the port a plaintext one? use redis:// or the \
+         server's tls-port"
+    } else if *error.kind() == ErrorKind::Tls || said("PeerIncompatible") || said("PeerMisbehaved")
+    {
+        "the TLS handshake failed: check the [redis.tls] settings and the server's TLS settings"
+    } else {
+        return None;
+    };
+    Some(why.to_string())
 }
 
 /// The node asked no longer serves the slot.
@@ -155,6 +194,28 @@ mod tests {
         assert!(!is_moved(&Error::new(ErrorKind::Unknown, "ERR MOVED")));
     }
 
+    /// fred carries rustls's errors as IO errors with their `Debug` text.
+    #[test]
+    fn tls_handshake_failures_are_named_with_what_to_fix() {
+        let fix = |details: &str| {
+            let error = Error::new(ErrorKind::IO, details.to_string());
+            assert_eq!(classify(error.clone()).kind(), "tls", "{details}");
+            tls_failure(&error).unwrap()
+        };
+        let io = |inner: &str| format!("Custom {{ kind: InvalidData, error: {inner} }}");
+        assert!(fix(&io("InvalidCertificate(UnknownIssuer)")).contains("redis.tls.ca_file"));
+        let expired = "InvalidCertificate(ExpiredContext { time: 1, not_after: 0 })";
+        assert!(fix(&io(expired)).contains("expired"));
+        let name = "InvalidCertificate(NotValidForNameContext { expected: x, presented: [] })";
+        assert!(fix(&io(name)).contains("redis.tls.server_name"));
+        let alert = "AlertReceived(CertificateRequired)";
+        assert!(fix(&io(alert)).contains("redis.tls.cert_file"));
+        assert!(fix(&io("InvalidMessage(InvalidContentType)")).contains("plaintext"));
+        let plain = Error::new(ErrorKind::IO, "Connection reset by peer".to_string());
+        assert!(tls_failure(&plain).is_none());
+        assert_eq!(classify(plain).kind(), "unavailable");
+    }
+
     /// What a batched check's pcall caught (Redis 7.0's words, no fred kind).
     #[test]
     fn batched_replies_classify_like_direct_ones() {
@@ -206,6 +267,7 @@ mod url_tests {
                 clock: None,
                 ttl_pad_ms: 0,
                 legacy_keys: false,
+                tls: None,
             };
             let error = RedisStore::connect(options).err().expect("rejected");
             assert!(!error.to_string().contains("hunter2"), "{url}: {error}");

@@ -83,6 +83,7 @@ mod tests {
                 clock: None,
                 ttl_pad_ms: 0,
                 legacy_keys: false,
+                tls: None,
             })
             .unwrap();
             for key in [
@@ -119,6 +120,7 @@ mod tests {
             clock: None,
             ttl_pad_ms: 0,
             legacy_keys: false,
+            tls: None,
         })
         .unwrap();
         let rule = limit("x", Algorithm::Gcra, 1_000_000).rule;

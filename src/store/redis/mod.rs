@@ -13,7 +13,8 @@
 //! EVALSHA), `function.rs` (the script as a Redis function),
 //! `batch.rs` (the micro-batcher task), `client.rs` (how every client is
 //! built), `in_flight.rs` (the `redis.max_in_flight` cap),
-//! `errors.rs` (outage or bug), `auth.rs` (refused credentials),
+//! `errors.rs` (outage or bug), `auth.rs` (refused credentials and
+//! failed TLS handshakes), `tls.rs` (the rustls config and its re-read files),
 //! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
 //! pool per cluster node, so one dead node stalls only its own keys) and
 //! `invalidation.rs` (the pub/sub channel that keeps deny caches exact
@@ -37,6 +38,7 @@ mod invalidation;
 mod keys;
 mod liveness;
 mod nodes;
+pub mod tls;
 pub mod wire;
 
 use std::sync::Arc;
@@ -82,6 +84,9 @@ pub struct RedisOptions {
     /// versions gave them (`StateKey::legacy`), so instances of both
     /// versions count together during a rolling upgrade (`wire.rs`).
     pub legacy_keys: bool,
+    /// The CA, client certificate and server name of a `rediss://` URL
+    /// (`[redis.tls]`); `None` with such a URL: the system's roots.
+    pub tls: Option<Arc<tls::TlsClient>>,
 }
 
 /// A store backed by a Redis server (or a cluster, via a `redis-cluster://` URL).

@@ -121,6 +121,7 @@ mod tests {
             clock: None,
             ttl_pad_ms: 0,
             legacy_keys: false,
+            tls: None,
         };
         let nodes = Nodes::new(Config::default(), options);
         let gone = Server::new("127.0.0.1", 1);

@@ -231,6 +231,7 @@ pub fn simulated_redis(
             // alive so Redis's own expiry cannot interfere.
             ttl_pad_ms: 3_600_000,
             legacy_keys: false,
+            tls: None,
         })
         .unwrap();
         store.ping().await.unwrap();
