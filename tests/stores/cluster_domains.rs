@@ -77,7 +77,7 @@ async fn keys_on_different_primaries_get_different_domains() {
 /// The port of the primary owning `key`, from `redis-cli CLUSTER` replies.
 fn owner(cluster: &RedisCluster, key: &str) -> u16 {
     let cli = |args: &[&str]| {
-        let out = std::process::Command::new("redis-cli")
+        let out = std::process::Command::new(support::redis_cli_binary())
             .args(["-p", &cluster.ports[0].to_string()])
             .args(args)
             .output()

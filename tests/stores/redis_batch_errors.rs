@@ -85,7 +85,9 @@ async fn a_readonly_replica_inside_a_batch_is_an_outage_not_a_500() {
 }
 
 /// A user who may run scripts but not write: inside a script Redis 7.0
-/// says "ERR The user executing the script can't run this command".
+/// says "ERR The user executing the script can't run this command", Redis
+/// 7.2+ (Valkey 8.1, Redis 8.2) "ERR ACL failure in script: User ro has no
+/// permissions to run the 'set' command".
 #[tokio::test]
 async fn an_acl_denial_inside_a_batch_is_an_auth_error() {
     let server = RedisServer::start();

@@ -307,7 +307,7 @@ impl PasswordServer {
         let dir =
             std::env::temp_dir().join(format!("ratekeeper-auth-{}-{port}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let child = std::process::Command::new("redis-server")
+        let child = std::process::Command::new(support::redis_server_binary())
             .args([
                 "--port",
                 &port.to_string(),

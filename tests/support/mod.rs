@@ -1,6 +1,8 @@
 //! Test harness: real `redis-server` processes on free loopback ports, and
 //! the service itself on port 0. Nothing is mocked and nothing is shared:
-//! each test starts its own servers and they die with it.
+//! each test starts its own servers and they die with it. Which server
+//! (Redis 7.0, Valkey 8.1 or Redis 8.2) is `RATEKEEPER_TEST_SERVER`'s
+//! choice: see [`server`].
 #![allow(dead_code, unused_imports)] // each test binary uses a different part of this module
 
 use std::io::{Read, Write};
@@ -22,6 +24,7 @@ mod load;
 mod net;
 pub mod ops;
 mod sentinel;
+pub mod server;
 pub mod stores;
 pub mod tls;
 pub mod venv;
@@ -84,6 +87,7 @@ pub use load::{
 pub use net::{early_in_a_minute, fresh_loopback, raw_http};
 pub use nix::sys::signal::Signal;
 pub use sentinel::{LoneSentinel, SentinelGroup, sentinel_primary};
+pub use server::{redis_cli_binary, redis_server_binary, test_server};
 
 /// A `redis-server` child process on its own port and directory.
 pub struct RedisServer {
@@ -92,41 +96,6 @@ pub struct RedisServer {
     dir: PathBuf,
     /// Extra `redis-server` arguments (`--replicaof ...`), kept for restarts.
     extra: Vec<String>,
-}
-
-pub fn redis_server_binary() -> PathBuf {
-    let candidates = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
-        .unwrap_or_default()
-        .into_iter()
-        .chain([
-            "/usr/bin".into(),
-            "/usr/sbin".into(),
-            "/usr/local/bin".into(),
-        ]);
-    for dir in candidates {
-        let path = dir.join("redis-server");
-        if path.is_file() {
-            return path;
-        }
-    }
-    panic!(
-        "redis-server not found on PATH. The Redis tests need a real server: install it with \
-         `sudo apt-get install -y redis-server` (Debian/Ubuntu) or `brew install redis` (macOS), \
-         or run `bash .ci/run`, which installs it."
-    );
-}
-
-/// `redis-cli`, installed next to `redis-server` by every Redis package.
-pub fn redis_cli_binary() -> PathBuf {
-    let cli = redis_server_binary().with_file_name("redis-cli");
-    assert!(
-        cli.is_file(),
-        "redis-cli not found next to redis-server ({}). The failover tests drive Redis with it: \
-         install the full Redis package (`sudo apt-get install -y redis-server` or redis-tools).",
-        cli.display()
-    );
-    cli
 }
 
 /// Runs `redis-cli -p PORT ARGS...` and returns its trimmed stdout ("" when
@@ -219,6 +188,7 @@ impl RedisServer {
         let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if self.ping() {
+                test_server().verify(self.port);
                 return true;
             }
             if let Some(Ok(Some(_))) = self.child.as_mut().map(|c| c.try_wait()) {
@@ -312,6 +282,7 @@ pub fn path_str(path: &Path) -> &str {
 /// port).
 pub fn answering(mut child: Child, port: u16) -> Option<(u16, Child)> {
     if wait_for_ping(&mut child, port) {
+        test_server().verify(port);
         Some((port, child))
     } else {
         let _ = child.kill();

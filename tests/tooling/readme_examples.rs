@@ -276,9 +276,18 @@ fn the_crate_docs_link_the_docs_and_the_suite_builds_them() {
     }
     let script = read("scripts/test.sh");
     let doc = script.find("RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps --locked");
-    let test = script.find("\ncargo test --locked");
+    let test = script.find("cargo test --locked --no-fail-fast \"${args[@]}\"");
     assert!(
         doc.is_some() && doc < test,
         "scripts/test.sh builds the docs before cargo test"
     );
+    // The server matrix docs/development.md describes.
+    let matrix = script.find("${RATEKEEPER_TEST_MATRIX-valkey8 redis8}");
+    let suites = script.find("cargo test --locked --no-fail-fast --test stores --test faults");
+    assert!(
+        test < matrix && matrix < suites,
+        "scripts/test.sh runs the store and fault suites on valkey8 and redis8 after cargo test"
+    );
+    let development = read("docs/development.md");
+    assert!(development.contains("`RATEKEEPER_TEST_MATRIX=\"\"` skips it"));
 }

@@ -35,14 +35,18 @@ pub(super) fn is_auth(error: &Error) -> bool {
     *error.kind() == ErrorKind::Auth || is_auth_reply(error.details())
 }
 
-/// The same, from a reply's text. Inside a script, Redis 7.0 reports an
-/// ACL denial not as NOPERM but as "ERR The user executing the script
-/// can't run this command or subcommand" (or "can't access at least one
-/// of the keys"): the same misconfiguration.
+/// The same, from a reply's text. Inside a script, an ACL denial is not
+/// NOPERM but an ERR, worded by version: Redis 7.0 says "ERR The user
+/// executing the script can't run this command or subcommand" (or "can't
+/// access at least one of the keys"); Redis 7.2 and later, Valkey 8.1 and
+/// Redis 8.2 among them, say "ERR ACL failure in script: User u has no
+/// permissions to run the 'set' command" (or "No permissions to access a
+/// key"). Either is the same misconfiguration.
 pub(super) fn is_auth_reply(reply: &str) -> bool {
     let code = reply.split_whitespace().next().unwrap_or("");
     matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
         || reply.starts_with("ERR The user executing the script can't")
+        || reply.starts_with("ERR ACL failure in script")
 }
 
 #[derive(Default)]

@@ -234,6 +234,15 @@ mod tests {
             kind("ERR The user executing the script can't run this command or subcommand"),
             "auth"
         );
+        // Redis 7.2+, Valkey 8.1, Redis 8.2.
+        assert_eq!(
+            kind("ERR ACL failure in script: User u has no permissions to run the 'set' command"),
+            "auth"
+        );
+        assert_eq!(
+            kind("ERR ACL failure in script: No permissions to access a key"),
+            "auth"
+        );
         assert_eq!(
             kind("WRONGTYPE Operation against a key holding the wrong kind of value"),
             "backend"
