@@ -5,6 +5,9 @@
 //! as written, to an instance on the embedded store with the example
 //! policies (the quick start's); one that sends an `Authorization` header,
 //! to such an instance with bearer tokens, `$CHECK` being a `check` token.
+//! A settle that names a reservation is left out: its id was made by a
+//! check in the docs' own session, and is unknown to any other instance
+//! (`tests/api/settle*.rs` hold those answers).
 
 use crate::support;
 
@@ -51,7 +54,8 @@ fn shown_errors(page: &str, line: usize, text: &str) -> Vec<Shown> {
             // A header of `curl -si`'s answer.
             continue;
         }
-        if raw.starts_with("{\"error\"") && command.contains("localhost:8080") {
+        let replayable = !command.contains("\"reservation\": \"");
+        if raw.starts_with("{\"error\"") && command.contains("localhost:8080") && replayable {
             let url = &command[command.find("localhost:8080").unwrap() + "localhost:8080".len()..];
             let path = url
                 .split([' ', '\'', '"'])
@@ -123,7 +127,7 @@ async fn every_error_answer_shown_is_what_the_service_answers() {
     with_tokens.stop().await;
     assert!(problems.is_empty(), "{}", problems.join("\n"));
     assert!(
-        checked >= 11,
+        checked >= 10,
         "only {checked} error examples found: is the reader broken?"
     );
 }
