@@ -18,7 +18,10 @@ their own, so a request generated to break the schema still breaks it (and
 must still be rejected).
 """
 
+import json
+import os
 import re
+import urllib.request
 
 import schemathesis
 
@@ -53,6 +56,10 @@ def _positive(case):
     return mode == "positive"
 
 
+# The forms of a check, and what a policy's name may be.
+CHECK_PATHS = ("/v1/check", "/v1/reset", "/v1/refund", "/v1/release", "/v1/renew")
+POLICY_NAME = re.compile(r"[a-z0-9_.-]{1,64}")
+
 # Release and renew name a lease, so their check needs a concurrency limit.
 LEASED_PATHS = ("/v1/release", "/v1/renew")
 
@@ -66,12 +73,63 @@ def _positive_check(case):
 
 
 @schemathesis.hook
+def before_call(context, case, **kwargs):
+    """Every phase's calls, the examples' included (map_case does not see
+    them): a schema-valid policy name is a 422 unknown_policy unless it is
+    the run's one policy, whatever mode generated it; a case negative in
+    another field stays negative."""
+    if case.operation.path in CHECK_PATHS and isinstance(case.body, dict):
+        policy = case.body.get("policy")
+        if isinstance(policy, str) and POLICY_NAME.fullmatch(policy):
+            case.body["policy"] = POLICY
+    if (
+        _positive(case)
+        and case.operation.path == "/v1/settle"
+        and isinstance(case.body, dict)
+        and isinstance(case.body.get("reservation"), str)
+    ):
+        # No generated string names a reservation: a real one, so that a
+        # settle reaches more than its 404.
+        case.body["reservation"] = _fresh_reservation()
+
+
+_RESERVED = [0]
+
+
+def _fresh_reservation():
+    """A reservation of a real check on the served instance."""
+    _RESERVED[0] += 1
+    body = {
+        "key": f"fuzz-settle-{os.getpid()}-{_RESERVED[0]}",
+        "limit": POLICY_CAPACITY,
+        "window": "1h",
+        "reservation_ttl": "1m",
+    }
+    request = urllib.request.Request(
+        os.environ["RATEKEEPER_FUZZ_URL"] + "/v1/check",
+        data=json.dumps(body).encode(),
+        headers={
+            "content-type": "application/json",
+            "authorization": "Bearer " + os.environ["RATEKEEPER_FUZZ_TOKEN"],
+        },
+    )
+    with urllib.request.urlopen(request, timeout=5) as answer:
+        return json.load(answer)["reservation"]["id"]
+
+
+@schemathesis.hook
 def map_case(context, case):
     if _positive_check(case):
         if case.operation.path in LEASED_PATHS:
             _leased(case.body)
         _within_cross_field_rules(case.body)
         _reservation_ttl(case.body)
+    if _positive(case) and case.operation.path == "/v1/settle" and isinstance(case.body, dict):
+        # At most MAX_SETTLE_CAPACITIES capacities of the reservation's
+        # tightest limit, which no schema can say: 100 fits every limit.
+        actual = case.body.get("actual")
+        if _int(actual, 0, 2**63) and actual > MAX_SETTLE_CAPACITIES:
+            case.body["actual"] = int(actual) % (MAX_SETTLE_CAPACITIES + 1)
     if _positive(case) and case.operation.path == "/v1/top" and isinstance(case.query, dict):
         # Its parameter example (`api`) is a policy of the example file,
         # not this run's; any other name is rightly a 422 unknown_policy.

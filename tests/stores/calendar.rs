@@ -181,10 +181,10 @@ async fn by_redis_time() {
     let args = |bounds: [u64; 4]| {
         let window = bounds.map(|b| b.to_string()).join(",");
         // now (Redis TIME), TTL pad, channel; a check: code 1, 1 limit,
-        // cost 1, nothing to publish, no lease; fixed_window, limit 5,
-        // window, burst.
+        // cost 1, nothing to publish, no lease, no reservation;
+        // fixed_window, limit 5, window, burst.
         [
-            "", "0", "ch", "1", "1", "1", "", "", "fw", "5", &window, "5",
+            "", "0", "ch", "1", "1", "1", "", "", "", "fw", "5", &window, "5",
         ]
         .map(String::from)
         .to_vec()

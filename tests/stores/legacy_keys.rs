@@ -42,6 +42,7 @@ fn old_instance_allows(server: &RedisServer, key: &str, algorithm: Algorithm) ->
         "1",
         "",
         "",
+        "",
         algorithm.key_tag(),
         &limit,
         &window,

@@ -91,6 +91,7 @@ fn the_script_subcommand_prints_the_function_library_redis_loads() {
         "1",
         "",
         "",
+        "",
         "fw",
         "3",
         "60000000",

@@ -67,6 +67,9 @@ fn schemathesis_finds_nothing() {
         .args(["--no-color", "--request-timeout", "5"])
         .args(["--header", &format!("Authorization: Bearer {ADMIN_TOKEN}")])
         .env("SCHEMATHESIS_HOOKS", "ratekeeper_hooks")
+        // The hooks make real reservations for the settles to name.
+        .env("RATEKEEPER_FUZZ_URL", format!("http://{addr}"))
+        .env("RATEKEEPER_FUZZ_TOKEN", ADMIN_TOKEN)
         .env("PYTHONPATH", &hooks)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         // Hypothesis and schemathesis keep their databases in the working
