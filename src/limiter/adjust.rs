@@ -87,7 +87,7 @@ impl Limiter {
     /// `check` and answers like a check of cost 0 afterwards. Like a
     /// refund it ends cached denials of the key here and on every
     /// instance: below the reservation it makes room. With `reservation`,
-    /// only once, and only if the store holds it ([`Adjusted::reservation`]
+    /// only once, and only if the store holds it (the answer's `reservation`
     /// says what it found).
     pub async fn settle(
         &self,
