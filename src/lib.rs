@@ -24,6 +24,7 @@
 //! - [`watch`]: reloading a config path (the policies file, `rls.config`)
 //!   on file events, SIGHUP and a slow poll; [`watch::read`], the one
 //!   bounded reader of every watched file.
+//! - [`tasks`]: every spawned task, tracked, so shutdown can wait for them.
 //! - [`tokens`]: the bearer tokens file (`auth.tokens_file`): reading it,
 //!   swapping it in whole, reloading it like the policies file.
 //! - [`rls`]: the Envoy RLS v3 gRPC server, its bearer-token check (the
@@ -56,6 +57,7 @@ pub mod metrics;
 pub mod policies;
 pub mod rls;
 pub mod store;
+pub mod tasks;
 pub mod telemetry;
 pub mod tokens;
 pub mod watch;
