@@ -22,6 +22,9 @@
 #             reservation (POST /v1/settle); a build without reservations
 #             ignores the field, so its row is a plain fixed check
 #
+#   batch     fixed, 10 checks at a time in POST /v1/checks: a row is one
+#             check of a batch (N/10 requests)
+#
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
 # For each store (embedded; Redis), binary and rule, one client sends N
 # checks over one keep-alive connection to the binary running under
@@ -67,6 +70,12 @@ def post(path, body):
     answer = json.loads(r.read())
     assert r.status == 200, (r.status, answer)
     return answer
+if rule == "batch":
+    for i in range(0, n, 10):
+        items = [{"key": f"batch:{j}", **rules["fixed"]} for j in range(i, i + 10)]
+        answer = post("/v1/checks", {"checks": items})
+        assert all(r["status"] == 200 and r["allowed"] for r in answer["results"]), answer
+    sys.exit(0)
 for i in range(n):
     body = {"key": f"{rule}:{i}", **rules[rule]}
     answer = post("/v1/check", body)
