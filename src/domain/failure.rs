@@ -1,6 +1,7 @@
-//! What to answer when the store cannot: the failure policy.
+//! What to answer when the store cannot: the failure policy, and the
+//! states of the circuit breaker that decides when the store cannot.
 //!
-//! A small value type: a policy may carry its own mode (`Check::failure_mode`).
+//! Small value types: a policy may carry its own mode (`Check::failure_mode`).
 
 use std::time::Duration;
 
@@ -27,6 +28,32 @@ impl FailureMode {
             FailureMode::Open => "open",
             FailureMode::Closed => "closed",
             FailureMode::Local => "local",
+        }
+    }
+}
+
+/// The state of one failure domain's circuit breaker (the machine is
+/// `limiter::breaker`). Here, below the limiter, so that what reports it
+/// (the `state` label of `ratekeeper_breaker_state`) needs no arrow up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed = 0,
+    Open = 1,
+    HalfOpen = 2,
+}
+
+impl BreakerState {
+    pub const ALL: [BreakerState; 3] = [
+        BreakerState::Closed,
+        BreakerState::Open,
+        BreakerState::HalfOpen,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
         }
     }
 }

@@ -37,7 +37,7 @@ pub use check::{
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, format_duration_us, parse_duration_us};
-pub use failure::{FailureMode, FailurePolicy};
+pub use failure::{BreakerState, FailureMode, FailurePolicy};
 pub use lease::{Lease, LeaseId};
 pub use lease_mode::LeaseMode;
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};

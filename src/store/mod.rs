@@ -207,6 +207,17 @@ impl StoreError {
         )
     }
 
+    /// Every value [`kind`](Self::kind) answers: the series of
+    /// `ratekeeper_store_errors_total`, exported at 0 before any error.
+    pub const KINDS: [&'static str; 6] = [
+        "timeout",
+        "unavailable",
+        "auth",
+        "backend",
+        "overloaded",
+        "tls",
+    ];
+
     /// A bounded label for `ratekeeper_store_errors_total{kind}`.
     pub fn kind(&self) -> &'static str {
         match self {

@@ -36,6 +36,8 @@
 
 use std::time::Duration;
 
+pub use crate::domain::BreakerState as State;
+
 /// When to open and how to recover. See `[breaker]` in `config/default.toml`.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BreakerConfig {
@@ -62,25 +64,6 @@ impl Default for BreakerConfig {
             min_calls: 20,
             open_for: Duration::from_secs(1),
             trial_interval: Duration::from_millis(250),
-        }
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
-    Closed = 0,
-    Open = 1,
-    HalfOpen = 2,
-}
-
-impl State {
-    pub const ALL: [State; 3] = [State::Closed, State::Open, State::HalfOpen];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            State::Closed => "closed",
-            State::Open => "open",
-            State::HalfOpen => "half_open",
         }
     }
 }
