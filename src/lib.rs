@@ -18,7 +18,8 @@
 //! - [`config`]: layered settings, validated all at once.
 //! - [`app`]: builds the listener, store, limiter and router; runs until a signal.
 //! - [`telemetry`]: logging setup.
-//! - [`metrics`]: every Prometheus metric, in one place.
+//! - [`metrics`]: every Prometheus metric, one struct per concern, each
+//!   registering its own families; labels from the domain's enums.
 //! - [`policies`]: the policies file: reading, validating, swapping it in
 //!   whole.
 //! - [`watch`]: reloading a config path (the policies file, `rls.config`)

@@ -284,7 +284,7 @@ impl Reloader {
             .reloads
             .tokens
             .loaded(std::time::SystemTime::now());
-        self.metrics.set_tokens_loaded(check, admin);
+        self.metrics.auth.set_tokens(check, admin);
         info!(
             file = %self.path.display(),
             check,

@@ -97,6 +97,7 @@ impl Application {
         budget::apply(&mut settings);
         let (listener, addr) = bind_http(settings.server.listen).await?;
         let metrics = Arc::new(Metrics::new());
+        metrics.count_http2_warnings(crate::telemetry::http2_warnings);
         // Before anything is spawned: an invalid policies file stops startup.
         let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
         let reloader = load_policies(&settings, &policies, &metrics)?;

@@ -92,7 +92,8 @@ pub async fn require(State(bearer): State<Bearer>, mut request: Request, next: N
     if let Err(refusal) = authorized {
         bearer
             .metrics
-            .record_auth_failure(AuthFailure::from(&refusal));
+            .auth
+            .record_failure(AuthFailure::from(&refusal));
         return ApiError::from(refusal).into_response();
     }
     request.headers_mut().remove(header::AUTHORIZATION);

@@ -69,26 +69,26 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     if let Some(keys) = state.limiter.store_key_count() {
-        state.metrics.store_keys.set(keys as i64);
+        state.metrics.store.keys.set(keys as i64);
     }
     if let Some(leases) = state.limiter.store_lease_count() {
-        state.metrics.store_leases.set(leases as i64);
+        state.metrics.store.leases.set(leases as i64);
     }
     if let Some(held) = state.limiter.store_reservation_count() {
-        state.metrics.store_reservations.set(held as i64);
+        state.metrics.store.reservations.set(held as i64);
     }
     if let Some(total) = state.limiter.store_evictions() {
-        state.metrics.sync_store_evictions(total);
+        state.metrics.store.evictions.sync(total);
     }
     if let Some(total) = state.limiter.store_connections_replaced() {
-        state.metrics.sync_connections_replaced(total);
+        state.metrics.redis.connections_replaced.sync(total);
     }
     if let Some(total) = state.limiter.store_check_calls() {
-        state.metrics.sync_redis_check_calls(total);
+        state.metrics.redis.check_calls.sync(total);
     }
-    state.metrics.store_up.set(state.limiter.is_ready() as i64);
+    state.metrics.store.up.set(state.limiter.is_ready() as i64);
     if let Some(top) = state.limiter.top() {
-        state.metrics.top_memory.set(top.bytes() as i64);
+        state.metrics.top.memory.set(top.bytes() as i64);
     }
     (
         [(

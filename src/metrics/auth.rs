@@ -1,7 +1,8 @@
 //! The bearer-authentication metrics (see [`crate::tokens`]).
 
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{IntCounter, IntGauge, Registry};
 
+use super::family::{counter_vec, gauge_vec};
 use crate::domain::auth::Refusal;
 
 /// Why a request was refused by bearer authentication: the bounded
@@ -31,14 +32,14 @@ impl From<&Refusal> for AuthFailure {
 }
 
 impl AuthFailure {
-    pub(super) const ALL: [AuthFailure; 4] = [
+    const ALL: [AuthFailure; 4] = [
         AuthFailure::Missing,
         AuthFailure::Malformed,
         AuthFailure::Invalid,
         AuthFailure::Scope,
     ];
 
-    pub(super) fn as_str(self) -> &'static str {
+    fn as_str(self) -> &'static str {
         match self {
             AuthFailure::Missing => "missing",
             AuthFailure::Malformed => "malformed",
@@ -48,29 +49,42 @@ impl AuthFailure {
     }
 }
 
-pub(super) type Collectors = Vec<Box<dyn prometheus::core::Collector>>;
+/// The bearer-authentication metrics' resolved handles.
+pub struct AuthMetrics {
+    /// `ratekeeper_auth_failures_total{reason}`, indexed by [`AuthFailure`].
+    failures: [IntCounter; AuthFailure::ALL.len()],
+    /// `ratekeeper_auth_tokens{scope}`: tokens in force, check then admin.
+    tokens: [IntGauge; 2],
+}
 
-/// The bearer-authentication metrics: the collectors to register, then the
-/// resolved handles.
-pub(super) fn auth_metrics() -> (Collectors, [IntCounter; 4], [IntGauge; 2]) {
-    let failures = IntCounterVec::new(
-        Opts::new(
+impl AuthMetrics {
+    pub fn register(registry: &Registry) -> AuthMetrics {
+        let failures = counter_vec(
+            registry,
             "ratekeeper_auth_failures_total",
             "Requests refused by bearer authentication, HTTP and gRPC, by reason: missing (no bearer token: 401, UNAUTHENTICATED), malformed (a malformed Authorization header or authorization metadata: 400, UNAUTHENTICATED), invalid (not a configured token: 401, UNAUTHENTICATED), scope (a check token on an admin route, 403).",
-        ),
-        &["reason"],
-    )
-    .expect("valid metric");
-    let by_reason = AuthFailure::ALL.map(|r| failures.with_label_values(&[r.as_str()]));
-    let tokens = IntGaugeVec::new(
-        Opts::new(
+            &["reason"],
+        );
+        let tokens = gauge_vec(
+            registry,
             "ratekeeper_auth_tokens",
             "Bearer tokens in force, by scope (check, admin), from the last good load of auth.tokens_file.",
-        ),
-        &["scope"],
-    )
-    .expect("valid metric");
-    let by_scope = ["check", "admin"].map(|s| tokens.with_label_values(&[s]));
-    let collectors: Collectors = vec![Box::new(failures), Box::new(tokens)];
-    (collectors, by_reason, by_scope)
+            &["scope"],
+        );
+        AuthMetrics {
+            failures: AuthFailure::ALL.map(|r| failures.with_label_values(&[r.as_str()])),
+            tokens: ["check", "admin"].map(|s| tokens.with_label_values(&[s])),
+        }
+    }
+
+    /// Counts a request refused by bearer authentication.
+    pub fn record_failure(&self, reason: AuthFailure) {
+        self.failures[reason as usize].inc();
+    }
+
+    /// The tokens in force, per scope (counts only, never a token).
+    pub fn set_tokens(&self, check: usize, admin: usize) {
+        self.tokens[0].set(check as i64);
+        self.tokens[1].set(admin as i64);
+    }
 }

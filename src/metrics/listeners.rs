@@ -4,9 +4,9 @@
 
 use prometheus::core::{Collector, Desc};
 use prometheus::proto::MetricFamily;
-use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts};
+use prometheus::{IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use super::auth::Collectors;
+use super::family::{counter_vec, gauge_vec, registered};
 
 /// Connections of one listener closed because a deadline passed.
 #[derive(Clone)]
@@ -34,90 +34,94 @@ pub struct Listeners {
     pub grpc: ListenerMetrics,
 }
 
-/// The listeners' collectors to register, and their handles. Every
-/// metric is labelled by `listener` (`http`, `grpc`), as the caps and
-/// deadlines are set per listener.
-pub(super) fn listener_metrics() -> (Collectors, Listeners) {
-    let open = IntGaugeVec::new(
-        Opts::new(
+impl Listeners {
+    /// Every metric is labelled by `listener` (`http`, `grpc`), as the
+    /// caps and deadlines are set per listener.
+    pub fn register(registry: &Registry) -> Listeners {
+        let open = gauge_vec(
+            registry,
             "ratekeeper_connections",
             "Open client connections, by listener: http (server.max_connections bounds it, \
              plus the 16 kept for probes), grpc (grpc.max_connections bounds it).",
-        ),
-        &["listener"],
-    )
-    .expect("valid metric");
-    let refused = IntCounterVec::new(
-        Opts::new(
+            &["listener"],
+        );
+        let refused = counter_vec(
+            registry,
             "ratekeeper_connections_refused_total",
             "Connections closed at once because the listener's cap was reached, by listener: \
              http (server.max_connections open and the probe reserve full: a canned 503), grpc \
              (grpc.max_connections open: an HTTP/2 GOAWAY, ENHANCE_YOUR_CALM).",
-        ),
-        &["listener"],
-    )
-    .expect("valid metric");
-    let timed_out = IntCounterVec::new(
-        Opts::new(
+            &["listener"],
+        );
+        let timed_out = counter_vec(
+            registry,
             "ratekeeper_connections_timed_out_total",
             "Connections closed because a deadline passed, by listener (http, grpc) and timeout: head (no request head within server.header_read_timeout; gRPC: no call within grpc.handshake_timeout), idle (server.keepalive_timeout; grpc.idle_timeout), write (the client read nothing of a response for server.write_timeout; gRPC: 10 s).",
-        ),
-        &["listener", "timeout"],
-    )
-    .expect("valid metric");
-    let accept_errors = IntCounterVec::new(
-        Opts::new(
+            &["listener", "timeout"],
+        );
+        let accept_errors = counter_vec(
+            registry,
             "ratekeeper_accept_errors_total",
             "Failures to accept a connection, by listener (http, grpc), other than a client's reset: mostly running out of file descriptors (EMFILE). Each pauses that listener's accepting for 50 ms.",
-        ),
-        &["listener"],
-    )
-    .expect("valid metric");
-    let timed_out_of = |listener: &str| TimedOut {
-        head: timed_out.with_label_values(&[listener, "head"]),
-        idle: timed_out.with_label_values(&[listener, "idle"]),
-        write: timed_out.with_label_values(&[listener, "write"]),
-    };
-    let listeners = Listeners {
-        http: ListenerMetrics {
-            open: open.with_label_values(&["http"]),
-            refused: refused.with_label_values(&["http"]),
-            accept_errors: accept_errors.with_label_values(&["http"]),
-            timed_out: timed_out_of("http"),
-        },
-        grpc: ListenerMetrics {
-            open: open.with_label_values(&["grpc"]),
-            refused: refused.with_label_values(&["grpc"]),
-            accept_errors: accept_errors.with_label_values(&["grpc"]),
-            timed_out: timed_out_of("grpc"),
-        },
-    };
-    let collectors: Collectors = vec![
-        Box::new(open),
-        Box::new(refused),
-        Box::new(timed_out),
-        Box::new(accept_errors),
-        Box::new(Http2Warnings::new()),
-    ];
-    (collectors, listeners)
+            &["listener"],
+        );
+        let of = |listener: &str| {
+            ListenerMetrics::of(listener, &open, &refused, &timed_out, &accept_errors)
+        };
+        Listeners {
+            http: of("http"),
+            grpc: of("grpc"),
+        }
+    }
 }
 
-/// `ratekeeper_http2_warnings_total`: read at each scrape from the count
-/// the log layer keeps ([`crate::telemetry::http2_warnings`]), which exists
-/// before any metrics do.
+impl ListenerMetrics {
+    /// The handles of `listener` in each family.
+    fn of(
+        listener: &str,
+        open: &IntGaugeVec,
+        refused: &IntCounterVec,
+        timed_out: &IntCounterVec,
+        accept_errors: &IntCounterVec,
+    ) -> ListenerMetrics {
+        ListenerMetrics {
+            open: open.with_label_values(&[listener]),
+            refused: refused.with_label_values(&[listener]),
+            accept_errors: accept_errors.with_label_values(&[listener]),
+            timed_out: TimedOut {
+                head: timed_out.with_label_values(&[listener, "head"]),
+                idle: timed_out.with_label_values(&[listener, "idle"]),
+                write: timed_out.with_label_values(&[listener, "write"]),
+            },
+        }
+    }
+}
+
+/// Registers `ratekeeper_http2_warnings_total`, read at each scrape from
+/// `read`: the count the log layer keeps (`telemetry::http2_warnings`),
+/// which exists before any metrics do. Passed in by the app, so these
+/// metrics import nothing above the domain.
+pub(super) fn register_http2_warnings(registry: &Registry, read: fn() -> u64) {
+    registered(registry, Http2Warnings::new(read));
+}
+
+/// `ratekeeper_http2_warnings_total`: a count read at each scrape.
+#[derive(Clone)]
 struct Http2Warnings {
     /// Only for its description: each scrape reports a fresh counter set to
     /// the count, so two scrapes at once cannot add the same difference.
     counter: IntCounter,
+    read: fn() -> u64,
 }
 
 const HTTP2_WARNINGS: &str = "ratekeeper_http2_warnings_total";
 const HTTP2_WARNINGS_HELP: &str = "Warnings of the HTTP/2 layer (the h2 crate; only the gRPC listener speaks HTTP/2), nearly all about a client over a limit: too many reset streams (rapid reset), too many locally reset streams. Counted whether or not the line reached the log, which takes at most one per 10 s.";
 
 impl Http2Warnings {
-    fn new() -> Self {
+    fn new(read: fn() -> u64) -> Self {
         Http2Warnings {
             counter: IntCounter::new(HTTP2_WARNINGS, HTTP2_WARNINGS_HELP).expect("valid metric"),
+            read,
         }
     }
 }
@@ -129,7 +133,7 @@ impl Collector for Http2Warnings {
 
     fn collect(&self) -> Vec<MetricFamily> {
         let now = IntCounter::new(HTTP2_WARNINGS, HTTP2_WARNINGS_HELP).expect("valid metric");
-        now.inc_by(crate::telemetry::http2_warnings());
+        now.inc_by((self.read)());
         now.collect()
     }
 }

@@ -4,9 +4,9 @@
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use prometheus::{Gauge, GaugeVec, IntCounter, IntCounterVec, Opts};
+use prometheus::{Gauge, IntCounter, Registry};
 
-use super::auth::Collectors;
+use super::family::{counter_vec, float_gauge_vec};
 
 /// One watched file's load counts and the time of its last good load.
 #[derive(Clone)]
@@ -42,37 +42,34 @@ pub struct Reloads {
 /// The `file` label of each watched file.
 pub const FILES: [&str; 4] = ["policies", "rls", "tokens", "tls"];
 
-pub(super) fn reload_metrics() -> (Collectors, Reloads) {
-    let loads = IntCounterVec::new(
-        Opts::new(
+impl Reloads {
+    pub fn register(registry: &Registry) -> Reloads {
+        let loads = counter_vec(
+            registry,
             "ratekeeper_reloads_total",
             "Loads of a watched file (the first at startup counts), by file (policies: the \
              policies file; rls: rls.config; tokens: auth.tokens_file; tls: the [redis.tls] files) and result: ok, or error \
              (the new version was rejected whole and the one in force stayed).",
-        ),
-        &["file", "result"],
-    )
-    .expect("valid metric");
-    let last = GaugeVec::new(
-        Opts::new(
+            &["file", "result"],
+        );
+        let last = float_gauge_vec(
+            registry,
             "ratekeeper_last_reload_timestamp_seconds",
             "Unix time of the last good load of a watched file, by file (policies, rls, \
              tokens, tls); 0 before any.",
-        ),
-        &["file"],
-    )
-    .expect("valid metric");
-    let of = |file: &str| ReloadMetrics {
-        ok: loads.with_label_values(&[file, "ok"]),
-        error: loads.with_label_values(&[file, "error"]),
-        last: last.with_label_values(&[file]),
-    };
-    let [policies, rls, tokens, tls] = FILES.map(of);
-    let reloads = Reloads {
-        policies,
-        rls,
-        tokens,
-        tls,
-    };
-    (vec![Box::new(loads), Box::new(last)], reloads)
+            &["file"],
+        );
+        let of = |file: &str| ReloadMetrics {
+            ok: loads.with_label_values(&[file, "ok"]),
+            error: loads.with_label_values(&[file, "error"]),
+            last: last.with_label_values(&[file]),
+        };
+        let [policies, rls, tokens, tls] = FILES.map(of);
+        Reloads {
+            policies,
+            rls,
+            tokens,
+            tls,
+        }
+    }
 }

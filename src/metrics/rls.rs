@@ -1,9 +1,8 @@
 //! The Envoy RLS listener's metrics (see [`crate::rls`]).
 
-use prometheus::{IntCounter, IntCounterVec, Opts};
+use prometheus::{IntCounter, IntGauge, Registry};
 
-use super::Metrics;
-use super::auth::Collectors;
+use super::family::{counter_vec, gauge};
 
 /// Why a `ShouldRateLimit` call was not decided as sent: the bounded
 /// `reason` label of `ratekeeper_rls_request_errors_total`.
@@ -44,30 +43,53 @@ impl RlsRequestError {
     }
 }
 
-/// The RLS metrics' resolved handles.
-pub(super) struct RlsMetrics {
-    /// `ratekeeper_rls_request_errors_total`, indexed by [`RlsRequestError`].
-    errors: [IntCounter; 5],
-    /// `ratekeeper_rls_requests_total{code}`: ok, over_limit, error.
-    requests: [IntCounter; 3],
+/// What a `ShouldRateLimit` call was answered: the bounded `code` label
+/// of `ratekeeper_rls_requests_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RlsAnswer {
+    /// The overall code OK.
+    Ok = 0,
+    /// The overall code OVER_LIMIT.
+    OverLimit = 1,
+    /// An error status.
+    Error = 2,
 }
 
-/// The collectors to register, then the resolved handles.
-pub(super) fn rls_metrics() -> (Collectors, RlsMetrics) {
-    let requests = IntCounterVec::new(
-        Opts::new(
+impl RlsAnswer {
+    const ALL: [RlsAnswer; 3] = [RlsAnswer::Ok, RlsAnswer::OverLimit, RlsAnswer::Error];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            RlsAnswer::Ok => "ok",
+            RlsAnswer::OverLimit => "over_limit",
+            RlsAnswer::Error => "error",
+        }
+    }
+}
+
+/// The RLS metrics' resolved handles.
+pub struct RlsMetrics {
+    /// `ratekeeper_rls_request_errors_total`, indexed by [`RlsRequestError`].
+    errors: [IntCounter; RlsRequestError::ALL.len()],
+    /// `ratekeeper_rls_requests_total{code}`, indexed by [`RlsAnswer`].
+    requests: [IntCounter; RlsAnswer::ALL.len()],
+    /// RLS domains in force.
+    pub domains_loaded: IntGauge,
+}
+
+impl RlsMetrics {
+    pub fn register(registry: &Registry) -> RlsMetrics {
+        let requests = counter_vec(
+            registry,
             "ratekeeper_rls_requests_total",
             "ShouldRateLimit calls answered, by the code answered: ok, over_limit (the \
              overall code), or error (an error status: see \
              ratekeeper_rls_request_errors_total for why; behind Envoy with \
              failure_mode_deny: false its request went through unlimited).",
-        ),
-        &["code"],
-    )
-    .expect("valid metric");
-    let by_code = ["ok", "over_limit", "error"].map(|c| requests.with_label_values(&[c]));
-    let errors = IntCounterVec::new(
-        Opts::new(
+            &["code"],
+        );
+        let errors = counter_vec(
+            registry,
             "ratekeeper_rls_request_errors_total",
             "ShouldRateLimit calls not decided as sent, by reason: too_large (over the 64 KiB \
              message bound: answered OVER_LIMIT), malformed (not a RateLimitRequest, or no \
@@ -77,33 +99,26 @@ pub(super) fn rls_metrics() -> (Collectors, RlsMetrics) {
              OVER_LIMIT), cancelled (the client gave up first, e.g. Envoy's own timeout). \
              Behind Envoy with failure_mode_deny: false, an error lets its request through \
              unlimited.",
-        ),
-        &["reason"],
-    )
-    .expect("valid metric");
-    let by_reason = RlsRequestError::ALL.map(|r| errors.with_label_values(&[r.as_str()]));
-    let handles = RlsMetrics {
-        errors: by_reason,
-        requests: by_code,
-    };
-    (vec![Box::new(errors), Box::new(requests)], handles)
-}
-
-impl Metrics {
-    /// Counts a `ShouldRateLimit` call not decided as sent.
-    pub fn record_rls_request_error(&self, reason: RlsRequestError) {
-        self.rls.errors[reason as usize].inc();
+            &["reason"],
+        );
+        RlsMetrics {
+            errors: RlsRequestError::ALL.map(|r| errors.with_label_values(&[r.as_str()])),
+            requests: RlsAnswer::ALL.map(|a| requests.with_label_values(&[a.as_str()])),
+            domains_loaded: gauge(
+                registry,
+                "ratekeeper_rls_domains_loaded",
+                "RLS domains in force, from the last good load of rls.config.",
+            ),
+        }
     }
 
-    /// Counts a `ShouldRateLimit` call by what it was answered: the
-    /// response's overall code (`Ok`), or an error status (`Err`).
-    pub fn record_rls_request<E>(&self, overall_code: Result<i32, E>) {
-        use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
-        let at = match overall_code {
-            Ok(code) if code == Code::OverLimit as i32 => 1,
-            Ok(_) => 0,
-            Err(_) => 2,
-        };
-        self.rls.requests[at].inc();
+    /// Counts a `ShouldRateLimit` call not decided as sent.
+    pub fn record_error(&self, reason: RlsRequestError) {
+        self.errors[reason as usize].inc();
+    }
+
+    /// Counts a `ShouldRateLimit` call by what it was answered.
+    pub fn record_request(&self, answer: RlsAnswer) {
+        self.requests[answer as usize].inc();
     }
 }

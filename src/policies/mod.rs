@@ -215,10 +215,10 @@ impl Reloader {
         let n = set.len();
         let sha = set.sha256.clone();
         let at = set.loaded_at.unwrap_or_else(SystemTime::now);
-        self.metrics.policy_series(&set);
+        self.metrics.decisions.policy_series(&set);
         self.policies.store(Arc::new(set));
         self.metrics.reloads.policies.loaded(at);
-        self.metrics.policies_loaded.set(n as i64);
+        self.metrics.decisions.policies_loaded.set(n as i64);
         info!(
             file = %self.path.display(),
             policies = n,

@@ -39,7 +39,8 @@ impl Interceptor for RlsAuth {
         // `ShouldRateLimit` spends quota, as `POST /v1/check` does.
         if let Err(refusal) = tokens.load().authorize(values, Scope::Check) {
             self.metrics
-                .record_auth_failure(AuthFailure::from(&refusal));
+                .auth
+                .record_failure(AuthFailure::from(&refusal));
             return Err(RlsError::Unauthenticated(refusal).into());
         }
         // As over HTTP: nothing past this point sees the token.

@@ -141,7 +141,7 @@ impl Reloader {
         let n = config.domains.len();
         self.config.store(Arc::new(config));
         self.metrics.reloads.rls.loaded(SystemTime::now());
-        self.metrics.rls_domains_loaded.set(n as i64);
+        self.metrics.rls.domains_loaded.set(n as i64);
         info!(path = %self.path.display(), domains = n, "rls.config loaded: {n} domains");
         n
     }

@@ -19,7 +19,7 @@ use tonic::{Code, Request, Response, Status, Streaming};
 
 use super::server::{MAX_REQUEST_BYTES, RlsError, RlsService, over_limit};
 use super::wire;
-use crate::metrics::{Metrics, RlsRequestError};
+use crate::metrics::{Metrics, RlsAnswer, RlsRequestError};
 use crate::telemetry::LogThrottle;
 
 /// At most one log line per this for calls not decided as sent.
@@ -114,9 +114,7 @@ impl ClientStreamingService<wire::RateLimitRequest> for ShouldRateLimit {
             let peer = request.remote_addr();
             let message = shared.read(request.into_inner()).await;
             let answer = shared.decide(message, peer).await;
-            shared
-                .metrics
-                .record_rls_request(answer.as_ref().map(|r| r.overall_code));
+            shared.metrics.rls.record_request(rls_answer(&answer));
             answer.map(Response::new)
         })
     }
@@ -174,8 +172,7 @@ impl Shared {
             // The client gave up (Envoy's own timeout): it reads no answer,
             // and its request was not refused, so no warning.
             Err(status) if status.code() == Code::Cancelled => {
-                self.metrics
-                    .record_rls_request_error(RlsRequestError::Cancelled);
+                self.metrics.rls.record_error(RlsRequestError::Cancelled);
                 return Err(status);
             }
             Err(status) => {
@@ -195,7 +192,7 @@ impl Shared {
     /// logged less than [`LOG_EVERY`] ago. `why` names what was wrong,
     /// never a value (prost's and tonic's messages hold none).
     fn note(&self, reason: RlsRequestError, why: &str, peer: Option<SocketAddr>) {
-        self.metrics.record_rls_request_error(reason);
+        self.metrics.rls.record_error(reason);
         if let Some(unlogged) = self.log.admit() {
             let peer = peer.map(|p| p.to_string()).unwrap_or_default();
             // Behind Envoy's default failure_mode_deny: false, an error
@@ -214,5 +211,16 @@ impl Shared {
                  unlogged: such calls since the previous line"
             );
         }
+    }
+}
+
+/// What a call was answered, as `ratekeeper_rls_requests_total` counts it:
+/// the response's overall code, or an error status.
+fn rls_answer(answer: &Result<RateLimitResponse, Status>) -> RlsAnswer {
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code as Overall;
+    match answer {
+        Ok(response) if response.overall_code == Overall::OverLimit as i32 => RlsAnswer::OverLimit,
+        Ok(_) => RlsAnswer::Ok,
+        Err(_) => RlsAnswer::Error,
     }
 }

@@ -1,0 +1,117 @@
+//! The old flat names of [`Metrics`], kept while the decision pipeline is
+//! rebuilt (issue 28): `src/limiter/**`, `src/http/check/**` and a few
+//! tests still call them. Each delegates to its concern, or is a clone of
+//! the concern's handle (the same series). They go when the pipeline
+//! lands and those callers use the concerns (`metrics.store.record_error`,
+//! `metrics.deny_cache.hits`, ...); nothing new may use them.
+
+use std::ops::Deref;
+
+use prometheus::{Histogram, IntCounter, IntGauge};
+
+use super::{
+    BreakerMetrics, DecisionMetrics, DenyCacheMetrics, InvalidationMetrics, Metrics, StoreMetrics,
+    WaitMetrics,
+};
+use crate::domain::{BreakerState, Check, Decision, FailureMode};
+
+/// The old handle fields, reached through `Deref` so that
+/// `metrics.deny_cache_hits.inc()` still compiles.
+pub struct Shims {
+    /// `decisions.check_duration`.
+    pub check_duration: Histogram,
+    /// `decisions.batch_duration`.
+    pub batch_duration: Histogram,
+    /// `store.duration`.
+    pub store_duration: Histogram,
+    /// `store.up`.
+    pub store_up: IntGauge,
+    /// `deny_cache.hits`.
+    pub deny_cache_hits: IntCounter,
+    /// `invalidations.sent_ok`.
+    pub invalidations_sent_ok: IntCounter,
+    /// `invalidations.sent_error`.
+    pub invalidations_sent_error: IntCounter,
+    /// `invalidations.received`.
+    pub invalidations_received: IntCounter,
+    /// `invalidations.subscribed`.
+    pub invalidation_subscribed: IntGauge,
+    /// `invalidations.subscription_lost`.
+    pub invalidation_subscription_lost: IntCounter,
+    /// `breakers.opened`.
+    pub breaker_opened: IntCounter,
+    /// `waiting.waiters`.
+    pub waiters: IntGauge,
+    /// `waiting.rejected`.
+    pub wait_rejected: IntCounter,
+    /// `waiting.duration`.
+    pub wait_duration: Histogram,
+}
+
+impl Shims {
+    pub(super) fn new(
+        decisions: &DecisionMetrics,
+        store: &StoreMetrics,
+        deny_cache: &DenyCacheMetrics,
+        invalidations: &InvalidationMetrics,
+        breakers: &BreakerMetrics,
+        waiting: &WaitMetrics,
+    ) -> Shims {
+        Shims {
+            check_duration: decisions.check_duration.clone(),
+            batch_duration: decisions.batch_duration.clone(),
+            store_duration: store.duration.clone(),
+            store_up: store.up.clone(),
+            deny_cache_hits: deny_cache.hits.clone(),
+            invalidations_sent_ok: invalidations.sent_ok.clone(),
+            invalidations_sent_error: invalidations.sent_error.clone(),
+            invalidations_received: invalidations.received.clone(),
+            invalidation_subscribed: invalidations.subscribed.clone(),
+            invalidation_subscription_lost: invalidations.subscription_lost.clone(),
+            breaker_opened: breakers.opened.clone(),
+            waiters: waiting.waiters.clone(),
+            wait_rejected: waiting.rejected.clone(),
+            wait_duration: waiting.duration.clone(),
+        }
+    }
+}
+
+impl Deref for Metrics {
+    type Target = Shims;
+
+    fn deref(&self) -> &Shims {
+        &self.shims
+    }
+}
+
+impl Metrics {
+    /// `decisions.record`.
+    pub fn record_decision(&self, check: &Check, decision: &Decision) {
+        self.decisions.record(check, decision);
+    }
+
+    /// `decisions.record_degraded`.
+    pub fn record_degraded(&self, mode: FailureMode) {
+        self.decisions.record_degraded(mode);
+    }
+
+    /// `store.record_error(&error)`; this one takes `error.kind()`.
+    pub fn record_store_error(&self, kind: &str) {
+        self.store.errors.with_label_values(&[kind]).inc();
+    }
+
+    /// `adjustments.record`.
+    pub fn record_adjustment(&self, op: &'static str, ok: bool) {
+        self.adjustments.record(op, ok);
+    }
+
+    /// `breakers.record`.
+    pub fn record_breaker(&self, from: Option<BreakerState>, to: BreakerState) {
+        self.breakers.record(from, to);
+    }
+
+    /// `breakers.forget`.
+    pub fn forget_breaker(&self, state: BreakerState) {
+        self.breakers.forget(state);
+    }
+}
