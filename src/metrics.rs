@@ -98,33 +98,37 @@ impl Metrics {
         series::register_process(&registry);
         let decisions = DecisionMetrics::register(&registry);
         let store = StoreMetrics::register(&registry);
+        let top = TopMetrics::register(&registry);
         let deny_cache = DenyCacheMetrics::register(&registry);
         let invalidations = InvalidationMetrics::register(&registry);
         let breakers = BreakerMetrics::register(&registry);
         let waiting = WaitMetrics::register(&registry);
+        let rls = RlsMetrics::register(&registry);
         let shims = Shims::new(
             &decisions,
             &store,
+            &top,
             &deny_cache,
             &invalidations,
             &breakers,
             &waiting,
+            &rls,
         );
         Metrics {
             redis: RedisMetrics::register(&registry),
-            top: TopMetrics::register(&registry),
             adjustments: AdjustmentMetrics::register(&registry),
-            rls: RlsMetrics::register(&registry),
             auth: AuthMetrics::register(&registry),
             leases: LeaseMetrics::register(&registry),
             listeners: Listeners::register(&registry),
             reloads: Reloads::register(&registry),
             decisions,
             store,
+            top,
             deny_cache,
             invalidations,
             breakers,
             waiting,
+            rls,
             shims,
             registry,
         }
