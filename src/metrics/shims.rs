@@ -103,6 +103,7 @@ impl Shims {
 impl Deref for Metrics {
     type Target = Shims;
 
+    #[inline]
     fn deref(&self) -> &Shims {
         &self.shims
     }
@@ -110,66 +111,79 @@ impl Deref for Metrics {
 
 impl Metrics {
     /// `decisions.record`.
+    #[inline]
     pub fn record_decision(&self, check: &Check, decision: &Decision) {
         self.decisions.record(check, decision);
     }
 
     /// `decisions.record_degraded`.
+    #[inline]
     pub fn record_degraded(&self, mode: FailureMode) {
         self.decisions.record_degraded(mode);
     }
 
     /// `store.record_error(&error)`; this one takes `error.kind()`.
+    #[inline]
     pub fn record_store_error(&self, kind: &str) {
         self.store.errors.with_label_values(&[kind]).inc();
     }
 
     /// `adjustments.record`.
+    #[inline]
     pub fn record_adjustment(&self, op: &'static str, ok: bool) {
         self.adjustments.record(op, ok);
     }
 
     /// `breakers.record`.
+    #[inline]
     pub fn record_breaker(&self, from: Option<BreakerState>, to: BreakerState) {
         self.breakers.record(from, to);
     }
 
     /// `breakers.forget`.
+    #[inline]
     pub fn forget_breaker(&self, state: BreakerState) {
         self.breakers.forget(state);
     }
 
     /// `decisions.policy_series`.
+    #[inline]
     pub fn policy_series(&self, set: &PolicySet) {
         self.decisions.policy_series(set);
     }
 
     /// `auth.record_failure`.
+    #[inline]
     pub fn record_auth_failure(&self, reason: AuthFailure) {
         self.auth.record_failure(reason);
     }
 
     /// `auth.set_tokens`.
+    #[inline]
     pub fn set_tokens_loaded(&self, check: usize, admin: usize) {
         self.auth.set_tokens(check, admin);
     }
 
     /// `rls.record_error`.
+    #[inline]
     pub fn record_rls_request_error(&self, reason: RlsRequestError) {
         self.rls.record_error(reason);
     }
 
     /// `store.evictions.sync`.
+    #[inline]
     pub fn sync_store_evictions(&self, total: u64) {
         self.store.evictions.sync(total);
     }
 
     /// `redis.connections_replaced.sync`.
+    #[inline]
     pub fn sync_connections_replaced(&self, total: u64) {
         self.redis.connections_replaced.sync(total);
     }
 
     /// `redis.check_calls.sync`.
+    #[inline]
     pub fn sync_redis_check_calls(&self, total: u64) {
         self.redis.check_calls.sync(total);
     }
