@@ -46,6 +46,11 @@
 //!   functions; no HTTP, Redis or async here.
 #![forbid(unsafe_code)]
 
+// The unit tests share the integration tests' helpers, which name the
+// crate by its name.
+#[cfg(test)]
+extern crate self as ratekeeper;
+
 pub mod app;
 pub mod cli;
 pub mod config;

@@ -43,6 +43,8 @@ use crate::domain::Check;
 use crate::http::MAX_BODY_BYTES;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::http::{AppState, batch_body_limit};
+use crate::limiter::Request as Run;
+use crate::store::Op;
 
 pub use schema::{BatchForms, BatchResponse};
 
@@ -119,21 +121,25 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
             form
         }));
     }
-    let mut decided = if valid.is_empty() {
-        Vec::new().into_iter()
-    } else if reservations.is_empty() {
-        state.limiter.check_many(&valid).await.into_iter()
-    } else {
-        let answers = state.limiter.check_many_reserving(&valid, &reservations);
-        answers.await.into_iter()
-    };
+    let runs: Vec<Run> = valid
+        .iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let reservation = reservations.get(i).and_then(Option::as_ref);
+            Run::new(Op::check(check).reserving(reservation))
+        })
+        .collect();
+    let mut decided = state.limiter.run(&runs).await.into_iter();
     let mut granted = granted.into_iter();
     let results = forms
         .into_iter()
         .map(|form| {
             let answer = form.and_then(|form| {
                 let reserved = granted.next().flatten();
-                let decision = decided.next().expect("one answer per valid check")?;
+                let decision = decided
+                    .next()
+                    .expect("one answer per valid check")?
+                    .decision;
                 let mut body = body_for(form, &decision);
                 if let Some((id, ttl_ms)) = reserved {
                     body.reservation = ReservationResponse::granted(&decision, id, ttl_ms);
