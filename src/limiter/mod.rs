@@ -1,6 +1,12 @@
 //! The limiter: runs a check on the store and, when the store cannot answer,
 //! applies the failure policy. The one place fail-open/closed is decided.
 //!
+//! Everything goes through one pipeline ([`Limiter::run`], `pipeline.rs`):
+//! a list of [`Request`]s (a single check is a list of one), each through
+//! the stages in order (deny cache, leasing, breaker, store call, degraded
+//! answer, waiting, invalidation, observation), each stage a function over
+//! the list that `request.rs`'s `Route` says which requests it applies to.
+//!
 //! Between the two sit the circuit breakers ([`breaker`], one per failure
 //! domain in [`domains`]). An isolated error answers only its own check by
 //! policy; a sustained failure opens the domain's breaker, and then checks

@@ -112,27 +112,32 @@ impl Limiter {
     ) -> Vec<Result<Answer, LimiterError>> {
         let alone = requests.len() == 1;
         let mut steps: Vec<Step> = requests.iter().map(|r| Step::new(r, alone)).collect();
-        match steps.as_mut_slice() {
+        self.process(&mut steps).await;
+        steps.into_iter().map(Step::into_answer).collect()
+    }
+
+    /// [`run`](Self::run) on a list of one, kept on the stack: most calls
+    /// are one check, and this is their hot path.
+    pub async fn run_one(self: &Arc<Self>, request: Request<'_>) -> Result<Answer, LimiterError> {
+        let mut steps = [Step::new(&request, true)];
+        self.process(&mut steps).await;
+        let [step] = steps;
+        step.into_answer()
+    }
+
+    /// The stages, in order, over every step.
+    async fn process(self: &Arc<Self>, steps: &mut [Step<'_, '_>]) {
+        match &mut *steps {
             [step] if step.route.waiting => {
                 let answer = self.wait(step.request).await;
                 step.answer(answer);
             }
             steps => self.decide(steps).await,
         }
-        steps
-            .into_iter()
-            .map(|mut step| {
-                self.invalidate(&mut step);
-                self.observe(&step);
-                step.into_answer()
-            })
-            .collect()
-    }
-
-    /// [`run`](Self::run) on a list of one.
-    pub async fn run_one(self: &Arc<Self>, request: Request<'_>) -> Result<Answer, LimiterError> {
-        let mut answers = self.run(std::slice::from_ref(&request)).await;
-        answers.pop().expect("one answer per request")
+        for step in steps.iter_mut() {
+            self.invalidate(step);
+            self.observe(step);
+        }
     }
 
     /// Stages 1 to 5: every step answered, nothing observed (a waiting

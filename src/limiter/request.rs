@@ -89,3 +89,64 @@ impl Route {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::domain::{Algorithm, Check, LeaseId, Reservation, Rule};
+
+    fn check() -> Check {
+        Check::single(
+            "k",
+            Rule::with_length(Algorithm::FixedWindow, 10, 60_000_000, 10),
+            1,
+        )
+    }
+
+    #[test]
+    fn a_check_alone_leases_and_may_wait_and_one_in_a_list_does_neither() {
+        let c = check();
+        let waiting = Request::new(Op::check(&c)).waiting(Duration::from_secs(1));
+        let alone = Route::of(&waiting, true);
+        assert!(alone.check && alone.leasing && alone.waiting);
+        let listed = Route::of(&waiting, false);
+        assert!(listed.check && !listed.leasing && !listed.waiting);
+        assert!(!Route::of(&Request::new(Op::check(&c)), true).waiting);
+    }
+
+    #[test]
+    fn a_shadow_check_never_waits_and_a_reserving_one_never_leases() {
+        let mut c = check();
+        c.shadow = true;
+        let shadow = Request::new(Op::check(&c)).waiting(Duration::from_secs(1));
+        assert!(!Route::of(&shadow, true).waiting);
+        let c = check();
+        let (reservation, _) = Reservation::new(b"r", 60_000);
+        let reserving = Request::new(Op::check(&c).reserving(Some(&reservation)));
+        assert!(!Route::of(&reserving, true).leasing);
+    }
+
+    #[test]
+    fn adjustments_take_no_check_stage() {
+        let c = check();
+        let lease = LeaseId::generate();
+        for op in [
+            Op::reset(&c),
+            Op::refund(&c),
+            Op::settle(&c, 1),
+            Op::release(&c, &lease),
+            Op::renew(&c, &lease),
+        ] {
+            let route = Route::of(&Request::new(op).waiting(Duration::from_secs(1)), true);
+            assert_eq!(
+                route,
+                Route {
+                    check: false,
+                    leasing: false,
+                    waiting: false
+                },
+                "{op:?}"
+            );
+        }
+    }
+}

@@ -54,24 +54,36 @@ impl Limiter {
                 step.guard = self.guard(step);
             }
         }
-        let ops: Vec<Op> = steps
+        let mut admitted = steps
             .iter()
             .filter(|s| matches!(s.state, State::Admitted(_)))
             .map(|s| Op {
                 lease: s.lease.as_ref().or(s.request.op.lease),
                 ..s.request.op
-            })
-            .collect();
-        if ops.is_empty() {
+            });
+        let Some(first) = admitted.next() else {
             return;
-        }
+        };
+        // One operation (most calls) without a list on the heap.
+        let rest: Vec<Op> = admitted.collect();
+        let many: Vec<Op>;
+        let ops: &[Op] = if rest.is_empty() {
+            std::slice::from_ref(&first)
+        } else {
+            many = std::iter::once(first).chain(rest).collect();
+            &many
+        };
         let asked = self.asking();
-        let mut results = self.store.apply(&ops).await.into_iter();
-        drop(ops);
-        let mut heard: Vec<(Permit, Option<StoreError>)> = Vec::new();
+        let mut results = self.store.apply(ops).await.into_iter();
+        let mut heard = Heard::default();
         for step in steps.iter_mut() {
-            let State::Admitted(permit) = std::mem::replace(&mut step.state, State::Pending) else {
-                continue;
+            // Taken out only from an admitted step: the others keep theirs.
+            let permit = match std::mem::replace(&mut step.state, State::Pending) {
+                State::Admitted(permit) => permit,
+                other => {
+                    step.state = other;
+                    continue;
+                }
             };
             let result = results.next().unwrap_or_else(|| {
                 Err(StoreError::Backend(
@@ -83,18 +95,10 @@ impl Limiter {
             if let (Ok(_), Some(guard)) = (&result, guard) {
                 guard.disarm();
             }
-            let error = result.as_ref().err().filter(|e| e.store_is_down());
-            match heard
-                .iter_mut()
-                .find(|(p, _)| p.domain() == permit.domain())
-            {
-                Some((_, seen)) if seen.is_none() => *seen = error.cloned(),
-                Some(_) => {}
-                None => heard.push((permit, error.cloned())),
-            }
+            heard.add(permit, result.as_ref().err());
             self.take_result(step, &asked, result);
         }
-        for (permit, error) in heard {
+        for (permit, error) in heard.first.into_iter().chain(heard.rest) {
             self.breakers.record(permit, error.as_ref());
         }
     }
@@ -161,6 +165,38 @@ impl Limiter {
         Asked {
             started: Instant::now(),
             cache_now: self.deny_cache.as_ref().map(|c| c.now_us()),
+        }
+    }
+}
+
+/// What a store call tells the breakers: each failure domain once, a
+/// failure if any of its steps met one (only an unreachable or slow store
+/// counts). The first domain is kept inline: with one Redis node every
+/// step is of it.
+#[derive(Default)]
+struct Heard {
+    first: Option<(Permit, Option<StoreError>)>,
+    rest: Vec<(Permit, Option<StoreError>)>,
+}
+
+impl Heard {
+    fn add(&mut self, permit: Permit, error: Option<&StoreError>) {
+        let error = error.filter(|e| e.store_is_down());
+        let domain = permit.domain();
+        let known = |(p, _): &&mut (Permit, Option<StoreError>)| p.domain() == domain;
+        if let Some((_, seen)) = self
+            .first
+            .iter_mut()
+            .chain(self.rest.iter_mut())
+            .find(known)
+        {
+            if seen.is_none() {
+                *seen = error.cloned();
+            }
+        } else if self.first.is_none() {
+            self.first = Some((permit, error.cloned()));
+        } else {
+            self.rest.push((permit, error.cloned()));
         }
     }
 }

@@ -5,8 +5,8 @@
 //! where an epoch-aligned window's end may come at any moment (then the
 //! waiter was never denied, or woken by the window, not the reset).
 
-use crate::support::LimiterExt;
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::time::{Duration, Instant};
 

@@ -114,7 +114,10 @@ pub fn check_on(key: &str) -> Check {
 
 pub const MS: u64 = 1_000;
 
-pub async fn manual_limiter(store: Arc<Domains>, clock: &ManualClock) -> (Arc<Limiter>, Arc<Metrics>) {
+pub async fn manual_limiter(
+    store: Arc<Domains>,
+    clock: &ManualClock,
+) -> (Arc<Limiter>, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
     let policy = FailurePolicy {
         mode: FailureMode::Open,
