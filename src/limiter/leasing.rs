@@ -112,12 +112,26 @@ impl Limiter {
                 return Reservation::Answered(asked, Err(error));
             }
         };
-        let granted = applied.outcomes.iter().all(|o| o.allowed);
         self.breakers.record(permit, None);
+        self.keep(refilling, (asked, sent), applied, units, own)
+    }
+
+    /// A reservation the store answered: the chunk kept if granted, and
+    /// the check's answer if it was in it (`own`).
+    fn keep(
+        &self,
+        refilling: Refilling<'_>,
+        (asked, sent): (Asked, Instant),
+        applied: Applied,
+        units: u64,
+        own: u64,
+    ) -> Reservation {
+        let granted = applied.outcomes.iter().all(|o| o.allowed);
         let (Some(at_us), true) = (applied.at_us, granted) else {
             // Denied (the key had less left than the chunk): nothing was
             // spent. (Every store that leases says when it ran a call.)
             self.metrics.leases.denied.inc();
+            let (leases, check) = (refilling.leases, refilling.check);
             refilling.done(None);
             leases.observed(check, &applied.outcomes);
             return Reservation::NotAnswered;

@@ -103,12 +103,17 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
             state.max_batch, checks.total
         )));
     }
-    let mut forms = Vec::with_capacity(checks.kept.len());
-    let mut valid = Vec::with_capacity(checks.kept.len());
+    Ok(decide_items(state, checks.kept).await)
+}
+
+/// Each item parsed and, if valid, decided with the others in one run.
+async fn decide_items(state: &AppState, kept: Vec<&RawValue>) -> Vec<BatchItem> {
+    let mut forms = Vec::with_capacity(kept.len());
+    let mut valid = Vec::with_capacity(kept.len());
     // Each valid check's reservation (and its id and TTL), if it asked for one.
     let mut reservations = Vec::new();
     let mut granted = Vec::new();
-    for raw in checks.kept {
+    for raw in kept {
         forms.push(item(state, raw).map(|(form, check, ask)| {
             valid.push(check);
             if let Some(ask) = ask {
@@ -131,7 +136,7 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
         .collect();
     let mut decided = state.limiter.run(&runs).await.into_iter();
     let mut granted = granted.into_iter();
-    let results = forms
+    forms
         .into_iter()
         .map(|form| {
             let answer = form.and_then(|form| {
@@ -151,8 +156,7 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
                 Err(error) => BatchItem::failed(&error),
             }
         })
-        .collect();
-    Ok(results)
+        .collect()
 }
 
 /// One item: the check it asks, in the form it was asked in (the shape of
