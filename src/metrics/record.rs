@@ -80,7 +80,8 @@ impl Metrics {
         self.breaker_state[state as usize].dec();
     }
 
-    /// Counts one reset or refund; `op` is [`Adjustment::as_str`](crate::limiter::Adjustment::as_str).
+    /// Counts one reset, refund, settle, release or renewal; `op` is its
+    /// name.
     pub fn record_adjustment(&self, op: &'static str, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.adjustments.with_label_values(&[op, result]).inc();

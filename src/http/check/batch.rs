@@ -3,8 +3,8 @@
 //! would have answered it alone.
 //!
 //! A transport, not a second path: each item is parsed by the same
-//! [`parse_check`] into the same domain [`Check`], and the valid ones go to
-//! [`Limiter::check_many`](crate::limiter::Limiter::check_many), which
+//! [`parse_check`] into the same domain [`Check`], and the valid ones go,
+//! as one list, to [`Limiter::run`](crate::limiter::Limiter::run), which
 //! takes each through the same stages as a lone check (deny cache,
 //! breaker, fallback, observation) and asks the store for all of them in
 //! one call (on Redis one script call per cluster slot, the calls at once;
