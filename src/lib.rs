@@ -35,9 +35,11 @@
 //! - [`listener`]: what the HTTP and gRPC listeners share: the accept
 //!   back-off, connection caps, read and write deadlines, and fitting the
 //!   caps under the open-files limit.
-//! - [`limiter`]: runs a check on the store, and resets, refunds and settles (never
-//!   answered by the failure policy); the circuit breakers, the local
-//!   fallback, and [`limiter::deny_cache`], which answers repeated denials
+//! - [`limiter`]: one pipeline ([`limiter::Limiter::run`]) decides every
+//!   request, a single check as a list of one: deny cache, leasing, breaker,
+//!   store call, degraded answer, waiting, invalidation, observation; resets,
+//!   refunds and settles are never answered by the failure policy. The
+//!   circuit breakers, the local fallback, and [`limiter::deny_cache`], which answers repeated denials
 //!   locally, exactly, without a store call; [`limiter::wait`], checks that
 //!   wait for their `retry_after` (`wait_ms`), in a line per key.
 //! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
@@ -46,6 +48,11 @@
 //!   algorithms (five rate limits and concurrency leases) as pure
 //!   functions; no HTTP, Redis or async here.
 #![forbid(unsafe_code)]
+
+// The unit tests share the integration tests' helpers, which name the
+// crate by its name.
+#[cfg(test)]
+extern crate self as ratekeeper;
 
 pub mod app;
 pub mod cli;

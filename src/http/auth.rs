@@ -28,7 +28,8 @@ use super::check::unknown_policy;
 use super::error::{ErrorBody, ErrorDetail};
 use crate::domain::forward::{Header, IpNet, RequestView, Unreadable, canonical, client_ip};
 use crate::domain::{Check, Decision, ValidationError};
-use crate::limiter::LimiterError;
+use crate::limiter::{LimiterError, Request as Run};
+use crate::store::Op;
 
 /// The request header that sets the cost (default 1).
 pub const COST_HEADER: &str = "x-ratelimit-cost";
@@ -121,12 +122,12 @@ pub async fn auth(
 
 async fn decide(state: &AppState, path: &AuthPath, request: &Parts) -> Result<Response, AuthError> {
     let (check, deny_status) = prepare(state, path, request)?;
-    let decision = state
+    let answer_ = state
         .limiter
-        .check(&check)
+        .run_one(Run::new(Op::check(&check)))
         .await
         .map_err(AuthError::Internal)?;
-    Ok(answer(&decision, deny_status))
+    Ok(answer(&answer_.decision, deny_status))
 }
 
 /// The check and the denial status, under the policy set in force now.

@@ -34,8 +34,30 @@ pub(super) const DOWN: u8 = 2;
 const NOTE_EVERY_US: u64 = 1_000_000;
 const KINDS: [&str; 5] = ["timeout", "unavailable", "auth", "backend", "tls"];
 
+/// What the limiter knows of the store's health.
+pub(super) struct Health {
+    /// What the prober last saw: one of [`UNKNOWN`], [`UP`], [`DOWN`].
+    pub probed: AtomicU8,
+    /// Why the store was last seen failing, for `/readyz`.
+    last_failure: std::sync::Mutex<Option<NotReady>>,
+    /// When a failed check last wrote `last_failure`, and its error kind
+    /// (see `remember_check_failure`).
+    noted: Noted,
+}
+
+impl Default for Health {
+    /// Unknown (not ready) until the first probe.
+    fn default() -> Health {
+        Health {
+            probed: AtomicU8::new(UNKNOWN),
+            last_failure: std::sync::Mutex::new(None),
+            noted: Noted::default(),
+        }
+    }
+}
+
 /// When a failed check last wrote the reason, and the error's kind.
-pub(super) struct Noted {
+struct Noted {
     at_us: AtomicU64,
     kind: AtomicU8,
 }
@@ -93,12 +115,13 @@ impl Limiter {
 
     /// [`is_ready`](Self::is_ready), with the reason when not.
     pub fn readiness(&self) -> Result<(), NotReady> {
-        let probed = self.probed.load(Ordering::Acquire);
+        let probed = self.health.probed.load(Ordering::Acquire);
         let [closed, _, half_open] = self.breakers.counts();
         if probed == UP && closed + half_open > 0 {
             return Ok(());
         }
         let last = self
+            .health
             .last_failure
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -110,8 +133,11 @@ impl Limiter {
     }
 
     pub(super) fn remember_failure(&self, error: &StoreError) {
-        *self.last_failure.lock().unwrap_or_else(|e| e.into_inner()) =
-            Some(NotReady::from_error(error));
+        *self
+            .health
+            .last_failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(NotReady::from_error(error));
     }
 
     /// [`remember_failure`](Self::remember_failure) for a failed check:
@@ -122,7 +148,7 @@ impl Limiter {
             .iter()
             .position(|&k| k == error.kind())
             .unwrap_or(KINDS.len()) as u8;
-        let noted = &self.last_failure_noted;
+        let noted = &self.health.noted;
         let at = noted.at_us.load(Ordering::Relaxed);
         if noted.kind.load(Ordering::Relaxed) == kind
             && at != u64::MAX
@@ -137,7 +163,7 @@ impl Limiter {
 
     /// Marks the store up; whether it was down (a ping had failed).
     fn mark_up(&self) -> bool {
-        let was_down = self.probed.swap(UP, Ordering::AcqRel) == DOWN;
+        let was_down = self.health.probed.swap(UP, Ordering::AcqRel) == DOWN;
         if was_down {
             let store = self.store.name();
             info!(store, "{store} back: it answers again");
@@ -170,7 +196,7 @@ impl Limiter {
             Err(error) => {
                 self.metrics.record_store_error(error.kind());
                 self.remember_failure(&error);
-                if self.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
+                if self.health.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
                     match &error {
                         StoreError::Auth(_) => error!(store, %error, "{AUTH_HINT}"),
                         // The message says what to fix ([redis.tls], the
@@ -182,7 +208,7 @@ impl Limiter {
                             store,
                             %error,
                             "{store} unreachable: not ready; checks it cannot answer get failing {}",
-                            self.policy.mode.as_str()
+                            self.fallback.policy.mode.as_str()
                         ),
                     }
                 }
@@ -195,7 +221,7 @@ impl Limiter {
     /// intervals otherwise, so readiness notices an idle outage).
     pub fn spawn_prober(self: &Arc<Self>, interval: Duration) -> tokio::task::JoinHandle<()> {
         let limiter = Arc::downgrade(self);
-        tokio::spawn(async move {
+        self.tasks.spawn_until_shutdown(async move {
             let mut idle_rounds = 0u32;
             loop {
                 tokio::time::sleep(interval).await;

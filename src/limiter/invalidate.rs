@@ -8,11 +8,39 @@ use std::sync::Arc;
 use super::Limiter;
 use super::deny_cache::DenyCache;
 use super::lease::Leases;
+use super::pipeline::{State, Step};
 use super::wait::queue::Waiters;
 use crate::metrics::Metrics;
-use crate::store::InvalidationSink;
+use crate::store::{InvalidationSink, OpKind};
 
 impl Limiter {
+    /// Stage 7 of the pipeline: after whatever may have freed capacity,
+    /// this instance's cached denials and leased chunks of the key end and
+    /// its waiters wake (the other instances hear it from the store call
+    /// itself), and what the store said about telling them is counted.
+    ///
+    /// Even after an error, even one that made no call: the script may
+    /// have run before the reply was lost, and dropping entries is cheap
+    /// and safe. A renewal frees nothing, nor does a release of a lease
+    /// that was live nowhere.
+    pub(super) fn invalidate(&self, step: &mut Step<'_, '_>) {
+        if step.route.check {
+            return;
+        }
+        let stored = step.stored.take();
+        let live = matches!(&step.state, State::Answered(Ok(a)) if a.lease == Some(true));
+        let freed_nothing = match step.kind() {
+            OpKind::Release => stored.is_some() && !live,
+            kind => !kind.invalidates(),
+        };
+        if !freed_nothing {
+            self.invalidate_locally(&step.check().key);
+        }
+        if let Some(applied) = stored {
+            self.count_published(applied.published);
+        }
+    }
+
     /// Ends every cached denial of the client `key` (all its policies and
     /// limits) on this instance. Call it right *after* the key's state
     /// changed in the store (a reset, a refund), never before: a check

@@ -9,16 +9,19 @@ use std::time::{Duration, Instant};
 use arc_swap::ArcSwap;
 use tokio::task::JoinHandle;
 
+use super::Limiter;
 use super::lease::{GiveBack, Leases, Reserved, SWEEP_INTERVAL, Take};
-use super::{Limiter, LimiterError};
+use super::pipeline::Step;
+use super::request::Answer;
+use super::stages::Asked;
 use crate::domain::{Check, Decision, LeaseMode, Outcome, PolicySet};
-use crate::store::{Op, StoreError};
+use crate::store::{Applied, Op, StoreError};
 
 /// What a reservation came to, for the check that made it.
 enum Reservation {
     /// The check's answer: granted with its cost in it, or the store
-    /// failed and the failure policy answered.
-    Answered(Result<Decision, LimiterError>),
+    /// failed (for stage 5 to answer).
+    Answered(Asked, Result<Applied, StoreError>),
     /// Nothing to answer: a reservation ahead of need, or one not granted
     /// (denied, or no breaker permit), after which the check goes to the
     /// store as usual.
@@ -32,29 +35,33 @@ impl Limiter {
         self
     }
 
-    /// The lease stage: `Some` answer when a chunk answered the check or a
-    /// reservation did; `None` to go on to the store as usual.
-    pub(super) async fn leased(&self, check: &Check) -> Option<Result<Decision, LimiterError>> {
-        let leases = self.leases.as_ref()?;
-        check.lease.as_ref()?;
+    /// Stage 2 of the pipeline: the step is answered when a chunk answers
+    /// the check or a reservation does; otherwise it goes on to the store
+    /// as usual.
+    pub(super) async fn leased(&self, step: &mut Step<'_, '_>) {
+        let Some(leases) = &self.leases else { return };
+        let check = step.check();
+        if check.lease.is_none() {
+            return;
+        }
         let (take, generation) = leases.take(check, Instant::now());
         match take {
-            Take::Direct => None,
+            Take::Direct => {}
             Take::Served { outcomes, refill } => {
                 self.metrics.leases.answered.inc_by(check.cost);
                 if let Some(units) = refill {
                     // Ahead of need: this check's answer is already known.
                     let _ = self.reserve(leases, check, generation, units, 0).await;
                 }
-                Some(Ok(Decision::from_outcomes(check, &outcomes)))
+                let decision = Decision::from_outcomes(check, &outcomes);
+                step.answer(Ok(Answer::of(decision)));
             }
             Take::Reserve(units) => {
-                match self
-                    .reserve(leases, check, generation, units, check.cost)
-                    .await
-                {
-                    Reservation::Answered(answer) => Some(answer),
-                    Reservation::NotAnswered => None,
+                let reserved = self.reserve(leases, check, generation, units, check.cost);
+                if let Reservation::Answered(asked, result) = reserved.await {
+                    // A chunk's check acquires no lease of its own.
+                    step.lease = None;
+                    self.take_result(step, &asked, result);
                 }
             }
         }
@@ -97,35 +104,47 @@ impl Limiter {
             Err(error) => {
                 self.metrics.leases.failed.inc();
                 refilling.done(None);
+                self.breakers.record(permit, Some(&error));
                 if own == 0 {
-                    self.breakers.record(permit, Some(&error));
                     self.metrics.record_store_error(error.kind());
                     return Reservation::NotAnswered;
                 }
-                let answer = self.answered(check, None, Some(permit), &asked, Err(error));
-                return Reservation::Answered(answer);
+                return Reservation::Answered(asked, Err(error));
             }
         };
+        self.breakers.record(permit, None);
+        self.keep(refilling, (asked, sent), applied, units, own)
+    }
+
+    /// A reservation the store answered: the chunk kept if granted, and
+    /// the check's answer if it was in it (`own`).
+    fn keep(
+        &self,
+        refilling: Refilling<'_>,
+        (asked, sent): (Asked, Instant),
+        applied: Applied,
+        units: u64,
+        own: u64,
+    ) -> Reservation {
         let granted = applied.outcomes.iter().all(|o| o.allowed);
         let (Some(at_us), true) = (applied.at_us, granted) else {
             // Denied (the key had less left than the chunk): nothing was
             // spent. (Every store that leases says when it ran a call.)
             self.metrics.leases.denied.inc();
-            self.breakers.record(permit, None);
+            let (leases, check) = (refilling.leases, refilling.check);
             refilling.done(None);
             leases.observed(check, &applied.outcomes);
             return Reservation::NotAnswered;
         };
         self.metrics.leases.granted.inc();
         self.metrics.leases.reserved.inc_by(units);
-        // Answered before the chunk is kept: the answer's view (the chunk
-        // counted as left) must not size later chunks.
+        // The answer's view (the chunk counted as left) is made before the
+        // chunk is kept, and must not size later chunks.
         let answer = if own == 0 {
-            self.breakers.record(permit, None);
             Reservation::NotAnswered
         } else {
-            let own_view = with_units_left(&applied.outcomes, units);
-            Reservation::Answered(self.answered(check, None, Some(permit), &asked, Ok(own_view)))
+            let own_view = Applied::unshared(with_units_left(&applied.outcomes, units));
+            Reservation::Answered(asked, Ok(own_view))
         };
         refilling.done(Some(Reserved {
             units,
@@ -145,7 +164,7 @@ impl Limiter {
     ) -> Option<JoinHandle<()>> {
         self.leases.as_ref()?;
         let limiter = Arc::downgrade(self);
-        Some(tokio::spawn(async move {
+        Some(self.tasks.spawn_until_shutdown(async move {
             let mut tick = tokio::time::interval(SWEEP_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {

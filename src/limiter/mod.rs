@@ -1,6 +1,12 @@
 //! The limiter: runs a check on the store and, when the store cannot answer,
 //! applies the failure policy. The one place fail-open/closed is decided.
 //!
+//! Everything goes through one pipeline ([`Limiter::run`], `pipeline.rs`):
+//! a list of [`Request`]s (a single check is a list of one), each through
+//! the stages in order (deny cache, leasing, breaker, store call, degraded
+//! answer, waiting, invalidation, observation), each stage a function over
+//! the list that `request.rs`'s `Route` says which requests it applies to.
+//!
 //! Between the two sit the circuit breakers ([`breaker`], one per failure
 //! domain in [`domains`]). An isolated error answers only its own check by
 //! policy; a sustained failure opens the domain's breaker, and then checks
@@ -23,35 +29,44 @@
 //! consulted (nor copied back: Redis may have counted the same requests, or
 //! lost everything in a restart, and there is no telling which).
 
-mod adjust;
 pub mod breaker;
 pub mod deny_cache;
 pub mod domains;
+mod fallback;
 mod health;
 mod invalidate;
 pub mod lease;
+mod lease_guard;
 mod leasing;
+mod pipeline;
+mod request;
 mod stages;
 pub mod top;
 pub mod wait;
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicU8;
+/// The tests' shorthand for the pipeline, shared with the integration
+/// tests.
+#[cfg(test)]
+#[path = "../../tests/support/limiter_ext.rs"]
+pub(crate) mod testing;
 
-pub use self::adjust::Adjustment;
+use std::sync::Arc;
+
 use self::breaker::BreakerConfig;
 use self::deny_cache::DenyCache;
 use self::domains::Breakers;
 pub use self::health::NotReady;
+pub use self::request::{Answer, Request};
 use self::top::Top;
 use self::wait::Waiting;
 use self::wait::queue::Waiters;
 use self::wait::timer::{Timer, TokioTimer};
 pub use crate::domain::failure::{FailureMode, FailurePolicy};
-use crate::domain::{Check, Clock, Decision, LeaseId, MonotonicClock, Reservation};
+use crate::domain::{Clock, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
 use crate::store::{Store, StoreError};
+use crate::tasks::Tasks;
 
 /// A store error the failure policy must not hide (a script error, a key of
 /// the wrong type): answered with a 500 so it is noticed.
@@ -59,27 +74,37 @@ use crate::store::{Store, StoreError};
 #[error(transparent)]
 pub struct LimiterError(#[from] pub StoreError);
 
+/// The decision pipeline (`pipeline.rs`) and what its stages keep.
 pub struct Limiter {
     store: Arc<dyn Store>,
-    policy: FailurePolicy,
     metrics: Arc<Metrics>,
+    /// Stage 1: recorded denials (see [`deny_cache`]); `None`: none kept.
     deny_cache: Option<Arc<DenyCache>>,
-    /// The fallback of [`FailureMode::Local`].
-    local: Option<MemoryStore>,
-    breakers: Breakers,
-    /// What the prober last saw: one of `health::{UNKNOWN, UP, DOWN}`.
-    probed: AtomicU8,
-    /// Why the store was last seen failing, for `/readyz`.
-    last_failure: std::sync::Mutex<Option<NotReady>>,
-    /// When a failed check last wrote `last_failure`, and its error kind
-    /// (see `health::remember_check_failure`).
-    last_failure_noted: health::Noted,
-    /// Checks waiting for their `retry_after` (see [`wait`]).
-    waiting: Waiting,
-    /// Who is being checked and denied (see [`top`]); `None`: not counted.
-    top: Option<Arc<Top>>,
-    /// Hot keys' leased chunks (see [`lease`]); `None`: nothing leases.
+    /// Stage 2: hot keys' leased chunks (see [`lease`]); `None`: nothing
+    /// leases.
     leases: Option<Arc<lease::Leases>>,
+    /// Stage 3: one breaker per failure domain.
+    breakers: Breakers,
+    /// Stage 5: the failure policy, and the local store of `Local`.
+    fallback: Fallback,
+    /// Stage 6: checks waiting for their `retry_after` (see [`wait`]).
+    waiting: Waiting,
+    /// Stage 8: who is being checked and denied (see [`top`]); `None`:
+    /// not counted.
+    top: Option<Arc<Top>>,
+    /// What the prober and the checks saw of the store (`health.rs`).
+    health: health::Health,
+    /// Where the limiter's own tasks run (a lease's release, a waiter's
+    /// try, the prober, the sweeper), so shutdown can wait for them.
+    tasks: Tasks,
+}
+
+/// Stage 5's: the answer when the store cannot give one.
+struct Fallback {
+    policy: FailurePolicy,
+    /// The local store of [`FailureMode::Local`]; without one, `Local`
+    /// answers as `Open`.
+    local: Option<MemoryStore>,
 }
 
 /// `limits.max_waiters` by default.
@@ -110,17 +135,18 @@ impl Limiter {
         };
         Limiter {
             store,
-            policy,
             metrics,
-            waiting,
             deny_cache: None,
-            local: None,
-            breakers,
-            probed: AtomicU8::new(health::UNKNOWN),
-            last_failure: std::sync::Mutex::new(None),
-            last_failure_noted: health::Noted::default(),
-            top: None,
             leases: None,
+            breakers,
+            fallback: Fallback {
+                policy,
+                local: None,
+            },
+            waiting,
+            top: None,
+            health: health::Health::default(),
+            tasks: Tasks::new(),
         }
     }
 
@@ -134,7 +160,7 @@ impl Limiter {
     /// The embedded store that answers while the store cannot, under
     /// [`FailureMode::Local`]. Without one, `Local` answers as `Open`.
     pub fn with_local_store(mut self, store: MemoryStore) -> Limiter {
-        self.local = Some(store);
+        self.fallback.local = Some(store);
         self
     }
 
@@ -163,6 +189,13 @@ impl Limiter {
             )),
             timer,
         };
+        self
+    }
+
+    /// Spawns its tasks on `tasks` (the service's, so shutdown waits for
+    /// them; by default its own).
+    pub fn with_tasks(mut self, tasks: Tasks) -> Limiter {
+        self.tasks = tasks;
         self
     }
 
@@ -220,60 +253,5 @@ impl Limiter {
     /// Store calls that decided checks, if checks share calls (Redis).
     pub fn store_check_calls(&self) -> Option<u64> {
         self.store.check_calls()
-    }
-
-    pub async fn check(&self, check: &Check) -> Result<Decision, LimiterError> {
-        let decision = self.decide(check).await?;
-        self.observe(check, &decision);
-        Ok(decision)
-    }
-
-    /// [`Limiter::check`] that records `reservation` in the store, in the
-    /// same call, if every limit allows (`domain::reservation`). The
-    /// reservation is the caller's iff [`Decision::reserved`]: a denial, a
-    /// degraded answer or a shadow policy's allowed denial recorded none.
-    pub async fn check_reserving(
-        &self,
-        check: &Check,
-        reservation: &Reservation,
-    ) -> Result<Decision, LimiterError> {
-        let decision = self.decide_reserving(check, Some(reservation)).await?;
-        self.observe(check, &decision);
-        Ok(decision)
-    }
-
-    /// Stage 4, observation: an answered check's metrics, and its key in
-    /// the sketches. Once per check, however many tries a waiting check
-    /// took.
-    fn observe(&self, check: &Check, decision: &Decision) {
-        self.metrics.record_decision(check, decision);
-        if let Some(top) = &self.top {
-            top.observe(check, decision);
-        }
-    }
-
-    /// Stage 5, the fallback: the answer when the store cannot give one,
-    /// by the check's failure mode (its policy's, or the service's): the
-    /// local store's under `Local` (when it can answer), the policy's
-    /// otherwise.
-    ///
-    /// A check that would take `lease` gets it only from the local store
-    /// (which then holds it until it is released there or expires): the
-    /// policy's answers hold no lease, so nothing is handed out that no
-    /// store knows.
-    fn degraded(&self, check: &Check, lease: Option<LeaseId>) -> Decision {
-        let mode = self.policy.mode_for(check);
-        self.metrics.record_degraded(mode);
-        if let (FailureMode::Local, Some(local)) = (mode, &self.local) {
-            match local.apply_now(&stages::op_for(check, lease.as_ref())) {
-                Ok(applied) => {
-                    return Decision::from_outcomes(check, &applied.outcomes)
-                        .with_lease(check, lease)
-                        .degraded();
-                }
-                Err(error) => self.metrics.record_store_error(error.kind()),
-            }
-        }
-        self.policy.decide(mode, check)
     }
 }

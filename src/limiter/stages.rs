@@ -1,167 +1,162 @@
-//! Deciding a check, in stages, each a function of its own so that a new
-//! feature is a stage (or part of one), not another optional field on the
-//! path:
-//! 1. a local answer, without the store (the deny cache);
-//! 2. admission by the failure domain's circuit breaker;
-//! 3. the store call, for one check or for many in one round trip;
-//! 4. observation (`Limiter::observe`: metrics, the heavy-hitters sketch);
-//! 5. the fallback (`Limiter::degraded`): the failure mode's answer.
-//!
-//! A single check goes through them one after the other; a list of checks
-//! ([`Limiter::check_many`]) takes stages 1 and 2 per check, stage 3 once
-//! for every check the store must answer, and stages 4 and 5 per check.
+//! Stages 1, 3 and 4 of the pipeline (see `pipeline.rs`): the deny cache,
+//! the breaker, and the store call, with what a store answer does to a
+//! step ([`Limiter::take_result`], which the leasing stage's own store
+//! call shares).
 
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use super::deny_cache::DenyCache;
 use super::domains::Permit;
-use super::wait::queue::Waiters;
-use super::{Limiter, LimiterError, health};
-use crate::domain::{Check, Decision, LeaseId, Outcome, Reservation};
-use crate::store::{Op, Store, StoreError};
+use super::pipeline::{State, Step};
+use super::request::Answer;
+use super::{Limiter, health};
+use crate::domain::Decision;
+use crate::store::{Applied, Op, StoreError};
 
 impl Limiter {
-    /// One check through the stages, without observing it (a waiting check
-    /// counts its answer once, not each try: see `wait`).
-    pub(super) async fn decide(&self, check: &Check) -> Result<Decision, LimiterError> {
-        self.decide_reserving(check, None).await
-    }
-
-    /// [`Limiter::decide`], recording `reservation` in the store if every
-    /// limit allows. Such a check is never answered from a leased chunk:
-    /// its record must be written with its spend, in the same store call.
-    pub(super) async fn decide_reserving(
-        &self,
-        check: &Check,
-        reservation: Option<&Reservation>,
-    ) -> Result<Decision, LimiterError> {
-        if let Some(decision) = self.local_answer(check) {
-            return Ok(decision);
-        }
-        if reservation.is_none()
-            && let Some(answer) = self.leased(check).await
-        {
-            return answer;
-        }
-        let lease = lease_for(check);
-        let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) else {
-            return Ok(self.degraded(check, lease));
-        };
-        let asked = self.asking();
-        let guard = self.guard(check, lease.as_ref());
-        let op = op_for(check, lease.as_ref()).reserving(reservation);
-        let result = self.store.apply(&[op]).await.pop().unwrap_or_else(|| {
-            Err(StoreError::Backend(
-                "a store answered one operation with no answer".into(),
-            ))
-        });
-        if result.is_ok()
-            && let Some(guard) = guard
-        {
-            guard.disarm();
-        }
-        let result = result.map(|applied| applied.outcomes);
-        self.answered(check, lease, Some(permit), &asked, result)
-    }
-
-    /// Several independent checks, each answered as it would be alone, the
-    /// ones the store must answer in one store call (one round trip per
-    /// cluster slot), applied in their order. Each is observed.
-    pub async fn check_many(&self, checks: &[Check]) -> Vec<Result<Decision, LimiterError>> {
-        self.check_many_reserving(checks, &[]).await
-    }
-
-    /// [`Limiter::check_many`], each check recording the reservation at
-    /// its index in `reservations` (if any) when every limit allows.
-    pub async fn check_many_reserving(
-        &self,
-        checks: &[Check],
-        reservations: &[Option<Reservation>],
-    ) -> Vec<Result<Decision, LimiterError>> {
-        let mut answers: Vec<Option<Result<Decision, LimiterError>>> =
-            checks.iter().map(|_| None).collect();
-        let mut to_store: Vec<(usize, Permit)> = Vec::new();
-        let mut leases: Vec<Option<LeaseId>> = checks.iter().map(lease_for).collect();
-        for (i, check) in checks.iter().enumerate() {
-            if let Some(decision) = self.local_answer(check) {
-                answers[i] = Some(Ok(decision));
-            } else if let Some(permit) = self.breakers.admit(self.store.failure_domain(check)) {
-                to_store.push((i, permit));
-            } else {
-                answers[i] = Some(Ok(self.degraded(check, leases[i].take())));
-            }
-        }
-        if !to_store.is_empty() {
-            let asked = self.asking();
-            let mut guards: Vec<Option<LeaseGuard>> = to_store
-                .iter()
-                .map(|&(i, _)| self.guard(&checks[i], leases[i].as_ref()))
-                .collect();
-            let ops: Vec<Op> = to_store
-                .iter()
-                .map(|&(i, _)| {
-                    let reservation = reservations.get(i).and_then(Option::as_ref);
-                    op_for(&checks[i], leases[i].as_ref()).reserving(reservation)
-                })
-                .collect();
-            let results: Vec<_> = self
-                .store
-                .apply(&ops)
-                .await
-                .into_iter()
-                .map(|result| result.map(|applied| applied.outcomes))
-                .collect();
-            // The breaker hears each failure domain once per list, not once
-            // per check: 100 checks failing in one call are one failed call,
-            // and must not open the breaker for everyone as 100 would. It
-            // hears a failure if any of the domain's checks met one.
-            let mut heard: Vec<(Permit, Option<StoreError>)> = Vec::new();
-            for (guard, result) in guards.iter_mut().zip(&results) {
-                if result.is_ok()
-                    && let Some(guard) = guard.take()
-                {
-                    guard.disarm();
-                }
-            }
-            drop(guards);
-            for ((i, permit), result) in to_store.into_iter().zip(results) {
-                let error = result.as_ref().err().filter(|e| e.store_is_down());
-                match heard
-                    .iter_mut()
-                    .find(|(p, _)| p.domain() == permit.domain())
-                {
-                    Some((_, seen)) if seen.is_none() => *seen = error.cloned(),
-                    Some(_) => {}
-                    None => heard.push((permit, error.cloned())),
-                }
-                let lease = leases[i].take();
-                answers[i] = Some(self.answered(&checks[i], lease, None, &asked, result));
-            }
-            for (permit, error) in heard {
-                self.breakers.record(permit, error.as_ref());
-            }
-        }
-        answers
-            .into_iter()
-            .zip(checks)
-            .map(|(answer, check)| {
-                let answer = answer.expect("every check has an answer");
-                if let Ok(decision) = &answer {
-                    self.observe(check, decision);
-                }
-                answer
-            })
-            .collect()
-    }
-
     /// Stage 1: a recorded denial is the store's own answer, even while
     /// the store is unreachable: nothing can have been allowed since.
-    fn local_answer(&self, check: &Check) -> Option<Decision> {
-        let outcomes = self.deny_cache.as_ref()?.lookup(check)?;
-        self.metrics.deny_cache_hits.inc();
-        Some(Decision::from_outcomes(check, &outcomes))
+    pub(super) fn deny_cached(&self, step: &mut Step<'_, '_>) {
+        if !step.route.check || !step.is_pending() {
+            return;
+        }
+        let Some(cache) = &self.deny_cache else {
+            return;
+        };
+        if let Some(outcomes) = cache.lookup(step.check()) {
+            self.metrics.deny_cache_hits.inc();
+            let decision = Decision::from_outcomes(step.check(), &outcomes);
+            step.answer(Ok(Answer::of(decision)));
+        }
+    }
+
+    /// Stage 3: the failure domain's breaker admits the step to the store
+    /// call, or it fails at once (an open breaker makes no call).
+    pub(super) fn admit(&self, step: &mut Step<'_, '_>) {
+        if !step.is_pending() {
+            return;
+        }
+        let domain = self.store.failure_domain(step.check());
+        step.state = match self.breakers.admit(domain) {
+            Some(permit) => State::Admitted(permit),
+            None => State::Failed(StoreError::Unavailable("circuit breaker open".into())),
+        };
+    }
+
+    /// Stage 4: one store call for every admitted step. The breaker hears
+    /// each failure domain once per call, not once per step: 100 checks
+    /// failing in one call are one failed call, and must not open the
+    /// breaker for everyone as 100 would. It hears a failure if any of
+    /// the domain's steps met one.
+    pub(super) async fn call_store(&self, steps: &mut [Step<'_, '_>]) {
+        for step in steps.iter_mut() {
+            if matches!(step.state, State::Admitted(_)) {
+                step.guard = self.guard(step);
+            }
+        }
+        let mut admitted = steps
+            .iter()
+            .filter(|s| matches!(s.state, State::Admitted(_)))
+            .map(|s| Op {
+                lease: s.lease.as_ref().or(s.request.op.lease),
+                ..s.request.op
+            });
+        let Some(first) = admitted.next() else {
+            return;
+        };
+        // One operation (most calls) without a list on the heap.
+        let rest: Vec<Op> = admitted.collect();
+        let many: Vec<Op>;
+        let ops: &[Op] = if rest.is_empty() {
+            std::slice::from_ref(&first)
+        } else {
+            many = std::iter::once(first).chain(rest).collect();
+            &many
+        };
+        let asked = self.asking();
+        let mut results = self.store.apply(ops).await.into_iter();
+        let mut heard = Heard::default();
+        for step in steps.iter_mut() {
+            // Taken out only from an admitted step: the others keep theirs.
+            let permit = match std::mem::replace(&mut step.state, State::Pending) {
+                State::Admitted(permit) => permit,
+                other => {
+                    step.state = other;
+                    continue;
+                }
+            };
+            let result = results.next().unwrap_or_else(|| {
+                Err(StoreError::Backend(
+                    "a store answered a list with too few answers".into(),
+                ))
+            });
+            // Dropped armed after an error: the lease goes back.
+            let guard = step.guard.take();
+            if let (Ok(_), Some(guard)) = (&result, guard) {
+                guard.disarm();
+            }
+            heard.add(permit, result.as_ref().err());
+            self.take_result(step, &asked, result);
+        }
+        for (permit, error) in heard.first.into_iter().chain(heard.rest) {
+            self.breakers.record(permit, error.as_ref());
+        }
+    }
+
+    /// What a store answer does to a step: latency is counted; a check's
+    /// answer marks the store up, is cached if a denial, and feeds the
+    /// leases; an error fails the step for stage 5, unless it is a bug,
+    /// which surfaces.
+    pub(super) fn take_result(
+        &self,
+        step: &mut Step<'_, '_>,
+        asked: &Asked,
+        result: Result<Applied, StoreError>,
+    ) {
+        self.metrics
+            .store_duration
+            .observe(asked.started.elapsed().as_secs_f64());
+        let applied = match result {
+            Ok(applied) => applied,
+            Err(error) => {
+                self.metrics.record_store_error(error.kind());
+                if !step.route.check {
+                    // The call may or may not have published.
+                    self.metrics.invalidations_sent_error.inc();
+                } else if !error.is_transient() {
+                    tracing::error!(%error, "store error");
+                    step.answer(Err(error.into()));
+                    return;
+                } else if error.store_is_down() {
+                    self.remember_check_failure(&error);
+                }
+                step.state = State::Failed(error);
+                return;
+            }
+        };
+        let check = step.check();
+        let decision = Decision::from_outcomes(check, &applied.outcomes);
+        if !step.route.check {
+            let answer = Answer {
+                lease: applied.lease,
+                reservation: applied.reservation,
+                ..Answer::of(decision)
+            };
+            step.stored = Some(applied);
+            step.answer(Ok(answer));
+            return;
+        }
+        if self.health.probed.load(Ordering::Relaxed) != health::UP {
+            self.check_answered();
+        }
+        if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now) {
+            cache.record(check, at, &applied.outcomes);
+        }
+        if let Some(leases) = &self.leases {
+            leases.observed(check, &applied.outcomes);
+        }
+        let decision = decision.with_lease(check, step.lease.clone());
+        step.answer(Ok(Answer::of(decision)));
     }
 
     /// When a store call starts: for its latency, and for the deny cache
@@ -172,168 +167,37 @@ impl Limiter {
             cache_now: self.deny_cache.as_ref().map(|c| c.now_us()),
         }
     }
+}
 
-    /// After stage 3, for one check: the breaker (given its `permit`; a
-    /// list tells it once per call itself) and latency are told, a denial
-    /// is cached, and an error is answered by the fallback (stage 5)
-    /// unless it is a bug, which surfaces.
-    pub(super) fn answered(
-        &self,
-        check: &Check,
-        lease: Option<LeaseId>,
-        permit: Option<Permit>,
-        asked: &Asked,
-        result: Result<Vec<Outcome>, StoreError>,
-    ) -> Result<Decision, LimiterError> {
-        self.metrics
-            .store_duration
-            .observe(asked.started.elapsed().as_secs_f64());
-        if let Some(permit) = permit {
-            self.breakers.record(permit, result.as_ref().err());
-        }
-        match result {
-            Ok(outcomes) => {
-                if self.probed.load(Ordering::Relaxed) != health::UP {
-                    self.check_answered();
-                }
-                if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now) {
-                    cache.record(check, at, &outcomes);
-                }
-                if let Some(leases) = &self.leases {
-                    leases.observed(check, &outcomes);
-                }
-                Ok(Decision::from_outcomes(check, &outcomes).with_lease(check, lease))
+/// What a store call tells the breakers: each failure domain once, a
+/// failure if any of its steps met one (only an unreachable or slow store
+/// counts). The first domain is kept inline: with one Redis node every
+/// step is of it.
+#[derive(Default)]
+struct Heard {
+    first: Option<(Permit, Option<StoreError>)>,
+    rest: Vec<(Permit, Option<StoreError>)>,
+}
+
+impl Heard {
+    fn add(&mut self, permit: Permit, error: Option<&StoreError>) {
+        let error = error.filter(|e| e.store_is_down());
+        let domain = permit.domain();
+        let known = |(p, _): &&mut (Permit, Option<StoreError>)| p.domain() == domain;
+        if let Some((_, seen)) = self
+            .first
+            .iter_mut()
+            .chain(self.rest.iter_mut())
+            .find(known)
+        {
+            if seen.is_none() {
+                *seen = error.cloned();
             }
-            Err(error) => {
-                self.metrics.record_store_error(error.kind());
-                if !error.is_transient() {
-                    tracing::error!(%error, "store error");
-                    return Err(error.into());
-                }
-                if error.store_is_down() {
-                    self.remember_check_failure(&error);
-                }
-                // Only this check: the breaker decides whether the store
-                // as a whole is down. The lease was not taken (or, if the
-                // reply was lost, is unknown to the caller and expires).
-                Ok(self.degraded(check, lease))
-            }
-        }
-    }
-}
-
-/// A fresh lease for a check that takes one: it has a concurrency limit
-/// and spends (a look takes none). Generated before the store call, so the
-/// store only records it.
-fn lease_for(check: &Check) -> Option<LeaseId> {
-    (check.cost > 0 && check.concurrency().is_some()).then(LeaseId::generate)
-}
-
-/// The check as a store operation: acquiring `lease` if it takes one.
-pub(super) fn op_for<'a>(check: &'a Check, lease: Option<&'a LeaseId>) -> Op<'a> {
-    match lease {
-        Some(lease) => Op::acquire(check, lease),
-        None => Op::check(check),
-    }
-}
-
-impl Limiter {
-    /// A guard for the store call acquiring `lease` for `check`, if any.
-    fn guard(&self, check: &Check, lease: Option<&LeaseId>) -> Option<LeaseGuard> {
-        lease.map(|lease| LeaseGuard {
-            store: self.store.clone(),
-            cache: self.deny_cache.clone(),
-            waiters: self.waiting.waiters.clone(),
-            held: Some((check.clone(), lease.clone())),
-        })
-    }
-}
-
-/// A lease being acquired, released unless its answer came back. Without
-/// it, a client that hangs up while the store call is under way (hyper
-/// drops the request's future) would leave a lease the store took and
-/// nobody knows the id of, holding a slot for its whole TTL; so would a
-/// call whose reply was lost (a timeout) after the script ran. Either way
-/// the guard drops armed and a release goes out, on its own task
-/// ([`release_unanswered`]).
-struct LeaseGuard {
-    store: Arc<dyn Store>,
-    cache: Option<Arc<DenyCache>>,
-    waiters: Arc<Waiters>,
-    held: Option<(Check, LeaseId)>,
-}
-
-impl LeaseGuard {
-    /// The store answered: the caller gets the lease (or none was taken).
-    fn disarm(mut self) {
-        self.held = None;
-    }
-}
-
-impl Drop for LeaseGuard {
-    fn drop(&mut self) {
-        let Some((check, lease)) = self.held.take() else {
-            return;
-        };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (store, cache, waiters) = (self.store.clone(), self.cache.take(), self.waiters.clone());
-        runtime.spawn(async move {
-            if release_unanswered(store.as_ref(), &check, &lease).await {
-                tracing::debug!("released a lease whose answer was never delivered");
-                if let Some(cache) = cache {
-                    cache.invalidate(&check.key);
-                }
-                waiters.wake(&check.key);
-            }
-        });
-    }
-}
-
-/// The first wait between two releases the store did not answer; it
-/// doubles up to [`RELEASE_BACKOFF_MAX`].
-const RELEASE_BACKOFF: Duration = Duration::from_millis(100);
-const RELEASE_BACKOFF_MAX: Duration = Duration::from_secs(2);
-/// After a release answered "no such lease": the acquire may still be
-/// queued behind it on another connection of the pool (a Redis waking
-/// from a freeze serves its connections in no set order), so one more
-/// try this much later settles it.
-const RELEASE_RECHECK: Duration = Duration::from_secs(1);
-
-/// Frees `lease`, which an acquire that nobody got the answer of may have
-/// taken; true if it was held. A store that does not answer (frozen, down)
-/// is asked again, with back-off, until it answers, for as long as the
-/// lease could live (its TTL): an acquire written to a frozen Redis runs
-/// when it wakes, however late, and timed-out releases sent before then
-/// may have run before it, or died with their connection. Nothing is
-/// freed that the caller holds: nobody but this task knows the id.
-async fn release_unanswered(store: &dyn Store, check: &Check, lease: &LeaseId) -> bool {
-    let ttl = check.concurrency().map_or(Duration::ZERO, |limit| {
-        Duration::from_micros(limit.rule.window_us())
-    });
-    let give_up = Instant::now() + ttl;
-    let mut backoff = RELEASE_BACKOFF;
-    let mut seen_absent = false;
-    loop {
-        let released = store.apply(&[Op::release(check, lease)]).await;
-        match released.first() {
-            Some(Ok(applied)) if applied.lease == Some(true) => return true,
-            Some(Ok(_)) if seen_absent => return false,
-            Some(Ok(_)) => seen_absent = true,
-            // No answer: ask again once the store may be back.
-            _ => {}
-        }
-        let wait = if seen_absent {
-            RELEASE_RECHECK
+        } else if self.first.is_none() {
+            self.first = Some((permit, error.cloned()));
         } else {
-            backoff
-        };
-        if Instant::now() + wait >= give_up {
-            return false;
+            self.rest.push((permit, error.cloned()));
         }
-        tokio::time::sleep(wait).await;
-        backoff = (backoff * 2).min(RELEASE_BACKOFF_MAX);
     }
 }
 

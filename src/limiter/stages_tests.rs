@@ -1,5 +1,6 @@
 //! A list of checks tells the circuit breaker once per failure domain.
 
+use crate::limiter::testing::LimiterExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,9 +36,11 @@ async fn a_failed_list_of_checks_is_one_failure_to_the_breaker() {
         closed_retry_after: Duration::from_secs(1),
     };
     // Opens on half of at least 20 calls failing, or 5 in a row.
-    let limiter = Limiter::new(Arc::new(TimingOut), policy, metrics.clone()).with_breaker(
-        BreakerConfig::default(),
-        Arc::new(ManualClock::new(1_700_000_000_000_000)),
+    let limiter = Arc::new(
+        Limiter::new(Arc::new(TimingOut), policy, metrics.clone()).with_breaker(
+            BreakerConfig::default(),
+            Arc::new(ManualClock::new(1_700_000_000_000_000)),
+        ),
     );
     let rule = Rule::with_length(Algorithm::FixedWindow, 10, 60_000_000, 10);
     let checks: Vec<Check> = (0..30)
@@ -91,7 +94,7 @@ async fn a_lease_whose_caller_went_away_is_released() {
         mode: FailureMode::Closed,
         closed_retry_after: Duration::from_secs(1),
     };
-    let limiter = Limiter::new(slow, policy, Arc::new(Metrics::new()));
+    let limiter = Arc::new(Limiter::new(slow, policy, Arc::new(Metrics::new())));
     let rule = Rule::with_length(Algorithm::Concurrency, 1, 3_600_000_000, 1);
     let check = Check::single("k", rule, 1);
     let look = Check::single("k", rule, 0);
@@ -166,7 +169,11 @@ async fn an_acquire_that_runs_after_a_long_freeze_is_released_once_the_store_ans
         mode: FailureMode::Open,
         closed_retry_after: Duration::from_secs(1),
     };
-    let limiter = Limiter::new(freezing.clone(), policy, Arc::new(Metrics::new()));
+    let limiter = Arc::new(Limiter::new(
+        freezing.clone(),
+        policy,
+        Arc::new(Metrics::new()),
+    ));
     let rule = Rule::with_length(Algorithm::Concurrency, 1, 3_600_000_000, 1);
     let check = Check::single("k", rule, 1);
     let look = Check::single("k", rule, 0);

@@ -24,7 +24,8 @@ use super::wire::RateLimitRequest;
 use crate::domain::auth::Refusal;
 use crate::domain::rls::{InvalidRequest, Planned, RlsConfig, Unit};
 use crate::domain::{Bounds, Check, Decision, Limit, LimitDecision};
-use crate::limiter::{Limiter, LimiterError};
+use crate::limiter::{Limiter, LimiterError, Request};
+use crate::store::Op;
 
 /// Why a request got no answer; mapped to a gRPC status in one place.
 #[derive(Debug, thiserror::Error)]
@@ -178,12 +179,16 @@ impl RlsService {
             .filter(|(.., check)| !over(check))
             .map(|(.., check)| check.clone())
             .collect();
-        let mut decided = self.limiter.check_many(&asked).await.into_iter();
+        let runs: Vec<Request> = asked.iter().map(|c| Request::new(Op::check(c))).collect();
+        let mut decided = self.limiter.run(&runs).await.into_iter();
         for (shadow, members, at, check) in &groups {
             let decision = if over(check) {
                 over_capacity(check)
             } else {
-                decided.next().expect("one answer per check asked")?
+                decided
+                    .next()
+                    .expect("one answer per check asked")?
+                    .decision
             };
             for (&(i, _, unit), &j) in members.iter().zip(at) {
                 let d = &decision.limits[j];

@@ -6,6 +6,7 @@
 //! waiter was never denied, or woken by the window, not the reset).
 
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::time::{Duration, Instant};
 

@@ -11,6 +11,7 @@
 //! repeats the round 100 times and records how many rounds were exact.
 
 use crate::support;
+use crate::support::LimiterExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

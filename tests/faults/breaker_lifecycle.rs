@@ -4,6 +4,7 @@
 //! and a failing check does not rewrite the readiness reason every time.
 
 use crate::domains_store;
+use crate::support::LimiterExt;
 
 use std::sync::atomic::Ordering;
 

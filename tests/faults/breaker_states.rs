@@ -4,6 +4,7 @@
 //! readiness and its reason.
 
 use crate::domains_store;
+use crate::support::LimiterExt;
 
 use std::sync::atomic::Ordering;
 

@@ -13,6 +13,7 @@
 //! records several restarts on each path.
 
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -138,9 +139,10 @@ async fn limiter(
         ..config.failure
     };
     let metrics = Arc::new(Metrics::new());
-    let limiter = Limiter::new(store.clone(), policy, metrics.clone())
-        .with_breaker(breaker, Arc::new(MonotonicClock::default()));
-    let limiter = Arc::new(limiter);
+    let limiter = Arc::new(
+        Limiter::new(store.clone(), policy, metrics.clone())
+            .with_breaker(breaker, Arc::new(MonotonicClock::default())),
+    );
     limiter.probe().await;
     assert!(limiter.is_ready());
     // It ends with the limiter: the prober holds only a weak reference.

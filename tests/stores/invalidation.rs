@@ -6,6 +6,7 @@
 //! off until it is back. Real redis-server only.
 
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

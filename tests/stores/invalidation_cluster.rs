@@ -3,6 +3,7 @@
 //! hears invalidations published on any other.
 
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::time::{Duration, Instant};
 

@@ -3,6 +3,7 @@
 //! replica, and invalidations then reach it there.
 
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::time::{Duration, Instant};
 

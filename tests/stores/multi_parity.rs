@@ -5,6 +5,7 @@
 //! deny cache must answer multi-limit checks as the store would.
 
 use crate::support;
+use crate::support::LimiterExt;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -147,9 +148,15 @@ fn run_deny_cache_parity(cases: u32, redis: Option<&RedisServer>) {
         }
     };
     let metrics = Arc::new(Metrics::new());
-    let cached = Limiter::new(store("cached:"), policy, metrics.clone())
-        .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone())));
-    let plain = Limiter::new(store("plain:"), policy, Arc::new(Metrics::new()));
+    let cached = Arc::new(
+        Limiter::new(store("cached:"), policy, metrics.clone())
+            .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone()))),
+    );
+    let plain = Arc::new(Limiter::new(
+        store("plain:"),
+        policy,
+        Arc::new(Metrics::new()),
+    ));
     runtime.block_on(async {
         cached.probe().await;
         plain.probe().await;

@@ -5,6 +5,7 @@
 //! the deny cache dropped, and on Redis a key that outlives its debt.
 
 use crate::support;
+use crate::support::LimiterExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -167,8 +168,10 @@ async fn the_limiter_drops_cached_denials_on_settle(store: Arc<dyn Store>, clock
         mode: FailureMode::Open,
         closed_retry_after: Duration::from_secs(1),
     };
-    let limiter = Limiter::new(store, policy, Arc::new(Metrics::new()))
-        .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone())));
+    let limiter = Arc::new(
+        Limiter::new(store, policy, Arc::new(Metrics::new()))
+            .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone()))),
+    );
     limiter.probe().await;
     let c = Check::single(unique_key("settle-cache"), rule(Algorithm::FixedWindow), 5);
     assert!(limiter.check(&c).await.unwrap().allowed);

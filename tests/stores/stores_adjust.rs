@@ -4,6 +4,7 @@
 //! multi-limit checks, and the same answers as the Rust twins.
 
 use crate::support;
+use crate::support::LimiterExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -262,8 +263,10 @@ async fn the_limiter_drops_cached_denials_on_reset_and_refund(
         closed_retry_after: Duration::from_secs(1),
     };
     let metrics = Arc::new(Metrics::new());
-    let limiter = Limiter::new(store, policy, metrics.clone())
-        .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone())));
+    let limiter = Arc::new(
+        Limiter::new(store, policy, metrics.clone())
+            .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone()))),
+    );
     limiter.probe().await;
     let c = Check::single(unique_key("dc"), rule(Algorithm::FixedWindow), 5);
     let one = with_cost(&c, 1);

@@ -1,6 +1,7 @@
 //! Service instances with a deny cache and an invalidation subscriber,
 //! each with its own Redis clients, for the invalidation tests.
 
+use super::limiter_ext::LimiterExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -20,6 +20,7 @@ pub mod compose;
 pub mod containers;
 pub mod docker;
 pub mod invalidation;
+pub mod limiter_ext;
 mod load;
 mod net;
 pub mod ops;
@@ -30,6 +31,7 @@ pub mod tls;
 pub mod venv;
 
 pub use app::{TestApp, settings};
+pub use limiter_ext::LimiterExt;
 
 /// One test per store for each scenario, as limitador's
 /// `test_with_all_storage_impls!`: a failure names its store (`memory` or

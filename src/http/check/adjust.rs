@@ -11,7 +11,8 @@ use super::{Parsed, parse, respond};
 use crate::domain::validate_wait_ms;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::limiter::Adjustment;
+use crate::limiter::Request as Run;
+use crate::store::{Op, OpKind};
 
 /// Delete a key's state for the limits of a check, then report them.
 ///
@@ -38,7 +39,7 @@ use crate::limiter::Adjustment;
     )
 )]
 pub async fn reset(State(state): State<AppState>, request: Request) -> Response {
-    adjust(&state, Adjustment::Reset, request)
+    adjust(&state, OpKind::Reset, request)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -73,16 +74,12 @@ pub async fn reset(State(state): State<AppState>, request: Request) -> Response 
     )
 )]
 pub async fn refund(State(state): State<AppState>, request: Request) -> Response {
-    adjust(&state, Adjustment::Refund, request)
+    adjust(&state, OpKind::Refund, request)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn adjust(
-    state: &AppState,
-    op: Adjustment<'_>,
-    request: Request,
-) -> Result<Response, ApiError> {
+async fn adjust(state: &AppState, kind: OpKind, request: Request) -> Result<Response, ApiError> {
     let Parsed {
         form,
         mut check,
@@ -93,13 +90,13 @@ async fn adjust(
     if reservation.is_some() {
         return Err(ApiError::InvalidRequest(format!(
             "reservation_ttl: only a check takes a reservation, not a {}",
-            op.as_str()
+            verb(kind)
         )));
     }
     // `wait_ms` is part of the shared forms: validated as for a check, then
     // ignored, since a reset or a refund never waits.
     validate_wait_ms(wait_ms, &state.bounds)?;
-    if op == Adjustment::Reset {
+    if kind == OpKind::Reset {
         if has_cost {
             return Err(ApiError::InvalidRequest(
                 "cost: a reset takes no cost; it deletes the key's state".into(),
@@ -107,10 +104,22 @@ async fn adjust(
         }
         check.cost = 0;
     }
-    let decision = state
+    let op = Op {
+        kind,
+        ..Op::check(&check)
+    };
+    let answer = state
         .limiter
-        .adjust(op, &check)
+        .run_one(Run::new(op))
         .await
-        .map_err(|e| ApiError::adjusting(op.as_str(), e))?;
-    Ok(respond(form, &decision))
+        .map_err(|e| ApiError::adjusting(verb(kind), e))?;
+    Ok(respond(form, &answer.decision))
+}
+
+/// The operation's name in messages.
+fn verb(kind: OpKind) -> &'static str {
+    match kind {
+        OpKind::Reset => "reset",
+        _ => "refund",
+    }
 }

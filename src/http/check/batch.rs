@@ -3,8 +3,8 @@
 //! would have answered it alone.
 //!
 //! A transport, not a second path: each item is parsed by the same
-//! [`parse_check`] into the same domain [`Check`], and the valid ones go to
-//! [`Limiter::check_many`](crate::limiter::Limiter::check_many), which
+//! [`parse_check`] into the same domain [`Check`], and the valid ones go,
+//! as one list, to [`Limiter::run`](crate::limiter::Limiter::run), which
 //! takes each through the same stages as a lone check (deny cache,
 //! breaker, fallback, observation) and asks the store for all of them in
 //! one call (on Redis one script call per cluster slot, the calls at once;
@@ -43,6 +43,8 @@ use crate::domain::Check;
 use crate::http::MAX_BODY_BYTES;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::http::{AppState, batch_body_limit};
+use crate::limiter::Request as Run;
+use crate::store::Op;
 
 pub use schema::{BatchForms, BatchResponse};
 
@@ -101,12 +103,17 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
             state.max_batch, checks.total
         )));
     }
-    let mut forms = Vec::with_capacity(checks.kept.len());
-    let mut valid = Vec::with_capacity(checks.kept.len());
+    Ok(decide_items(state, checks.kept).await)
+}
+
+/// Each item parsed and, if valid, decided with the others in one run.
+async fn decide_items(state: &AppState, kept: Vec<&RawValue>) -> Vec<BatchItem> {
+    let mut forms = Vec::with_capacity(kept.len());
+    let mut valid = Vec::with_capacity(kept.len());
     // Each valid check's reservation (and its id and TTL), if it asked for one.
     let mut reservations = Vec::new();
     let mut granted = Vec::new();
-    for raw in checks.kept {
+    for raw in kept {
         forms.push(item(state, raw).map(|(form, check, ask)| {
             valid.push(check);
             if let Some(ask) = ask {
@@ -119,21 +126,25 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
             form
         }));
     }
-    let mut decided = if valid.is_empty() {
-        Vec::new().into_iter()
-    } else if reservations.is_empty() {
-        state.limiter.check_many(&valid).await.into_iter()
-    } else {
-        let answers = state.limiter.check_many_reserving(&valid, &reservations);
-        answers.await.into_iter()
-    };
+    let runs: Vec<Run> = valid
+        .iter()
+        .enumerate()
+        .map(|(i, check)| {
+            let reservation = reservations.get(i).and_then(Option::as_ref);
+            Run::new(Op::check(check).reserving(reservation))
+        })
+        .collect();
+    let mut decided = state.limiter.run(&runs).await.into_iter();
     let mut granted = granted.into_iter();
-    let results = forms
+    forms
         .into_iter()
         .map(|form| {
             let answer = form.and_then(|form| {
                 let reserved = granted.next().flatten();
-                let decision = decided.next().expect("one answer per valid check")?;
+                let decision = decided
+                    .next()
+                    .expect("one answer per valid check")?
+                    .decision;
                 let mut body = body_for(form, &decision);
                 if let Some((id, ttl_ms)) = reserved {
                     body.reservation = ReservationResponse::granted(&decision, id, ttl_ms);
@@ -145,8 +156,7 @@ async fn decide(state: &AppState, request: Request) -> Result<Vec<BatchItem>, Ap
                 Err(error) => BatchItem::failed(&error),
             }
         })
-        .collect();
-    Ok(results)
+        .collect()
 }
 
 /// One item: the check it asks, in the form it was asked in (the shape of

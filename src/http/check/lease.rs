@@ -22,6 +22,7 @@ use super::{body_for, parse_check};
 use crate::domain::LeaseId;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use crate::store::Op;
 
 /// The lease a release or renewal names, beside the fields of a check's form.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -177,12 +178,15 @@ async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Re
         )));
     }
     check.cost = 0;
-    let limiter = &state.limiter;
-    let adjusted = match what {
-        Lifetime::Release => limiter.release(&check, &lease).await,
-        Lifetime::Renew => limiter.renew(&check, &lease).await,
-    }
-    .map_err(|e| ApiError::adjusting(verb, e))?;
+    let op = match what {
+        Lifetime::Release => Op::release(&check, &lease),
+        Lifetime::Renew => Op::renew(&check, &lease),
+    };
+    let adjusted = state
+        .limiter
+        .run_one(crate::limiter::Request::new(op))
+        .await
+        .map_err(|e| ApiError::adjusting(verb, e))?;
     let live = adjusted.lease.unwrap_or(false);
     let mut response = body_for(parsed.form, &adjusted.decision);
     match what {

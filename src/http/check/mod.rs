@@ -44,6 +44,8 @@ use self::fields_present::Present;
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
+use crate::limiter::Request as Run;
+use crate::store::Op;
 
 /// Check rate limits and, if every one allows, spend from each.
 #[utoipa::path(
@@ -101,15 +103,14 @@ async fn decide(state: &AppState, request: Request) -> Result<(Response, Duratio
     if let Some(ask) = reservation {
         // Never waits (`reserve::ask` refuses wait_ms with it).
         let (reservation, id) = ask.reservation();
-        let decision = state.limiter.check_reserving(&check, &reservation).await?;
+        let op = Op::check(&check).reserving(Some(&reservation));
+        let decision = state.limiter.run_one(Run::new(op)).await?.decision;
         let mut response = body_for(form, &decision);
         response.reservation = ReservationResponse::granted(&decision, id, ask.ttl_ms);
         return Ok((response.into_response_for(&decision), Duration::ZERO));
     }
-    let waited = state
-        .limiter
-        .check_waiting(&check, Duration::from_millis(wait_ms))
-        .await?;
+    let run = Run::new(Op::check(&check)).waiting(Duration::from_millis(wait_ms));
+    let waited = state.limiter.run_one(run).await?;
     let decision = waited.decision;
     let mut response = body_for(form, &decision);
     // Only for requests that asked to wait: the others' bodies stay as

@@ -30,7 +30,7 @@ use crate::domain::Reservation;
 use crate::domain::algorithms::MAX_SETTLE_CAPACITIES;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
-use crate::store::Settled;
+use crate::store::{Op, Settled};
 
 /// The request body of `POST /v1/settle`.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -136,9 +136,10 @@ async fn settled(state: &AppState, request: Request) -> Result<Response, ApiErro
             "actual: at most {most} ({MAX_SETTLE_CAPACITIES} × the smallest limit, or burst), got {actual}"
         )));
     }
+    let op = Op::settle(&check, actual).reserving(Some(&reservation));
     let adjusted = state
         .limiter
-        .settle(&check, actual, Some(&reservation))
+        .run_one(crate::limiter::Request::new(op))
         .await
         .map_err(|e| ApiError::adjusting("settle", e))?;
     match adjusted.reservation {

@@ -1,5 +1,6 @@
 //! The table of slots: its bound, and refills that end without an answer.
 
+use crate::limiter::testing::LimiterExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -120,8 +121,9 @@ async fn a_reservation_dropped_mid_call_does_not_stop_the_key_leasing() {
         mode: FailureMode::Open,
         closed_retry_after: Duration::from_secs(1),
     };
-    let limiter =
-        Limiter::new(Arc::new(StuckOnReservations), policy, metrics.clone()).with_leases(leases);
+    let limiter = Arc::new(
+        Limiter::new(Arc::new(StuckOnReservations), policy, metrics.clone()).with_leases(leases),
+    );
     let c = check("hot");
     // Hot after a rate period: the next check reserves, and hangs.
     limiter.check(&c).await.unwrap();

@@ -2,6 +2,7 @@
 //! store load with many waiters, resets, smaller costs, shutdown.
 
 use crate::domain::Window;
+use crate::limiter::testing::LimiterExt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Waker};

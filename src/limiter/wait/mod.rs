@@ -48,12 +48,15 @@ use crate::domain::Algorithm;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use self::queue::{QueueKey, Refused, Ticket, Turn, Waiters};
 use self::timer::Timer;
+use super::request::{Answer, Request};
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, Decision, LimitDecision};
+use crate::store::Op;
 
 /// A waiting check's answer and how long it waited.
 #[derive(Debug, Clone)]
@@ -72,18 +75,25 @@ pub struct Waiting {
 }
 
 impl Limiter {
-    /// Checks, and while denied waits for the check's `retry_after` and
-    /// tries again, for at most `wait`. `wait` zero is [`check`](Self::check).
-    /// The answer is counted in `ratekeeper_checks_total` once, whatever
-    /// the number of tries.
-    pub async fn check_waiting(
+    /// Stage 6 of the pipeline: checks, and while denied waits for the
+    /// check's `retry_after` and tries again (stages 1 to 5 each time),
+    /// for at most the request's `wait`. Observed once by the pipeline,
+    /// whatever the number of tries.
+    pub(super) async fn wait(
         self: &Arc<Self>,
-        check: &Check,
-        wait: Duration,
-    ) -> Result<Waited, LimiterError> {
-        let waited = self.wait_for(check, wait).await?;
-        self.observe(check, &waited.decision);
-        Ok(waited)
+        request: &Request<'_>,
+    ) -> Result<Answer, LimiterError> {
+        let waited = self.wait_for(request.op.check, request.wait).await?;
+        Ok(Answer {
+            waited: waited.waited,
+            ..Answer::of(waited.decision)
+        })
+    }
+
+    /// One try: stages 1 to 5 on the check alone.
+    async fn try_once(&self, check: &Check) -> Result<Decision, LimiterError> {
+        let answer = self.decide_one(&Request::new(Op::check(check))).await?;
+        Ok(answer.decision)
     }
 
     async fn wait_for(
@@ -96,10 +106,6 @@ impl Limiter {
             decision,
             waited: Duration::ZERO,
         };
-        // Most checks do not wait: no timer work on their path.
-        if wait.is_zero() || check.shadow {
-            return Ok(answer(self.decide(check).await?));
-        }
         let timer = self.waiting.timer.clone();
         let started = timer.now_us();
         let deadline = started.saturating_add(wait.as_micros() as u64);
@@ -112,7 +118,7 @@ impl Limiter {
         let first = match self.waiting.waiters.ahead(&key) {
             Some(head_cost) if check.cost >= head_cost => None,
             _ => {
-                let decision = self.decide(check).await?;
+                let decision = self.try_once(check).await?;
                 if !worth_waiting(&decision, timer.now_us(), deadline) {
                     return Ok(answer(decision));
                 }
@@ -129,7 +135,7 @@ impl Limiter {
             Err(Refused::Full) => {
                 let decision = match first {
                     Some(decision) => decision,
-                    None => self.decide(check).await?,
+                    None => self.try_once(check).await?,
                 };
                 return Ok(answer(decision));
             }
@@ -204,10 +210,10 @@ impl Limiter {
     async fn try_detached(self: &Arc<Self>, check: &Check) -> Result<Decision, LimiterError> {
         let (answer, answered) = oneshot::channel();
         let (limiter, tried) = (self.clone(), check.clone());
-        // Not joined: it ends with its one store call (and refund), both
-        // bounded by the store's timeouts.
-        tokio::spawn(async move {
-            let decision = limiter.decide(&tried).await;
+        // Tracked: it ends with its one store call (and refund), both
+        // bounded by the store's timeouts, and shutdown waits for it.
+        self.tasks.spawn(async move {
+            let decision = limiter.try_once(&tried).await;
             // Refused: the waiter is gone.
             if let Err(unread) = answer.send(decision) {
                 give_back(limiter, tried, unread).await;
@@ -233,7 +239,7 @@ impl Limiter {
         drop(ticket);
         match denial {
             Some(denial) => Ok(denial),
-            None => self.decide(check).await,
+            None => self.try_once(check).await,
         }
     }
 }
@@ -254,35 +260,46 @@ impl Drop for Pending<'_> {
             return;
         };
         answered.close();
-        if let Ok(Ok(decision)) = answered.try_recv()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
+        if let Ok(Ok(decision)) = answered.try_recv() {
             let (limiter, check) = (self.limiter.clone(), self.check.clone());
-            runtime.spawn(give_back(limiter, check, Ok(decision)));
+            let tasks = limiter.tasks.clone();
+            tasks.spawn_from_drop(give_back(limiter, check, Ok(decision)));
         }
     }
 }
 
 /// Refunds an allowed answer nobody received, and releases its lease.
-async fn give_back(limiter: Arc<Limiter>, check: Check, answer: Result<Decision, LimiterError>) {
-    let Ok(decision) = answer else { return };
-    // Even a degraded answer's: under `local` its lease is the local store's.
-    if let Some(lease) = &decision.lease
-        && let Err(error) = limiter.release(&check, &lease.id).await
-    {
-        tracing::warn!(%error, "cannot release a lease whose waiter hung up (it expires)");
-    }
-    if !decision.allowed || decision.degraded {
-        return;
-    }
-    // A refund moves no lease: only for rate limits.
-    let rates = check
-        .limits
-        .iter()
-        .any(|l| l.rule.algorithm != Algorithm::Concurrency);
-    if rates && let Err(error) = limiter.refund(&check).await {
-        tracing::warn!(%error, "cannot give back a unit whose waiter hung up");
-    }
+///
+/// Boxed as a `Send` future: it runs the pipeline, which may wait, which
+/// may call this, and the compiler proves no such cycle `Send` without a
+/// named type.
+fn give_back(
+    limiter: Arc<Limiter>,
+    check: Check,
+    answer: Result<Decision, LimiterError>,
+) -> BoxFuture<'static, ()> {
+    Box::pin(async move {
+        let Ok(decision) = answer else { return };
+        // Even a degraded answer's: under `local` its lease is the local store's.
+        if let Some(lease) = &decision.lease
+            && let release = [Request::new(Op::release(&check, &lease.id))]
+            && let Some(Err(error)) = limiter.run(&release).await.pop()
+        {
+            tracing::warn!(%error, "cannot release a lease whose waiter hung up (it expires)");
+        }
+        if !decision.allowed || decision.degraded {
+            return;
+        }
+        // A refund moves no lease: only for rate limits.
+        let rates = check
+            .limits
+            .iter()
+            .any(|l| l.rule.algorithm != Algorithm::Concurrency);
+        let refund = [Request::new(Op::refund(&check))];
+        if rates && let Some(Err(error)) = limiter.run(&refund).await.pop() {
+            tracing::warn!(%error, "cannot give back a unit whose waiter hung up");
+        }
+    })
 }
 
 /// A denial that may end before `deadline`.

@@ -2,6 +2,7 @@
 //! sleeps follow one [`ManualClock`], moved by the test.
 
 use crate::domain::Window;
+use crate::limiter::testing::LimiterExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 

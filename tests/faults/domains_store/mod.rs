@@ -2,6 +2,7 @@
 //! a limiter over it on a manual clock: shared by the breaker tests.
 #![allow(dead_code)]
 
+use crate::support::LimiterExt;
 use ratekeeper::domain::Window;
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -113,13 +114,16 @@ pub fn check_on(key: &str) -> Check {
 
 pub const MS: u64 = 1_000;
 
-pub async fn manual_limiter(store: Arc<Domains>, clock: &ManualClock) -> (Limiter, Arc<Metrics>) {
+pub async fn manual_limiter(
+    store: Arc<Domains>,
+    clock: &ManualClock,
+) -> (Arc<Limiter>, Arc<Metrics>) {
     let metrics = Arc::new(Metrics::new());
     let policy = FailurePolicy {
         mode: FailureMode::Open,
         closed_retry_after: Duration::from_secs(1),
     };
-    let limiter = Limiter::new(store, policy, metrics.clone()).with_breaker(
+    let limiter = Arc::new(Limiter::new(store, policy, metrics.clone()).with_breaker(
         BreakerConfig {
             consecutive_failures: 5,
             failure_ratio: 0.5,
@@ -129,12 +133,12 @@ pub async fn manual_limiter(store: Arc<Domains>, clock: &ManualClock) -> (Limite
             trial_interval: Duration::from_millis(250),
         },
         Arc::new(clock.clone()),
-    );
+    ));
     limiter.probe().await;
     (limiter, metrics)
 }
 
 /// Whether the store answered (not degraded).
-pub async fn reached(limiter: &Limiter, key: &str) -> bool {
+pub async fn reached(limiter: &Arc<Limiter>, key: &str) -> bool {
     !limiter.check(&check_on(key)).await.unwrap().degraded
 }

@@ -2,6 +2,7 @@
 //! sequences of `parity.rs`, resets and refunds (through the limiter, which
 //! ends the cached denials they change) included.
 
+use crate::support::LimiterExt;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -36,8 +37,10 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
         closed_retry_after: Duration::from_secs(1),
     };
     let metrics = Arc::new(Metrics::new());
-    let limiter = Limiter::new(store, policy, metrics.clone())
-        .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone())));
+    let limiter = Arc::new(
+        Limiter::new(store, policy, metrics.clone())
+            .with_deny_cache(DenyCache::new(1_000, Arc::new(clock.clone()))),
+    );
     runtime.block_on(limiter.probe());
 
     let mut runner = runner(cases);
@@ -151,9 +154,15 @@ fn deny_cache_never_changes_a_decision_with_two_rules_on_one_key() {
             };
             let store =
                 |clock: &ManualClock| Arc::new(MemoryStore::new(Arc::new(clock.clone()), 1_000));
-            let cached = Limiter::new(store(&clock), policy, Arc::new(Metrics::new()))
-                .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone())));
-            let plain = Limiter::new(store(&clock), policy, Arc::new(Metrics::new()));
+            let cached = Arc::new(
+                Limiter::new(store(&clock), policy, Arc::new(Metrics::new()))
+                    .with_deny_cache(DenyCache::new(100, Arc::new(clock.clone()))),
+            );
+            let plain = Arc::new(Limiter::new(
+                store(&clock),
+                policy,
+                Arc::new(Metrics::new()),
+            ));
             runtime.block_on(async {
                 cached.probe().await;
                 plain.probe().await;
