@@ -36,7 +36,6 @@ mod redis;
 mod reloads;
 mod rls;
 mod series;
-mod shims;
 mod store;
 mod top;
 mod waiting;
@@ -53,7 +52,6 @@ pub use listeners::{ListenerMetrics, Listeners, TimedOut};
 pub use redis::RedisMetrics;
 pub use reloads::{ReloadMetrics, Reloads};
 pub use rls::{RlsAnswer, RlsMetrics, RlsRequestError};
-pub use shims::Shims;
 pub use store::StoreMetrics;
 pub use top::TopMetrics;
 pub use waiting::WaitMetrics;
@@ -88,8 +86,6 @@ pub struct Metrics {
     pub listeners: Listeners,
     /// Loads of the watched files.
     pub reloads: Reloads,
-    /// The old flat names, until their callers move (see [`shims`]).
-    shims: Shims,
 }
 
 impl Metrics {
@@ -104,16 +100,6 @@ impl Metrics {
         let breakers = BreakerMetrics::register(&registry);
         let waiting = WaitMetrics::register(&registry);
         let rls = RlsMetrics::register(&registry);
-        let shims = Shims::new(
-            &decisions,
-            &store,
-            &top,
-            &deny_cache,
-            &invalidations,
-            &breakers,
-            &waiting,
-            &rls,
-        );
         Metrics {
             redis: RedisMetrics::register(&registry),
             adjustments: AdjustmentMetrics::register(&registry),
@@ -129,7 +115,6 @@ impl Metrics {
             breakers,
             waiting,
             rls,
-            shims,
             registry,
         }
     }

@@ -130,7 +130,7 @@ impl Breakers {
     ) -> Breakers {
         // Domain 0 exists from the start, so readiness has a breaker to
         // look at before the first check.
-        metrics.record_breaker(None, State::Closed);
+        metrics.breakers.record(None, State::Closed);
         Breakers {
             config,
             clock,
@@ -146,14 +146,14 @@ impl Breakers {
     /// New settings, before any check: domain 0's breaker starts over.
     pub fn reconfigure(&mut self, config: BreakerConfig, clock: Arc<dyn Clock>) {
         let old = self.zero.lock().state();
-        self.metrics.record_breaker(Some(old), State::Closed);
+        self.metrics.breakers.record(Some(old), State::Closed);
         self.zero = Slot::new(config, NEVER);
         self.config = config;
         self.clock = clock;
         self.forget_after_us = forget_after_us(config);
         let map = self.map.get_mut().unwrap_or_else(|e| e.into_inner());
         for slot in map.values() {
-            self.metrics.forget_breaker(slot.lock().state());
+            self.metrics.breakers.forget(slot.lock().state());
         }
         map.clear();
     }
@@ -192,7 +192,7 @@ impl Breakers {
                     "more than {MAX_DOMAINS} failure domains: the new ones share one circuit breaker, so an outage of one of them degrades them all"
                 );
             }
-            self.metrics.record_breaker(None, State::Closed);
+            self.metrics.breakers.record(None, State::Closed);
             Arc::new(Slot::new(self.config, now))
         });
         (domain, Some(slot.clone()))
@@ -295,7 +295,7 @@ impl Breakers {
             }
             let b = slot.lock();
             slot.forgotten.store(true, Ordering::Relaxed);
-            self.metrics.forget_breaker(b.state());
+            self.metrics.breakers.forget(b.state());
             debug!(
                 store = self.store,
                 domain,
@@ -324,7 +324,7 @@ impl Breakers {
 
     /// Metrics and one log line per transition.
     fn transitioned(&self, domain: u64, from: State, t: Transition, error: Option<&StoreError>) {
-        self.metrics.record_breaker(Some(from), t.to());
+        self.metrics.breakers.record(Some(from), t.to());
         let store = self.store;
         match t {
             Transition::Opened(reason) => match error {
@@ -366,10 +366,10 @@ impl Breakers {
 
 impl Drop for Breakers {
     fn drop(&mut self) {
-        self.metrics.forget_breaker(self.zero.lock().state());
+        self.metrics.breakers.forget(self.zero.lock().state());
         let map = self.map.get_mut().unwrap_or_else(|e| e.into_inner());
         for slot in map.values() {
-            self.metrics.forget_breaker(slot.lock().state());
+            self.metrics.breakers.forget(slot.lock().state());
         }
     }
 }

@@ -53,7 +53,7 @@ impl Limiter {
     /// no lease, so nothing is handed out that no store knows.
     pub(super) fn degraded(&self, check: &Check, lease: Option<LeaseId>) -> Decision {
         let mode = self.fallback.policy.mode_for(check);
-        self.metrics.record_degraded(mode);
+        self.metrics.decisions.record_degraded(mode);
         if let (FailureMode::Local, Some(local)) = (mode, &self.fallback.local) {
             let op = Op {
                 lease: lease.as_ref(),
@@ -65,7 +65,7 @@ impl Limiter {
                         .with_lease(check, lease)
                         .degraded();
                 }
-                Err(error) => self.metrics.record_store_error(error.kind()),
+                Err(error) => self.metrics.store.record_error(&error),
             }
         }
         self.fallback.policy.decide(mode, check)

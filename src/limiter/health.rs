@@ -194,7 +194,7 @@ impl Limiter {
                 self.breakers.store_recovered(was_down);
             }
             Err(error) => {
-                self.metrics.record_store_error(error.kind());
+                self.metrics.store.record_error(&error);
                 self.remember_failure(&error);
                 if self.health.probed.swap(DOWN, Ordering::AcqRel) != DOWN {
                     match &error {
@@ -214,7 +214,7 @@ impl Limiter {
                 }
             }
         }
-        self.metrics.store_up.set(self.is_ready() as i64);
+        self.metrics.store.up.set(self.is_ready() as i64);
     }
 
     /// Probes every `interval` while anything is unhealthy (and every 4

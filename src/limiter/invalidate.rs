@@ -68,10 +68,10 @@ impl Limiter {
     /// error too: the script may or may not have run.
     pub(super) fn count_published(&self, published: Option<bool>) {
         match published {
-            Some(true) => self.metrics.invalidations_sent_ok.inc(),
+            Some(true) => self.metrics.invalidations.sent_ok.inc(),
             None => {}
             Some(false) => {
-                self.metrics.invalidations_sent_error.inc();
+                self.metrics.invalidations.sent_error.inc();
                 tracing::warn!(
                     "cannot publish an invalidation (is the channel in the ACL user's channels?): other instances may keep cached denials of the key for up to 1 s, and spend leased chunks of it that a reset voided until their ttl"
                 );
@@ -126,7 +126,7 @@ impl InvalidationSink for CacheSink {
             cache.invalidate(key);
         }
         self.waiters.wake(key);
-        self.metrics.invalidations_received.inc();
+        self.metrics.invalidations.received.inc();
     }
 
     fn invalidated_all(&self) {
@@ -138,7 +138,7 @@ impl InvalidationSink for CacheSink {
             leases.drop_all();
         }
         self.waiters.wake_all();
-        self.metrics.invalidations_received.inc();
+        self.metrics.invalidations.received.inc();
     }
 
     fn subscribed(&self, up: bool) {
@@ -153,15 +153,15 @@ impl InvalidationSink for CacheSink {
             // every line's head asks the store again rather than sleep
             // out a denial one of them may have ended.
             self.waiters.wake_all();
-            self.metrics.invalidation_subscribed.set(1);
+            self.metrics.invalidations.subscribed.set(1);
         } else {
-            let was_up = self.metrics.invalidation_subscribed.get() == 1;
+            let was_up = self.metrics.invalidations.subscribed.get() == 1;
             if let Some(cache) = &self.cache {
                 cache.suspend();
             }
-            self.metrics.invalidation_subscribed.set(0);
+            self.metrics.invalidations.subscribed.set(0);
             if was_up {
-                self.metrics.invalidation_subscription_lost.inc();
+                self.metrics.invalidations.subscription_lost.inc();
             }
         }
     }

@@ -106,7 +106,7 @@ impl Limiter {
                 refilling.done(None);
                 self.breakers.record(permit, Some(&error));
                 if own == 0 {
-                    self.metrics.record_store_error(error.kind());
+                    self.metrics.store.record_error(&error);
                     return Reservation::NotAnswered;
                 }
                 return Reservation::Answered(asked, Err(error));
@@ -214,7 +214,7 @@ impl Limiter {
                 }
                 Err(error) => {
                     self.metrics.leases.give_back_failed.inc_by(units);
-                    self.metrics.record_store_error(error.kind());
+                    self.metrics.store.record_error(&error);
                 }
             }
         }

@@ -128,8 +128,8 @@ impl Limiter {
             waiters: Arc::new(Waiters::new(
                 DEFAULT_MAX_WAITERS,
                 DEFAULT_MAX_WAITERS_PER_KEY,
-                metrics.waiters.clone(),
-                metrics.wait_rejected.clone(),
+                metrics.waiting.waiters.clone(),
+                metrics.waiting.rejected.clone(),
             )),
             timer: Arc::new(TokioTimer::default()),
         };
@@ -184,8 +184,8 @@ impl Limiter {
             waiters: Arc::new(Waiters::new(
                 max_waiters,
                 max_per_key,
-                self.metrics.waiters.clone(),
-                self.metrics.wait_rejected.clone(),
+                self.metrics.waiting.waiters.clone(),
+                self.metrics.waiting.rejected.clone(),
             )),
             timer,
         };

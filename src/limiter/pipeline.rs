@@ -178,11 +178,13 @@ impl Limiter {
         };
         if !step.route.check {
             let op = super::fallback::op_label(step.kind());
-            self.metrics.record_adjustment(op, answer.is_ok());
+            self.metrics.adjustments.record(op, answer.is_ok());
             return;
         }
         if let Ok(answer) = answer {
-            self.metrics.record_decision(step.check(), &answer.decision);
+            self.metrics
+                .decisions
+                .record(step.check(), &answer.decision);
             if let Some(top) = &self.top {
                 top.observe(step.check(), &answer.decision);
             }

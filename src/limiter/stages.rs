@@ -24,7 +24,7 @@ impl Limiter {
             return;
         };
         if let Some(outcomes) = cache.lookup(step.check()) {
-            self.metrics.deny_cache_hits.inc();
+            self.metrics.deny_cache.hits.inc();
             let decision = Decision::from_outcomes(step.check(), &outcomes);
             step.answer(Ok(Answer::of(decision)));
         }
@@ -114,15 +114,16 @@ impl Limiter {
         result: Result<Applied, StoreError>,
     ) {
         self.metrics
-            .store_duration
+            .store
+            .duration
             .observe(asked.started.elapsed().as_secs_f64());
         let applied = match result {
             Ok(applied) => applied,
             Err(error) => {
-                self.metrics.record_store_error(error.kind());
+                self.metrics.store.record_error(&error);
                 if !step.route.check {
                     // The call may or may not have published.
-                    self.metrics.invalidations_sent_error.inc();
+                    self.metrics.invalidations.sent_error.inc();
                 } else if !error.is_transient() {
                     tracing::error!(%error, "store error");
                     step.answer(Err(error.into()));

@@ -49,7 +49,7 @@ async fn a_failed_list_of_checks_is_one_failure_to_the_breaker() {
     let answers = limiter.check_many(&checks).await;
     assert!(answers.iter().all(|a| a.as_ref().is_ok_and(|d| d.degraded)));
     assert_eq!(
-        metrics.breaker_opened.get(),
+        metrics.breakers.opened.get(),
         0,
         "30 failed checks of one call"
     );
@@ -57,7 +57,7 @@ async fn a_failed_list_of_checks_is_one_failure_to_the_breaker() {
     for _ in 0..4 {
         limiter.check_many(&checks[..2]).await;
     }
-    assert_eq!(metrics.breaker_opened.get(), 1);
+    assert_eq!(metrics.breakers.opened.get(), 1);
 }
 
 /// The embedded store, answering each call only `delay` after applying

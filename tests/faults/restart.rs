@@ -198,7 +198,7 @@ async fn restart_under_load(
     store.inner.quit().await;
     let errors = store.errors.lock().unwrap().clone();
     let mut recovery = measure(&answers, kill, back, &errors);
-    recovery.breaker_opened = metrics.breaker_opened.get();
+    recovery.breaker_opened = metrics.breakers.opened.get();
     (recovery, redis)
 }
 

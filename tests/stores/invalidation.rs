@@ -43,10 +43,10 @@ async fn a_reset_or_refund_through_b_is_seen_by_a_as_soon_as_the_message_arrives
     for op in [Op::Reset, Op::Refund] {
         measure(&a, &b, op).await;
     }
-    assert_eq!(b.metrics.invalidations_sent_ok.get(), 2 * ROUNDS as u64);
-    assert_eq!(b.metrics.invalidations_sent_error.get(), 0);
-    assert!(a.metrics.invalidations_received.get() >= 2 * ROUNDS as u64);
-    assert_eq!(a.metrics.invalidation_subscription_lost.get(), 0);
+    assert_eq!(b.metrics.invalidations.sent_ok.get(), 2 * ROUNDS as u64);
+    assert_eq!(b.metrics.invalidations.sent_error.get(), 0);
+    assert!(a.metrics.invalidations.received.get() >= 2 * ROUNDS as u64);
+    assert_eq!(a.metrics.invalidations.subscription_lost.get(), 0);
 }
 
 /// `ROUNDS` rounds of: A denies and caches, `op` through B, A polled with
@@ -58,7 +58,7 @@ async fn measure(a: &Instance, b: &Instance, op: Op) {
     for _ in 0..ROUNDS {
         let check = one_a_day(&unique_key("adjust"));
         deny_and_cache(a, &check).await;
-        let received = a.metrics.invalidations_received.get();
+        let received = a.metrics.invalidations.received.get();
         let started = Instant::now();
         adjust(b, op, &check).await;
         let returned = Instant::now();
@@ -66,7 +66,7 @@ async fn measure(a: &Instance, b: &Instance, op: Op) {
         // can come from A's cache; once A's listener has it, none may.
         let mut delivered_at = None;
         loop {
-            let had_it = a.metrics.invalidations_received.get() > received;
+            let had_it = a.metrics.invalidations.received.get() > received;
             if had_it && delivered_at.is_none() {
                 delivered_at = Some(started.elapsed());
             }
@@ -173,11 +173,11 @@ async fn a_give_back_is_heard_as_freed_and_ends_cached_denials() {
     let reserved = reserved.unwrap();
     assert!(reserved[0].allowed);
     assert!(!a.limiter.check(&check).await.unwrap().allowed);
-    let hits = a.metrics.deny_cache_hits.get();
+    let hits = a.metrics.deny_cache.hits.get();
     assert!(!a.limiter.check(&check).await.unwrap().allowed);
-    assert_eq!(a.metrics.deny_cache_hits.get(), hits + 1, "cached");
+    assert_eq!(a.metrics.deny_cache.hits.get(), hits + 1, "cached");
 
-    let received = a.metrics.invalidations_received.get();
+    let received = a.metrics.invalidations.received.get();
     let given = b.store.give_back(&check, reserved.at_us.unwrap()).await;
     let given = given.unwrap();
     assert_eq!(given.published, Some(true));
@@ -185,7 +185,7 @@ async fn a_give_back_is_heard_as_freed_and_ends_cached_denials() {
     let freed = || recorder.freed.lock().unwrap().clone() == [key.clone()];
     eventually(Duration::from_secs(2), "freed heard", freed).await;
     assert!(recorder.invalidated.lock().unwrap().is_empty());
-    let heard = || a.metrics.invalidations_received.get() > received;
+    let heard = || a.metrics.invalidations.received.get() > received;
     eventually(Duration::from_secs(2), "A heard it", heard).await;
     assert!(a.limiter.check(&check).await.unwrap().allowed, "not cached");
 
@@ -242,7 +242,7 @@ async fn a_killed_subscription_drops_the_cache_until_resubscribed() {
     deny_and_cache(&a, &check).await;
     assert_eq!(server.cli(&["client", "kill", "type", "pubsub"]), "1");
     eventually(Duration::from_secs(5), "subscription lost", || {
-        a.metrics.invalidation_subscription_lost.get() == 1
+        a.metrics.invalidations.subscription_lost.get() == 1
     })
     .await;
     eventually(Duration::from_secs(5), "subscribed again", || {
@@ -251,15 +251,15 @@ async fn a_killed_subscription_drops_the_cache_until_resubscribed() {
     .await;
     // A reconnect after the kill may cost one more round: let it settle.
     settled(&a).await;
-    let hits = a.metrics.deny_cache_hits.get();
+    let hits = a.metrics.deny_cache.hits.get();
     assert!(!a.limiter.check(&check).await.unwrap().allowed);
     assert_eq!(
-        a.metrics.deny_cache_hits.get(),
+        a.metrics.deny_cache.hits.get(),
         hits,
         "the entry was dropped"
     );
     assert!(!a.limiter.check(&check).await.unwrap().allowed);
-    assert_eq!(a.metrics.deny_cache_hits.get(), hits + 1, "caching again");
+    assert_eq!(a.metrics.deny_cache.hits.get(), hits + 1, "caching again");
 }
 
 /// Redis down: no denial is answered from the cache (the failure policy
@@ -275,8 +275,8 @@ async fn while_redis_is_down_nothing_is_answered_from_the_cache() {
         a.limiter.deny_cache_suspended()
     })
     .await;
-    assert_eq!(a.metrics.invalidation_subscribed.get(), 0);
-    let hits = a.metrics.deny_cache_hits.get();
+    assert_eq!(a.metrics.invalidations.subscribed.get(), 0);
+    let hits = a.metrics.deny_cache.hits.get();
     for _ in 0..5 {
         let decision = a.limiter.check(&check).await.unwrap();
         assert!(
@@ -284,10 +284,10 @@ async fn while_redis_is_down_nothing_is_answered_from_the_cache() {
             "the failure policy answers, not the cache"
         );
     }
-    assert_eq!(a.metrics.deny_cache_hits.get(), hits);
+    assert_eq!(a.metrics.deny_cache.hits.get(), hits);
     server.restart();
     eventually(Duration::from_secs(10), "subscribed again", || {
-        a.metrics.invalidation_subscribed.get() == 1
+        a.metrics.invalidations.subscribed.get() == 1
     })
     .await;
     eventually(Duration::from_secs(10), "store answers", || {
@@ -347,11 +347,11 @@ async fn without_the_channel_in_its_acl_an_instance_runs_without_its_cache() {
     for _ in 0..3 {
         assert!(!a.limiter.check(&check).await.unwrap().allowed);
     }
-    assert_eq!(a.metrics.deny_cache_hits.get(), 0, "the cache is off");
+    assert_eq!(a.metrics.deny_cache.hits.get(), 0, "the cache is off");
     assert!(a.limiter.deny_cache_suspended());
     assert!(a.limiter.reset(&check).await.unwrap().allowed);
-    assert_eq!(a.metrics.invalidations_sent_error.get(), 1);
-    assert_eq!(a.metrics.invalidations_sent_ok.get(), 0);
+    assert_eq!(a.metrics.invalidations.sent_error.get(), 1);
+    assert_eq!(a.metrics.invalidations.sent_ok.get(), 0);
     assert!(a.limiter.check(&check).await.unwrap().allowed, "reset");
     assert_eq!(grant("&rk:invalidate"), "OK");
     eventually(Duration::from_secs(5), "subscribed once allowed", || {

@@ -33,12 +33,12 @@ async fn an_invalidation_published_on_any_node_reaches_a_subscriber_on_another()
         .collect();
     assert_eq!(on.len(), 1, "A subscribes on exactly one node");
     for &port in cluster.ports.iter().filter(|&&p| p != on[0]) {
-        let received = a.metrics.invalidations_received.get();
+        let received = a.metrics.invalidations.received.get();
         let published = Instant::now();
         let reached = redis_cli(port, &["publish", &channel, "some-key"]);
         assert_eq!(reached, "0", "no subscriber on node {port} itself");
         eventually(Duration::from_secs(5), "delivered over the bus", || {
-            a.metrics.invalidations_received.get() > received
+            a.metrics.invalidations.received.get() > received
         })
         .await;
         println!(
@@ -61,7 +61,7 @@ async fn an_invalidation_published_on_any_node_reaches_a_subscriber_on_another()
     // A real reset through B: the script publishes on the node owning the
     // key's slot, and the bus carries it to A's node.
     assert!(b.limiter.reset(&check).await.unwrap().allowed);
-    assert_eq!(b.metrics.invalidations_sent_ok.get(), 1);
+    assert_eq!(b.metrics.invalidations.sent_ok.get(), 1);
     while !a.limiter.check(&check).await.unwrap().allowed {
         assert!(
             started.elapsed() < Duration::from_secs(2),
@@ -74,6 +74,6 @@ async fn an_invalidation_published_on_any_node_reaches_a_subscriber_on_another()
     );
     // The heartbeat PING reaches the subscription's node: still up.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert_eq!(a.metrics.invalidation_subscription_lost.get(), 0);
+    assert_eq!(a.metrics.invalidations.subscription_lost.get(), 0);
     assert!(!a.limiter.deny_cache_suspended());
 }

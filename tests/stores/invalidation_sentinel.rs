@@ -61,7 +61,7 @@ async fn the_subscriber_follows_the_primary_after_a_failover() {
     let started = Instant::now();
     // A real reset through B: its script publishes the invalidation.
     assert!(b.limiter.reset(&check).await.unwrap().allowed);
-    assert_eq!(b.metrics.invalidations_sent_ok.get(), 1);
+    assert_eq!(b.metrics.invalidations.sent_ok.get(), 1);
     while !a.limiter.check(&check).await.unwrap().allowed {
         assert!(
             started.elapsed() < Duration::from_secs(2),

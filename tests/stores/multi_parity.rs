@@ -168,14 +168,14 @@ fn run_deny_cache_parity(cases: u32, redis: Option<&RedisServer>) {
             for (i, (now, cost)) in case.timeline().enumerate() {
                 clock.set_us(now);
                 let check = case.check(&key, cost);
-                let hits = metrics.deny_cache_hits.get();
+                let hits = metrics.deny_cache.hits.get();
                 let (got, want) = runtime.block_on(async {
                     (
                         cached.check(&check).await.unwrap(),
                         plain.check(&check).await.unwrap(),
                     )
                 });
-                let hit = metrics.deny_cache_hits.get() > hits;
+                let hit = metrics.deny_cache.hits.get() > hits;
                 let at = format!("step {i} (t={now}, cost={cost}, cache hit: {hit})");
                 same_answer(&got, &want, &at)?;
             }
@@ -183,7 +183,7 @@ fn run_deny_cache_parity(cases: u32, redis: Option<&RedisServer>) {
         })
         .unwrap();
     assert!(
-        metrics.deny_cache_hits.get() > 0,
+        metrics.deny_cache.hits.get() > 0,
         "the sequences exercised the cache"
     );
 }

@@ -273,9 +273,9 @@ async fn the_limiter_drops_cached_denials_on_reset_and_refund(
     for adjust in ["reset", "refund"] {
         limiter.check(&c).await.unwrap();
         assert!(!limiter.check(&one).await.unwrap().allowed);
-        let hits = metrics.deny_cache_hits.get();
+        let hits = metrics.deny_cache.hits.get();
         assert!(!limiter.check(&one).await.unwrap().allowed);
-        assert_eq!(metrics.deny_cache_hits.get(), hits + 1, "cached");
+        assert_eq!(metrics.deny_cache.hits.get(), hits + 1, "cached");
         clock.advance_us(1);
         let decision = match adjust {
             "reset" => limiter.reset(&c).await.unwrap(),

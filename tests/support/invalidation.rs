@@ -96,10 +96,10 @@ pub fn one_a_day(key: &str) -> Check {
 pub async fn deny_and_cache(a: &Instance, check: &Check) {
     assert!(a.limiter.check(check).await.unwrap().allowed);
     assert!(!a.limiter.check(check).await.unwrap().allowed);
-    let hits = a.metrics.deny_cache_hits.get();
+    let hits = a.metrics.deny_cache.hits.get();
     assert!(!a.limiter.check(check).await.unwrap().allowed);
     assert_eq!(
-        a.metrics.deny_cache_hits.get(),
+        a.metrics.deny_cache.hits.get(),
         hits + 1,
         "answered from the cache"
     );
@@ -122,10 +122,10 @@ pub async fn eventually(limit: Duration, what: &str, mut done: impl FnMut() -> b
 /// fred's own) may cost one more round after it first came back.
 pub async fn settled(a: &Instance) {
     let deadline = Instant::now() + Duration::from_secs(10);
-    let mut lost = a.metrics.invalidation_subscription_lost.get();
+    let mut lost = a.metrics.invalidations.subscription_lost.get();
     loop {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        let now = a.metrics.invalidation_subscription_lost.get();
+        let now = a.metrics.invalidations.subscription_lost.get();
         if now == lost && !a.limiter.deny_cache_suspended() {
             return;
         }

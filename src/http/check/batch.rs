@@ -81,6 +81,7 @@ pub async fn checks(State(state): State<AppState>, request: Request) -> Response
     };
     state
         .metrics
+        .decisions
         .batch_duration
         .observe(started.elapsed().as_secs_f64());
     response

@@ -86,7 +86,11 @@ pub async fn check(State(state): State<AppState>, request: Request) -> Response 
     // Without the time spent waiting (wait_ms), which has its own
     // histogram: this one stays the service's own latency.
     let took = started.elapsed().saturating_sub(waited);
-    state.metrics.check_duration.observe(took.as_secs_f64());
+    state
+        .metrics
+        .decisions
+        .check_duration
+        .observe(took.as_secs_f64());
     response
 }
 

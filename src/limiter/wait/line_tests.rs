@@ -58,7 +58,7 @@ async fn beyond_max_waiters_per_key_a_check_is_answered_at_once_and_counted() {
     let third = rig.limiter.check_waiting(&check, SECOND).await.unwrap();
     assert!(!third.decision.allowed);
     assert_eq!(third.waited, Duration::ZERO);
-    assert_eq!(rig.metrics.wait_rejected.get(), 1);
+    assert_eq!(rig.metrics.waiting.rejected.get(), 1);
     // Another key still has room.
     let other = bucket("other");
     assert!(rig.limiter.check(&other).await.unwrap().allowed);

@@ -144,7 +144,7 @@ impl Limiter {
         };
         let decision = self.wait_in_line(check, ticket, first, deadline).await?;
         let waited = Duration::from_micros(timer.now_us().saturating_sub(started));
-        self.metrics.wait_duration.observe(waited.as_secs_f64());
+        self.metrics.waiting.duration.observe(waited.as_secs_f64());
         Ok(Waited { decision, waited })
     }
 

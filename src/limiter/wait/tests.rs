@@ -46,7 +46,7 @@ pub(super) fn rig_with(max_waiters: usize, max_per_key: usize) -> Rig {
 impl Rig {
     /// Store calls so far (each is timed once).
     pub(super) fn store_calls(&self) -> u64 {
-        self.metrics.store_duration.get_sample_count()
+        self.metrics.store.duration.get_sample_count()
     }
 
     /// Moves time on by `ms` and lets every woken task run.
@@ -86,7 +86,7 @@ async fn a_denied_check_waits_for_its_retry_and_is_allowed() {
     let waiter = tokio::spawn(async move { limiter.check_waiting(&check, SECOND).await });
     settle().await;
     assert_eq!(rig.limiter.waiters(), 1);
-    assert_eq!(rig.metrics.waiters.get(), 1);
+    assert_eq!(rig.metrics.waiting.waiters.get(), 1);
     rig.advance_ms(99).await;
     assert!(!waiter.is_finished(), "not before its retry_after");
     rig.advance_ms(1).await;
@@ -94,7 +94,7 @@ async fn a_denied_check_waits_for_its_retry_and_is_allowed() {
     assert!(waited.decision.allowed);
     assert_eq!(waited.waited, Duration::from_millis(100));
     assert_eq!(rig.limiter.waiters(), 0);
-    assert_eq!(rig.metrics.waiters.get(), 0);
+    assert_eq!(rig.metrics.waiting.waiters.get(), 0);
     assert_eq!(rig.store_calls(), 3, "allowed, denied, allowed");
     // One request, one count, whatever its tries.
     let rendered = rig.metrics.render();
@@ -103,7 +103,7 @@ async fn a_denied_check_waits_for_its_retry_and_is_allowed() {
         rendered.contains("decision=\"allowed\",limit=\"0\",policy=\"inline\"} 2"),
         "{rendered}"
     );
-    assert_eq!(rig.metrics.wait_duration.get_sample_count(), 1);
+    assert_eq!(rig.metrics.waiting.duration.get_sample_count(), 1);
 }
 
 #[tokio::test]
@@ -121,7 +121,7 @@ async fn a_wait_too_short_for_the_retry_is_answered_at_once() {
     assert_eq!(waited.waited, Duration::ZERO);
     assert_eq!(rig.store_calls(), 2);
     assert_eq!(
-        rig.metrics.wait_duration.get_sample_count(),
+        rig.metrics.waiting.duration.get_sample_count(),
         0,
         "never waited"
     );
@@ -236,7 +236,7 @@ async fn over_max_waiters_a_check_is_answered_at_once_and_counted() {
         assert!(!waited.decision.allowed);
         assert_eq!(waited.waited, Duration::ZERO);
     }
-    assert_eq!(rig.metrics.wait_rejected.get(), 2);
+    assert_eq!(rig.metrics.waiting.rejected.get(), 2);
     rig.advance_ms(100).await;
     assert!(waiter.await.unwrap().unwrap().decision.allowed);
     assert_eq!(rig.limiter.waiters(), 0);

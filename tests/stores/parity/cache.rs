@@ -93,7 +93,7 @@ fn run_deny_cache_parity(algorithm: Algorithm, cases: u32, redis: Option<&RedisS
         .unwrap();
     // Every algorithm, buckets too: an inline bucket's state is its rule's.
     assert!(
-        metrics.deny_cache_hits.get() > 0,
+        metrics.deny_cache.hits.get() > 0,
         "the sequences exercised the cache"
     );
 }
