@@ -14,24 +14,21 @@ use tracing_subscriber::layer::{Context, Filter, Layer, SubscriberExt};
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Registry};
 
-use crate::config::{LogFormat, LogSettings};
 pub use throttle::LogThrottle;
 
-/// Installs the global subscriber. `RUST_LOG` overrides `log.level`.
+/// Installs the global subscriber: `level` is a tracing filter (`log.level`;
+/// `RUST_LOG` overrides it), `json` is `Some(true)` for JSON lines,
+/// `Some(false)` for pretty lines, `None` for JSON unless stdout is a
+/// terminal. Plain values, so that logging knows nothing of the config.
 /// Calling it twice is harmless (the second call is ignored), which tests need.
-pub fn init(settings: &LogSettings) {
-    let filter =
-        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(&settings.level));
+pub fn init(level: &str, json: Option<bool>) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let watcher_named = filter.to_string().contains("notify");
     let filter = filter
         .and(no_watcher_trace(watcher_named))
         .and(Http2Cap(LogThrottle::new(HTTP2_LOG_INTERVAL)));
     let terminal = std::io::stdout().is_terminal();
-    let json = match settings.format {
-        LogFormat::Json => true,
-        LogFormat::Pretty => false,
-        LogFormat::Auto => !terminal,
-    };
+    let json = json.unwrap_or(!terminal);
     let layer = tracing_subscriber::fmt::layer().with_ansi(terminal);
     let layer: Box<dyn Layer<Registry> + Send + Sync> = if json {
         Box::new(layer.json().flatten_event(true))

@@ -13,7 +13,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::app::{Application, StartError, shutdown_signal};
-use crate::config::{Overrides, Settings};
+use crate::config::{LogFormat, Overrides, Settings};
 
 /// sysexits.h EX_USAGE: the configuration is wrong.
 const EX_USAGE: u8 = 64;
@@ -286,7 +286,12 @@ async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    crate::telemetry::init(&settings.log);
+    let json = match settings.log.format {
+        LogFormat::Json => Some(true),
+        LogFormat::Pretty => Some(false),
+        LogFormat::Auto => None,
+    };
+    crate::telemetry::init(&settings.log.level, json);
     let shutdown = shutdown_signal();
     for name in &settings.ignored_env {
         tracing::debug!(

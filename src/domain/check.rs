@@ -7,22 +7,9 @@
 
 use std::sync::{Arc, LazyLock};
 
+use super::limit::Limit;
 use super::rule::{Algorithm, Bounds, Rule, RuleInput, ValidationError, validate_name};
 use super::{FailureMode, LeaseMode};
-
-/// One limit of a check: a named rule.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Limit {
-    /// From the policies file, the inline request (or its position there),
-    /// or `default` for the single-rule form. Matches `[a-z0-9_.-]{1,64}`.
-    pub name: Arc<str>,
-    pub rule: Rule,
-    /// Where this limit's state lives when it differs from limit to limit
-    /// within one check: an Envoy RLS descriptor's entries (its client key).
-    /// `None` for every other limit. Part of the state key after the
-    /// policy and limit names, so it never changes the cluster slot.
-    pub scope: Option<Arc<str>>,
-}
 
 /// The name of the single-rule form's one limit (and of its `RateLimit` item).
 pub const DEFAULT_LIMIT_NAME: &str = "default";

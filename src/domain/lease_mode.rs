@@ -20,7 +20,8 @@
 //!
 //! Pure: the limiter (`limiter::lease`) keeps the chunks and the clock.
 
-use super::{Algorithm, Limit, Rule};
+use super::limit::Limit;
+use super::{Algorithm, Rule};
 
 /// `lease = { ... }` of a policy, validated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +175,11 @@ mod tests {
         let limits = |rules: Vec<Rule>| -> Vec<Limit> {
             rules
                 .into_iter()
-                .map(|rule| crate::domain::Check::single("k", rule, 1).limits[0].clone())
+                .map(|rule| Limit {
+                    name: "default".into(),
+                    rule,
+                    scope: None,
+                })
                 .collect()
         };
         let both = limits(vec![ten_s, sliding]);

@@ -19,27 +19,32 @@ mod clock;
 mod decision;
 mod duration;
 pub mod failure;
+mod failure_mode;
 pub mod forward;
 mod lease;
 pub mod lease_mode;
+mod limit;
 pub mod policy;
 pub mod reservation;
 pub mod rls;
 mod rule;
+mod rule_validation;
 pub mod state_key;
 mod window;
 mod window_input;
 
 pub use check::{
-    Check, CheckInput, DEFAULT_LIMIT_NAME, Limit, LimitInput, validate_count, validate_leases,
+    Check, CheckInput, DEFAULT_LIMIT_NAME, LimitInput, validate_count, validate_leases,
     validate_wait_ms,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
 pub use decision::{Decision, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, format_duration_us, parse_duration_us};
-pub use failure::{BreakerState, FailureMode, FailurePolicy};
+pub use failure::FailurePolicy;
+pub use failure_mode::{BreakerState, FailureMode};
 pub use lease::{Lease, LeaseId};
 pub use lease_mode::LeaseMode;
+pub use limit::Limit;
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use reservation::{Granted, Reservation};
 pub use rule::{

@@ -1,11 +1,9 @@
-//! A rule (`limit` units per `window` by one algorithm) and its validation,
-//! shared by every way a rule arrives: a request, a policies file.
+//! A rule (`limit` units per `window` by one algorithm), what a caller
+//! writes for one, and the errors of its validation (`rule_validation.rs`).
 
 use std::fmt;
 
-use super::duration::MAX_WINDOW_US;
 use super::window::Window;
-use super::window_input::window_of;
 
 /// The largest `limit` (and `burst`) a rule may have.
 pub const MAX_LIMIT: u64 = 1_000_000_000_000;
@@ -129,6 +127,16 @@ impl Rule {
     pub fn emission_interval_us(&self) -> u64 {
         self.window_us() / self.limit
     }
+
+    /// The most one check may spend: `burst` for buckets, `limit` otherwise.
+    /// A larger cost could never be allowed.
+    pub fn capacity(&self) -> u64 {
+        if self.algorithm.has_burst() {
+            self.burst
+        } else {
+            self.limit
+        }
+    }
 }
 
 /// How a window was written by the caller.
@@ -242,100 +250,4 @@ pub fn validate_name(field: &str, name: &str) -> Result<(), ValidationError> {
             format!("must match [a-z0-9_.-]{{1,64}}, got {name:?}"),
         ))
     }
-}
-
-impl Rule {
-    /// Validates `input` into a rule. Errors name the rule's own fields
-    /// (`limit`, `window`, `burst`); callers add the path.
-    pub fn new(input: &RuleInput, bounds: &Bounds) -> Result<Rule, ValidationError> {
-        // A calendar window is a fixed window's, so that is its default.
-        let algorithm = input.algorithm.unwrap_or(if input.calendar.is_some() {
-            Algorithm::FixedWindow
-        } else {
-            Algorithm::SlidingWindow
-        });
-        let limit = input.limit;
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(invalid(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
-            ));
-        }
-        if algorithm == Algorithm::SlidingLog && limit > bounds.max_sliding_log_limit {
-            return Err(invalid(
-                "limit",
-                format!(
-                    "sliding_log's limit is capped at {} (limits.max_sliding_log_limit), got {limit}; \
-                     use sliding_window for large limits",
-                    bounds.max_sliding_log_limit
-                ),
-            ));
-        }
-
-        let window = window_of(input, algorithm, bounds)?;
-        let window_us = window.nominal_us();
-
-        let burst = burst(input.burst, algorithm, limit, window_us)?;
-        Ok(Rule {
-            algorithm,
-            limit,
-            window,
-            burst,
-        })
-    }
-
-    /// The most one check may spend: `burst` for buckets, `limit` otherwise.
-    /// A larger cost could never be allowed.
-    pub fn capacity(&self) -> u64 {
-        if self.algorithm.has_burst() {
-            self.burst
-        } else {
-            self.limit
-        }
-    }
-}
-
-/// A rule's `burst` (default `limit`), for buckets only, with the bucket
-/// bounds that involve it and the window.
-fn burst(
-    burst: Option<u64>,
-    algorithm: Algorithm,
-    limit: u64,
-    window_us: u64,
-) -> Result<u64, ValidationError> {
-    let burst = match (burst, algorithm.has_burst()) {
-        (None, _) => limit,
-        (Some(_), false) => {
-            return Err(invalid("burst", "only applies to token_bucket and gcra"));
-        }
-        (Some(b), true) if !(1..=MAX_LIMIT).contains(&b) => {
-            return Err(invalid(
-                "burst",
-                format!("must be between 1 and {MAX_LIMIT}, got {b}"),
-            ));
-        }
-        (Some(b), true) => b,
-    };
-
-    if algorithm.has_burst() {
-        // Buckets refill one unit every window/limit, in whole microseconds.
-        if limit > window_us {
-            return Err(invalid(
-                "limit",
-                format!(
-                    "{algorithm} refills at most one unit per microsecond: limit must be at most {window_us} for this window"
-                ),
-            ));
-        }
-        // Keeping burst × interval within the longest window bounds every
-        // timestamp the scripts compute below 2^53, where Lua is exact.
-        let refill_us = u128::from(burst) * u128::from(window_us / limit);
-        if refill_us > u128::from(MAX_WINDOW_US) {
-            return Err(invalid(
-                "burst",
-                "refilling the whole bucket (burst × window / limit) must take at most 366d",
-            ));
-        }
-    }
-    Ok(burst)
 }

@@ -3,15 +3,17 @@
 
 mod auth;
 pub mod bearer;
+mod body_limit;
 mod check;
 mod error;
+mod not_marker;
 pub mod openapi;
 mod ops;
 mod policies;
+mod policies_json;
 pub mod server;
+mod state;
 mod top;
-
-use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -21,49 +23,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
 use utoipa_swagger_ui::SwaggerUi;
 
+pub use body_limit::{BATCH_BYTES_PER_CHECK, MAX_BODY_BYTES, batch_body_limit};
 pub use error::{ApiError, ErrorBody};
-
-use arc_swap::ArcSwap;
-
-use crate::domain::forward::IpNet;
-use crate::domain::{Bounds, PolicySet};
-use crate::limiter::Limiter;
-use crate::metrics::Metrics;
-
-/// Request bodies larger than this are refused with 413.
-pub const MAX_BODY_BYTES: usize = 64 * 1024;
-
-/// Room per check in a batch's body: a check at its largest in practice
-/// (a 512-byte key, eight inline limits) is about 1 KiB.
-pub const BATCH_BYTES_PER_CHECK: usize = 4 * 1024;
-
-/// The body cap of `POST /v1/checks` for batches of up to `max_batch`
-/// checks: [`BATCH_BYTES_PER_CHECK`] each, and never less than one check's
-/// cap (400 KiB at the default 100). Bounded like the rest: a buffered body
-/// is memory held per connection.
-pub fn batch_body_limit(max_batch: usize) -> usize {
-    max_batch
-        .saturating_mul(BATCH_BYTES_PER_CHECK)
-        .max(MAX_BODY_BYTES)
-}
-
-#[derive(Clone)]
-pub struct AppState {
-    pub limiter: Arc<Limiter>,
-    pub metrics: Arc<Metrics>,
-    pub bounds: Bounds,
-    /// Most checks in one batch (`limits.max_batch`).
-    pub max_batch: usize,
-    /// The policies in force; a reload swaps the whole set. A request loads
-    /// it once, so it finishes under the set it started with.
-    pub policies: Arc<ArcSwap<PolicySet>>,
-    /// `GET /v1/policies`'s body, rendered once per set in force.
-    pub(crate) policies_json: Arc<policies::PoliciesJson>,
-    /// `server.trusted_proxies`: whose forwarding headers `/v1/auth` believes.
-    pub trusted_proxies: Arc<[IpNet]>,
-    /// Bearer-token authentication in front of every route.
-    pub bearer: bearer::Bearer,
-}
+pub use state::AppState;
 
 pub fn router(state: AppState) -> Router {
     // The Swagger UI answers an unknown file under /docs (and /docs/../x)

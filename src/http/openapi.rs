@@ -15,6 +15,8 @@ use super::check::{
     LeaseResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
 };
 use super::error::{ErrorBody, ErrorDetail};
+pub(super) use super::not_marker::NOT_MARKER;
+use super::not_marker::{rename_not, rename_not_in_yaml};
 use super::ops::Health;
 use super::policies::{PoliciesResponse, PolicyLimitView, PolicyView};
 use super::top::{TopKey, TopResponse};
@@ -210,15 +212,6 @@ fn require_bearer(operation: &mut Operation, scope: Scope) {
     }
 }
 
-/// The extension key that stands for JSON Schema's `not` (see [`NOT`]).
-pub(super) const NOT_MARKER: &str = "x-not";
-
-/// utoipa 5 has no `not` schema, which the request forms need to forbid
-/// each other's fields; they carry it as the extension `x-not` (the only
-/// free-form key utoipa allows), renamed to `not` in the document as
-/// served and committed.
-const NOT: &str = "not";
-
 /// The document as JSON, as served at `/openapi.json`.
 pub fn json() -> serde_json::Value {
     let mut value = serde_json::to_value(document()).expect("the document serializes");
@@ -226,40 +219,10 @@ pub fn json() -> serde_json::Value {
     value
 }
 
-fn rename_not(value: &mut serde_json::Value) {
-    match value {
-        serde_json::Value::Object(map) => {
-            if let Some(not) = map.remove(NOT_MARKER) {
-                map.insert(NOT.to_owned(), not);
-            }
-            map.values_mut().for_each(rename_not);
-        }
-        serde_json::Value::Array(items) => items.iter_mut().for_each(rename_not),
-        _ => {}
-    }
-}
-
 /// The document as YAML, exactly as committed in `openapi.yaml`.
 pub fn yaml() -> String {
     let yaml = document().to_yaml().expect("the document serializes");
-    // Line by line, so that only the marker key is renamed, never text.
-    // The key alone on its line (`x-not:`, a map below) or with its value.
-    let marker = format!("{NOT_MARKER}:");
-    let mut out = String::with_capacity(yaml.len());
-    for line in yaml.lines() {
-        let indent = line.len() - line.trim_start().len();
-        match line.trim_start().strip_prefix(&marker) {
-            Some(rest) if rest.is_empty() || rest.starts_with(' ') => {
-                out.push_str(&line[..indent]);
-                out.push_str(NOT);
-                out.push(':');
-                out.push_str(rest);
-            }
-            _ => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
+    rename_not_in_yaml(&yaml)
 }
 
 #[cfg(test)]

@@ -181,6 +181,42 @@ struct ConnectionConfig {
 }
 
 impl ConnectionConfig {
+    /// The connection's timed I/O and the service answering on it; with
+    /// `probes_only`, a shorter head timeout and no keep-alive.
+    fn prepare(
+        self,
+        stream: TcpStream,
+        peer: SocketAddr,
+        probes_only: Option<IntCounter>,
+    ) -> (
+        TokioIo<TimedIo<TcpStream>>,
+        ConnectionService,
+        Arc<Activity>,
+    ) {
+        // Responses are written whole; don't let Nagle hold the last segment.
+        let _ = stream.set_nodelay(true);
+        let activity = Arc::new(Activity::default());
+        let mut timeouts = self.timeouts;
+        if probes_only.is_some() {
+            timeouts.header = timeouts.header.min(PROBE_HEAD_TIMEOUT);
+        }
+        let io = TokioIo::new(TimedIo::new(
+            stream,
+            activity.clone(),
+            timeouts,
+            self.timed_out,
+        ));
+        let service = ConnectionService {
+            inner: self.service,
+            activity: activity.clone(),
+            body_timeout: self.body_timeout,
+            peer,
+            keep_alive: probes_only.is_none(),
+            probes_only,
+        };
+        (io, service, activity)
+    }
+
     fn new(router: Router, settings: &ServerSettings, timed_out: TimedOut) -> ConnectionConfig {
         ConnectionConfig {
             service: TowerToHyperService::new(router),
@@ -206,27 +242,7 @@ impl ConnectionConfig {
         mut stage: watch::Receiver<Stage>,
         probes_only: Option<IntCounter>,
     ) {
-        // Responses are written whole; don't let Nagle hold the last segment.
-        let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::default());
-        let mut timeouts = self.timeouts;
-        if probes_only.is_some() {
-            timeouts.header = timeouts.header.min(PROBE_HEAD_TIMEOUT);
-        }
-        let io = TokioIo::new(TimedIo::new(
-            stream,
-            activity.clone(),
-            timeouts,
-            self.timed_out,
-        ));
-        let service = ConnectionService {
-            inner: self.service,
-            activity: activity.clone(),
-            body_timeout: self.body_timeout,
-            peer,
-            keep_alive: probes_only.is_none(),
-            probes_only,
-        };
+        let (io, service, activity) = self.prepare(stream, peer, probes_only);
         // hyper's own header timer is left off: it restarts whenever the
         // connection goes idle, which would make the keep-alive timeout the
         // header timeout (see timed_io).

@@ -16,6 +16,7 @@ mod cli;
 mod cli_client;
 mod config_readers;
 mod generated_client;
+mod house;
 mod kubernetes;
 mod kubernetes_pod;
 mod policies_cli;

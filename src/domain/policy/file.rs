@@ -85,34 +85,9 @@ fn build_policy(
 ) -> Option<Policy> {
     let path = format!("policies.{}", toml_key(name.get_ref()));
     let before = report.count();
-    if let Err(e) = validate_name(&path, name.get_ref()) {
-        report.add(path.clone(), name.span(), e.message);
-    } else if name.get_ref() == INLINE {
-        // Metrics label inline checks `policy="inline"`: a policy of that
-        // name would be counted as them.
-        report.add(
-            path.clone(),
-            name.span(),
-            format!("{INLINE:?} is reserved for checks that carry their own limits"),
-        );
-    }
+    check_policy_name(&path, name, report);
     let policy = raw.get_ref();
-    let failure_mode = policy.failure_mode.as_ref().and_then(|mode| {
-        let found = FailureMode::ALL
-            .into_iter()
-            .find(|m| m.as_str() == mode.get_ref());
-        if found.is_none() {
-            report.add(
-                format!("{path}.failure_mode"),
-                mode.span(),
-                format!(
-                    "must be \"open\", \"closed\" or \"local\", got {:?}",
-                    mode.get_ref()
-                ),
-            );
-        }
-        found
-    });
+    let failure_mode = failure_mode_of(&path, policy, report);
     let limits = match &policy.limits {
         Some(limits) => build_limits(&path, limits, bounds, report),
         None => {
@@ -148,6 +123,41 @@ fn build_policy(
         overrides,
         forward,
         lease,
+    })
+}
+
+/// A policy's name: a valid name, and not the one inline checks are
+/// counted under.
+fn check_policy_name(path: &str, name: &Spanned<String>, report: &mut Report) {
+    if let Err(e) = validate_name(path, name.get_ref()) {
+        report.add(path.to_string(), name.span(), e.message);
+    } else if name.get_ref() == INLINE {
+        // Metrics label inline checks `policy="inline"`: a policy of that
+        // name would be counted as them.
+        report.add(
+            path.to_string(),
+            name.span(),
+            format!("{INLINE:?} is reserved for checks that carry their own limits"),
+        );
+    }
+}
+
+fn failure_mode_of(path: &str, policy: &RawPolicy, report: &mut Report) -> Option<FailureMode> {
+    policy.failure_mode.as_ref().and_then(|mode| {
+        let found = FailureMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == mode.get_ref());
+        if found.is_none() {
+            report.add(
+                format!("{path}.failure_mode"),
+                mode.span(),
+                format!(
+                    "must be \"open\", \"closed\" or \"local\", got {:?}",
+                    mode.get_ref()
+                ),
+            );
+        }
+        found
     })
 }
 
@@ -311,27 +321,7 @@ fn build_override(
         return None;
     };
     let replacements = build_limits(&at, raw_limits, bounds, report);
-    // Built once: a bad file may hold thousands of limits on either side.
-    let known: HashSet<&str> = policy_limits.iter().map(|l| &*l.name).collect();
-    let listed = || {
-        let mut names: Vec<&str> = policy_limits.iter().take(9).map(|l| &*l.name).collect();
-        if names.len() > 8 {
-            names[8] = "...";
-        }
-        names.join(", ")
-    };
-    let mut listed_names: Option<String> = None;
-    for (i, limit) in raw_limits.get_ref().iter().enumerate() {
-        let name = limit.get_ref().name.get_ref();
-        if !known.contains(name.as_str()) {
-            let its = listed_names.get_or_insert_with(listed);
-            report.add(
-                format!("{at}.limits[{i}].name"),
-                limit.get_ref().name.span(),
-                format!("{name:?} is not a limit of this policy (its limits: {its})"),
-            );
-        }
-    }
+    refuse_unknown_names(&at, policy_limits, raw_limits.get_ref(), report);
     if report.count() != before {
         return None;
     }
@@ -350,4 +340,34 @@ fn build_override(
         return None;
     }
     Some(merged.into())
+}
+
+/// An override may only replace limits the policy has.
+fn refuse_unknown_names(
+    at: &str,
+    policy_limits: &[Limit],
+    raw_limits: &[Spanned<RawLimit>],
+    report: &mut Report,
+) {
+    // Built once: a bad file may hold thousands of limits on either side.
+    let known: HashSet<&str> = policy_limits.iter().map(|l| &*l.name).collect();
+    let listed = || {
+        let mut names: Vec<&str> = policy_limits.iter().take(9).map(|l| &*l.name).collect();
+        if names.len() > 8 {
+            names[8] = "...";
+        }
+        names.join(", ")
+    };
+    let mut listed_names: Option<String> = None;
+    for (i, limit) in raw_limits.iter().enumerate() {
+        let name = limit.get_ref().name.get_ref();
+        if !known.contains(name.as_str()) {
+            let its = listed_names.get_or_insert_with(listed);
+            report.add(
+                format!("{at}.limits[{i}].name"),
+                limit.get_ref().name.span(),
+                format!("{name:?} is not a limit of this policy (its limits: {its})"),
+            );
+        }
+    }
 }

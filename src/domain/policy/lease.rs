@@ -36,39 +36,8 @@ pub(super) fn build_lease(
             ),
         );
     }
-    let ttl_us = lease.ttl.as_ref().map_or(Some(DEFAULT_TTL_US), |ttl| {
-        let us = match &ttl.get_ref().0 {
-            WindowInput::Seconds(s) => s.checked_mul(1_000_000),
-            WindowInput::Text(t) => crate::domain::parse_duration_us(t).ok(),
-        };
-        let us = us.filter(|us| (MIN_TTL_US..=MAX_TTL_US).contains(us));
-        if us.is_none() {
-            report.add(
-                format!("{path}.ttl"),
-                ttl.span(),
-                format!(
-                    "must be a duration from {} to {} (e.g. \"500ms\", \"2s\")",
-                    format_duration_us(MIN_TTL_US),
-                    format_duration_us(MAX_TTL_US)
-                ),
-            );
-        }
-        us
-    });
-    let hot_rate = lease
-        .hot_rate
-        .as_ref()
-        .map_or(Some(DEFAULT_HOT_RATE), |rate| {
-            let found = u64::try_from(*rate.get_ref()).ok().filter(|r| *r >= 1);
-            if found.is_none() {
-                report.add(
-                    format!("{path}.hot_rate"),
-                    rate.span(),
-                    format!("must be at least 1 unit per second, got {}", rate.get_ref()),
-                );
-            }
-            found
-        });
+    let ttl_us = ttl_of(&path, lease, report);
+    let hot_rate = hot_rate_of(&path, lease, report);
     let unleasable = limits
         .iter()
         .chain(overrides.values().flat_map(|l| l.iter()))
@@ -93,4 +62,45 @@ pub(super) fn build_lease(
         ttl_us: ttl_us?,
         hot_rate: hot_rate?,
     })
+}
+
+/// `ttl`: a duration within the bounds, or the default when absent.
+fn ttl_of(path: &str, lease: &RawLease, report: &mut Report) -> Option<u64> {
+    lease.ttl.as_ref().map_or(Some(DEFAULT_TTL_US), |ttl| {
+        let us = match &ttl.get_ref().0 {
+            WindowInput::Seconds(s) => s.checked_mul(1_000_000),
+            WindowInput::Text(t) => crate::domain::parse_duration_us(t).ok(),
+        };
+        let us = us.filter(|us| (MIN_TTL_US..=MAX_TTL_US).contains(us));
+        if us.is_none() {
+            report.add(
+                format!("{path}.ttl"),
+                ttl.span(),
+                format!(
+                    "must be a duration from {} to {} (e.g. \"500ms\", \"2s\")",
+                    format_duration_us(MIN_TTL_US),
+                    format_duration_us(MAX_TTL_US)
+                ),
+            );
+        }
+        us
+    })
+}
+
+/// `hot_rate`: at least 1 unit per second, or the default when absent.
+fn hot_rate_of(path: &str, lease: &RawLease, report: &mut Report) -> Option<u64> {
+    lease
+        .hot_rate
+        .as_ref()
+        .map_or(Some(DEFAULT_HOT_RATE), |rate| {
+            let found = u64::try_from(*rate.get_ref()).ok().filter(|r| *r >= 1);
+            if found.is_none() {
+                report.add(
+                    format!("{path}.hot_rate"),
+                    rate.span(),
+                    format!("must be at least 1 unit per second, got {}", rate.get_ref()),
+                );
+            }
+            found
+        })
 }

@@ -117,6 +117,14 @@ impl Readings {
                 join(&mut code, Some(level)); // the close: `c` is structure
             }
         }
+        Self::step_code(&mut next, code, c, prev);
+        self.step_inside(&mut next, c);
+        next
+    }
+
+    /// `c` read as structure (at `code`'s level): a comment, a bracket, or
+    /// the start of a quoted scalar.
+    fn step_code(next: &mut Readings, code: Option<usize>, c: char, prev: Option<char>) {
         if c == '#' && after_blank(prev) {
             // Always a comment here (a plain scalar ends at ` #`), except
             // in a quoted scalar (its own reading) or a block scalar, which
@@ -142,6 +150,10 @@ impl Readings {
                 }
             }
         }
+    }
+
+    /// `c` read inside a quoted scalar or a comment: where each ends.
+    fn step_inside(&self, next: &mut Readings, c: char) {
         if let Some(level) = self.single {
             let state = if c == '\'' {
                 &mut next.single_quote
@@ -167,7 +179,6 @@ impl Readings {
             };
             join(state, Some(level));
         }
-        next
     }
 }
 

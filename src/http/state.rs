@@ -1,0 +1,32 @@
+//! What every handler shares (`AppState`). Apart from
+//! the router (`mod.rs`), which imports the handlers, so that handlers
+//! import the state without importing the router.
+
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+
+use super::bearer::Bearer;
+use super::policies_json::PoliciesJson;
+use crate::domain::forward::IpNet;
+use crate::domain::{Bounds, PolicySet};
+use crate::limiter::Limiter;
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub limiter: Arc<Limiter>,
+    pub metrics: Arc<Metrics>,
+    pub bounds: Bounds,
+    /// Most checks in one batch (`limits.max_batch`).
+    pub max_batch: usize,
+    /// The policies in force; a reload swaps the whole set. A request loads
+    /// it once, so it finishes under the set it started with.
+    pub policies: Arc<ArcSwap<PolicySet>>,
+    /// `GET /v1/policies`'s body, rendered once per set in force.
+    pub(crate) policies_json: Arc<PoliciesJson>,
+    /// `server.trusted_proxies`: whose forwarding headers `/v1/auth` believes.
+    pub trusted_proxies: Arc<[IpNet]>,
+    /// Bearer-token authentication in front of every route.
+    pub bearer: Bearer,
+}
