@@ -104,7 +104,7 @@ pub(super) fn spawn_grpc(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     Draining {
         stop,
-        task: crate::rls::server::spawn(incoming, service, auth, stopped),
+        task: crate::rls::serve::spawn(incoming, service, auth, stopped),
     }
 }
 

@@ -13,7 +13,7 @@
 //!   renewal goes to it too, and a lease live there is its answer.
 
 use super::pipeline::{State, Step};
-use super::request::Answer;
+use super::request::{Answer, op_label};
 use super::{FailureMode, Limiter};
 use crate::domain::{Check, Decision, Lease, LeaseId};
 use crate::store::{Op, OpKind};
@@ -119,18 +119,5 @@ fn renewed(step: &mut Step<'_, '_>) {
             id: lease.clone(),
             expires_in_ms: limit.rule.window_us() / 1_000,
         });
-    }
-}
-
-/// The bounded label of `ratekeeper_adjustments_total{op}`, and of logs.
-pub(super) fn op_label(kind: OpKind) -> &'static str {
-    match kind {
-        OpKind::Check => "check",
-        OpKind::Reset => "reset",
-        OpKind::Refund => "refund",
-        OpKind::Settle { .. } => "settle",
-        OpKind::Release => "release",
-        OpKind::Renew => "renew",
-        OpKind::GiveBack { .. } => "give_back",
     }
 }

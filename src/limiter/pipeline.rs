@@ -177,7 +177,7 @@ impl Limiter {
             return;
         };
         if !step.route.check {
-            let op = super::fallback::op_label(step.kind());
+            let op = super::request::op_label(step.kind());
             self.metrics.adjustments.record(op, answer.is_ok());
             return;
         }

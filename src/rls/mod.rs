@@ -7,6 +7,7 @@
 pub mod auth;
 pub mod listener;
 pub mod reload;
+pub mod serve;
 pub mod server;
 pub mod service;
 pub mod wire;

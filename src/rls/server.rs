@@ -8,7 +8,6 @@
 //! costs, hence different checks: all-or-nothing holds within each.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitResponse;
@@ -17,9 +16,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::google::protobuf::Duration as PbDuration;
 use tonic::Status;
-use tonic::service::interceptor::InterceptedService;
 
-use super::service::RlsServer;
 use super::wire::RateLimitRequest;
 use crate::domain::auth::Refusal;
 use crate::domain::rls::{InvalidRequest, Planned, RlsConfig, Unit};
@@ -81,48 +78,6 @@ pub struct RlsService {
 /// slots bounds what reading calls can make the server hold. A larger one
 /// is not read, and answered OVER_LIMIT ([`super::service`]).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024;
-/// Streams (calls) at once, per HTTP/2 connection.
-const MAX_STREAMS: u32 = 100;
-/// A call's deadline: a store call is bounded by `redis.timeout` anyway,
-/// this ends what a stalled client or store would otherwise hold.
-const CALL_TIMEOUT: Duration = Duration::from_secs(2);
-/// HTTP/2 pings find dead peers (a half-open connection holds its streams).
-const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
-const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Serves `service` on the `incoming` connections, each call through
-/// `auth` first, until `stop` turns true; the task then drains (see
-/// [`super::listener::serve`]) and ends.
-pub fn spawn(
-    incoming: super::listener::Incoming,
-    service: RlsService,
-    auth: super::auth::RlsAuth,
-    stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
-    let server = RlsServer::new(service, auth.metrics.clone());
-    let router = tonic::transport::Server::builder()
-        .max_concurrent_streams(Some(MAX_STREAMS))
-        // What HTTP/2 buffers of a connection's unread request data: with
-        // the default (1 MiB a connection) a thousand slow connections
-        // would hold a gigabyte.
-        .initial_stream_window_size(Some(MAX_REQUEST_BYTES as u32))
-        .initial_connection_window_size(Some(2 * MAX_REQUEST_BYTES as u32))
-        .concurrency_limit_per_connection(MAX_STREAMS as usize)
-        .timeout(CALL_TIMEOUT)
-        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
-        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
-        .add_service(InterceptedService::new(
-            super::listener::Tracked::new(server, super::service::SHOULD_RATE_LIMIT),
-            auth,
-        ));
-    let serve_one = move |one, ended: super::listener::Ended| {
-        router
-            .clone()
-            .serve_with_incoming_shutdown(one, ended.wait())
-    };
-    tokio::spawn(super::listener::serve(incoming, serve_one, stop))
-}
-
 impl RlsService {
     pub(super) async fn answer(
         &self,
@@ -139,10 +94,8 @@ impl RlsService {
         let (domain, planned) = config.plan(&req.domain, &inputs, hits, &self.bounds)?;
         let mut statuses: Vec<DescriptorStatus> =
             planned.iter().map(status_without_limit).collect();
-        let mut overall = Code::Ok;
-        let mut headers: Option<(bool, Decision)> = None;
         let Some(domain) = domain else {
-            return Ok(response(overall, statuses, None));
+            return Ok(response(Code::Ok, statuses, None));
         };
         if let Some(Planned::Refused(why)) =
             planned.iter().find(|p| matches!(p, Planned::Refused(_)))
@@ -152,65 +105,82 @@ impl RlsService {
             tracing::debug!(domain = %domain.name, reason = %why, "RLS descriptor refused");
             return Ok(response(Code::OverLimit, statuses, None));
         }
-        // Every group is a check of its own (all or nothing within it);
-        // they go to the store in one call, applied in order.
-        let groups: Vec<_> = groups(&planned)
-            .into_iter()
-            .map(|((shadow, cost), members)| {
-                let (limits, at) = dedupe(&members);
-                let check = Check {
-                    key: domain.name.to_string(),
-                    limits: limits.into(),
-                    cost,
-                    policy: Some(domain.policy.clone()),
-                    shadow,
-                    failure_mode: None,
-                    // RLS descriptors do not lease (policy files only).
-                    lease: None,
-                };
-                (shadow, members, at, check)
-            })
-            .collect();
+        let groups = checks(domain.name.as_ref(), &domain.policy, &planned);
+        let (overall, headers) = self.decide(&groups, &mut statuses).await?;
+        Ok(response(overall, statuses, headers.as_ref()))
+    }
+
+    /// Every group's check decided, in one run of the pipeline, into the
+    /// statuses of its members: the overall code, and the decision whose
+    /// limits the headers tell (the enforced ones when there are any).
+    async fn decide(
+        &self,
+        groups: &[Group<'_>],
+        statuses: &mut [DescriptorStatus],
+    ) -> Result<(Code, Option<Decision>), RlsError> {
         // A cost over a limit's capacity is never allowed, whatever the
         // state: nothing to ask the store.
         let over = |check: &Check| check.limits.iter().any(|l| check.cost > l.rule.capacity());
-        let asked: Vec<Check> = groups
+        let runs: Vec<Request> = groups
             .iter()
-            .filter(|(.., check)| !over(check))
-            .map(|(.., check)| check.clone())
+            .filter(|g| !over(&g.check))
+            .map(|g| Request::new(Op::check(&g.check)))
             .collect();
-        let runs: Vec<Request> = asked.iter().map(|c| Request::new(Op::check(c))).collect();
         let mut decided = self.limiter.run(&runs).await.into_iter();
-        for (shadow, members, at, check) in &groups {
-            let decision = if over(check) {
-                over_capacity(check)
+        let mut overall = Code::Ok;
+        let mut headers: Option<(bool, Decision)> = None;
+        for group in groups {
+            let decision = if over(&group.check) {
+                over_capacity(&group.check)
             } else {
-                decided
-                    .next()
-                    .expect("one answer per check asked")?
-                    .decision
+                let answer = decided.next().expect("one answer per check asked");
+                answer?.decision
             };
-            for (&(i, _, unit), &j) in members.iter().zip(at) {
-                let d = &decision.limits[j];
-                statuses[i] = status_of(d, decision.allowed, unit);
+            for (&(i, _, unit), &j) in group.members.iter().zip(&group.at) {
+                statuses[i] = status_of(&decision.limits[j], decision.allowed, unit);
             }
             if !decision.allowed {
                 overall = Code::OverLimit;
             }
-            // The headers tell the enforced limits when there are any.
             if headers
                 .as_ref()
-                .is_none_or(|(was_shadow, _)| *was_shadow && !shadow)
+                .is_none_or(|(was_shadow, _)| *was_shadow && !group.check.shadow)
             {
-                headers = Some((*shadow, decision));
+                headers = Some((group.check.shadow, decision));
             }
         }
-        Ok(response(
-            overall,
-            statuses,
-            headers.as_ref().map(|(_, d)| d),
-        ))
+        Ok((overall, headers.map(|(_, d)| d)))
     }
+}
+
+/// One check of a request: its members (descriptor, limit, unit), where
+/// each member's limit sits among the check's, and the check.
+struct Group<'a> {
+    members: Vec<Member<'a>>,
+    at: Vec<usize>,
+    check: Check,
+}
+
+/// Every group is a check of its own (all or nothing within it); they go
+/// to the store in one call, applied in order.
+fn checks<'a>(key: &str, policy: &Arc<str>, planned: &'a [Planned]) -> Vec<Group<'a>> {
+    groups(planned)
+        .into_iter()
+        .map(|((shadow, cost), members)| {
+            let (limits, at) = dedupe(&members);
+            let check = Check {
+                key: key.to_string(),
+                limits: limits.into(),
+                cost,
+                policy: Some(policy.clone()),
+                shadow,
+                failure_mode: None,
+                // RLS descriptors do not lease (policy files only).
+                lease: None,
+            };
+            Group { members, at, check }
+        })
+        .collect()
 }
 
 type Member<'a> = (usize, &'a Limit, Unit);

@@ -10,7 +10,16 @@ use std::fmt;
 
 use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
 
-use super::request::RULE_FIELDS;
+/// The fields only the single-rule form (and an inline form's limits) have.
+pub(super) const RULE_FIELDS: [&str; 7] = [
+    "limit",
+    "window",
+    "calendar",
+    "timezone",
+    "lease_ttl",
+    "algorithm",
+    "burst",
+];
 
 /// The names [`Present`] records, in bit order: the two lead fields, every
 /// one of [`RULE_FIELDS`] (one list, so a new rule field is recorded too),

@@ -7,7 +7,8 @@ use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType};
 use utoipa::{PartialSchema, ToSchema};
 
-use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest, RULE_FIELDS};
+use super::fields_present::RULE_FIELDS;
+use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest};
 use crate::http::openapi::NOT_MARKER;
 
 /// The request body of `POST /v1/check` as documented: exactly one of the

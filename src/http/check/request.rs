@@ -12,7 +12,7 @@ use utoipa::ToSchema;
 
 pub use super::fields::{AlgorithmName, WindowSpec};
 use super::fields::{CalendarName, optional_whole_number, whole_number};
-use super::fields_present::Present;
+use super::fields_present::{Present, RULE_FIELDS};
 use crate::domain::{Algorithm, CheckInput, LimitInput, RuleInput};
 
 /// May this key spend this much now?
@@ -254,17 +254,6 @@ pub enum Form {
     Inline,
     SingleRule,
 }
-
-/// The fields only the single-rule form (and an inline form's limits) have.
-pub(super) const RULE_FIELDS: [&str; 7] = [
-    "limit",
-    "window",
-    "calendar",
-    "timezone",
-    "lease_ttl",
-    "algorithm",
-    "burst",
-];
 
 impl Form {
     /// The form of a body whose top-level field names are `fields` (`None`:
