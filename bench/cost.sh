@@ -99,6 +99,8 @@ run() {
   python3 "$TMP/drive.py" "$PORT" "$N" "$3"
   kill -INT "$pid"; wait "$pid" || true
   local total usec
+  # KEEP=DIR keeps each run's callgrind file there, for callgrind_annotate.
+  if [ -n "${KEEP:-}" ]; then cp "$out" "$KEEP/callgrind.$1.$(basename "$2").$3"; fi
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   usec=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' \
     | awk -F'usec=' '/^cmdstat_(evalsha|fcall):/ { split($2, a, ","); s += a[1] } END { print s + 0 }')
