@@ -23,7 +23,7 @@ use self::stores::Stores;
 use crate::config::{RedisSettings, ServerSettings, Settings};
 use crate::domain::{PolicySet, SystemClock};
 use crate::http::server;
-use crate::http::{self, AppState};
+use crate::http::{self, AppState, Shared};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 use crate::policies::{LoadError, Reloader};
@@ -288,7 +288,7 @@ fn build_router(
         protect_metrics: settings.auth.protect_metrics,
         metrics: metrics.clone(),
     };
-    http::router(AppState {
+    http::router(AppState::new(Shared {
         bearer,
         limiter,
         metrics,
@@ -297,7 +297,7 @@ fn build_router(
         policies,
         policies_json: Default::default(),
         trusted_proxies: settings.server.trusted_proxies.clone().into(),
-    })
+    }))
 }
 /// Without a policies file, nothing (the set stays empty). With one: its
 /// first load into `policies` (any problem fails startup), and the

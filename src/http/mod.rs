@@ -25,7 +25,7 @@ use utoipa_swagger_ui::SwaggerUi;
 
 pub use body_limit::{BATCH_BYTES_PER_CHECK, MAX_BODY_BYTES, batch_body_limit};
 pub use error::{ApiError, ErrorBody};
-pub use state::AppState;
+pub use state::{AppState, Shared};
 
 pub fn router(state: AppState) -> Router {
     // The Swagger UI answers an unknown file under /docs (and /docs/../x)

@@ -13,8 +13,27 @@ use crate::domain::{Bounds, PolicySet};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
 
+/// Cloned for every request (each extractor and middleware takes its
+/// own), so one reference count rather than one per field.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<Shared>);
+
+impl AppState {
+    pub fn new(shared: Shared) -> AppState {
+        AppState(Arc::new(shared))
+    }
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Shared;
+
+    fn deref(&self) -> &Shared {
+        &self.0
+    }
+}
+
+/// What [`AppState`] shares.
+pub struct Shared {
     pub limiter: Arc<Limiter>,
     pub metrics: Arc<Metrics>,
     pub bounds: Bounds,
