@@ -30,7 +30,7 @@ use super::lease_guard::LeaseGuard;
 use super::request::{Answer, Request, Route};
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, LeaseId};
-use crate::store::{Applied, OpKind, StoreError};
+use crate::store::{Applied, Op, OpKind, StoreError};
 
 /// One request on its way through the stages.
 pub(super) struct Step<'r, 'a> {
@@ -74,6 +74,14 @@ impl<'r, 'a> Step<'r, 'a> {
 
     pub(super) fn check(&self) -> &'a Check {
         self.request.op.check
+    }
+
+    /// The store operation: a check acquires the lease generated for it.
+    pub(super) fn op(&self) -> Op<'_> {
+        Op {
+            lease: self.lease.as_ref().or(self.request.op.lease),
+            ..self.request.op
+        }
     }
 
     pub(super) fn kind(&self) -> OpKind {
@@ -129,7 +137,9 @@ impl Limiter {
     async fn process(self: &Arc<Self>, steps: &mut [Step<'_, '_>]) {
         match &mut *steps {
             [step] if step.route.waiting => {
-                let answer = self.wait(step.request).await;
+                // Boxed: a waiting check's future is large, and every other
+                // request would carry its room.
+                let answer = Box::pin(self.wait(step.request)).await;
                 step.answer(answer);
             }
             steps => self.decide(steps).await,

@@ -54,25 +54,24 @@ impl Limiter {
                 step.guard = self.guard(step);
             }
         }
-        let mut admitted = steps
-            .iter()
-            .filter(|s| matches!(s.state, State::Admitted(_)))
-            .map(|s| Op {
-                lease: s.lease.as_ref().or(s.request.op.lease),
-                ..s.request.op
-            });
-        let Some(first) = admitted.next() else {
-            return;
-        };
-        // One operation (most calls) without a list on the heap.
-        let rest: Vec<Op> = admitted.collect();
+        let admitted = |s: &&Step<'_, '_>| matches!(s.state, State::Admitted(_));
+        // One step (most calls) without a list on the heap.
+        let one: Op;
         let many: Vec<Op>;
-        let ops: &[Op] = if rest.is_empty() {
-            std::slice::from_ref(&first)
-        } else {
-            many = std::iter::once(first).chain(rest).collect();
-            &many
+        let ops: &[Op] = match &*steps {
+            [step] if admitted(&step) => {
+                one = step.op();
+                std::slice::from_ref(&one)
+            }
+            [_] => return,
+            steps => {
+                many = steps.iter().filter(admitted).map(|s| s.op()).collect();
+                &many
+            }
         };
+        if ops.is_empty() {
+            return;
+        }
         let asked = self.asking();
         let mut results = self.store.apply(ops).await.into_iter();
         let mut heard = Heard::default();
