@@ -27,7 +27,7 @@ impl Limiter {
         if step.route.check {
             return;
         }
-        let stored = step.stored.take();
+        let stored = step.published.take();
         let live = matches!(&step.state, State::Answered(Ok(a)) if a.lease == Some(true));
         let freed_nothing = match step.kind() {
             OpKind::Release => stored.is_some() && !live,
@@ -36,8 +36,8 @@ impl Limiter {
         if !freed_nothing {
             self.invalidate_locally(&step.check().key);
         }
-        if let Some(applied) = stored {
-            self.count_published(applied.published);
+        if let Some(published) = stored {
+            self.count_published(published);
         }
     }
 

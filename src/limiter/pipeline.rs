@@ -30,7 +30,7 @@ use super::lease_guard::LeaseGuard;
 use super::request::{Answer, Request, Route};
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, LeaseId};
-use crate::store::{Applied, Op, OpKind, StoreError};
+use crate::store::{Op, OpKind, StoreError};
 
 /// One request on its way through the stages.
 pub(super) struct Step<'r, 'a> {
@@ -43,9 +43,12 @@ pub(super) struct Step<'r, 'a> {
     /// An adjustment's: whether the store answered (so the invalidation
     /// stage knows a release freed nothing), and what it said about
     /// telling the other instances.
-    pub stored: Option<Applied>,
+    /// `Some` once the store answered it: what it said of the PUBLISH.
+    pub published: Option<Option<bool>>,
     /// Armed while the store call acquiring `lease` is under way.
-    pub guard: Option<LeaseGuard>,
+    /// Boxed: only an acquiring check has one, and every step would
+    /// otherwise carry its room (a whole check).
+    pub guard: Option<Box<LeaseGuard>>,
 }
 
 /// Where a step is.
@@ -67,7 +70,7 @@ impl<'r, 'a> Step<'r, 'a> {
             route,
             lease: route.check.then(|| lease_for(request.op.check)).flatten(),
             state: State::Pending,
-            stored: None,
+            published: None,
             guard: None,
         }
     }
@@ -202,9 +205,9 @@ impl Limiter {
     }
 
     /// A guard for the store call acquiring the step's lease, if any.
-    pub(super) fn guard(&self, step: &Step<'_, '_>) -> Option<LeaseGuard> {
+    pub(super) fn guard(&self, step: &Step<'_, '_>) -> Option<Box<LeaseGuard>> {
         step.lease
             .as_ref()
-            .map(|lease| LeaseGuard::new(self, step.check(), lease))
+            .map(|lease| Box::new(LeaseGuard::new(self, step.check(), lease)))
     }
 }

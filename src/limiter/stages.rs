@@ -142,7 +142,7 @@ impl Limiter {
                 reservation: applied.reservation,
                 ..Answer::of(decision)
             };
-            step.stored = Some(applied);
+            step.published = Some(applied.published);
             step.answer(Ok(answer));
             return;
         }
