@@ -21,11 +21,14 @@ use axum::extract::{ConnectInfo, Path, Request, State};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::routing::any;
 use serde::Deserialize;
 
 use super::AppState;
 use super::check::unknown_policy;
 use super::error::{ErrorBody, ErrorDetail};
+use super::routes::Endpoint;
+use crate::domain::auth::Scope;
 use crate::domain::forward::{Header, IpNet, RequestView, Unreadable, canonical, client_ip};
 use crate::domain::{Check, Decision, ValidationError};
 use crate::limiter::{LimiterError, Request as Run};
@@ -99,6 +102,25 @@ impl IntoResponse for AuthError {
 pub struct AuthPath {
     policy: String,
     rest: Option<String>,
+}
+
+/// Forward-auth: a proxy's subrequest with any method, the rest of the
+/// path the client's own; a check scope, as a check's. Not in the OpenAPI
+/// document, which `docs/proxies.md` stands in for.
+pub(super) const ENDPOINTS: &[Endpoint] = &[
+    forward_auth("/v1/auth/{policy}"),
+    forward_auth("/v1/auth/{policy}/"),
+    forward_auth("/v1/auth/{policy}/{*rest}"),
+];
+
+const fn forward_auth(path: &'static str) -> Endpoint {
+    Endpoint {
+        path,
+        under: Some("/v1/auth/"),
+        scope: Scope::Check,
+        handler: |_| any(auth),
+        doc: None,
+    }
 }
 
 pub async fn auth(

@@ -4,8 +4,8 @@
 //!
 //! The scope is chosen from the request's path, before routing, so that a
 //! path no route matches under `/v1` is refused like any other (admin by
-//! default: a route added later without a line in `ROUTES` is closed, not
-//! open). A request that passes goes on without its `Authorization`
+//! default), and each route's scope is a field of its line in
+//! `http::routes`, which a route cannot be added without. A request that passes goes on without its `Authorization`
 //! header, so no handler can put the token in a key, a log line or a body.
 
 use std::sync::Arc;
@@ -20,32 +20,6 @@ use super::ApiError;
 use crate::domain::auth::{Scope, TokenSet};
 use crate::metrics::{AuthFailure, Metrics};
 
-/// How a line of [`ROUTES`] matches a path.
-enum Pattern {
-    Exact(&'static str),
-    /// The path starts with this.
-    Prefix(&'static str),
-}
-
-/// The scope each `/v1` route needs; the first matching line wins. A new
-/// route is one line here.
-const ROUTES: &[(Pattern, Scope)] = &[
-    (Pattern::Exact("/v1/check"), Scope::Check),
-    (Pattern::Exact("/v1/checks"), Scope::Check),
-    (Pattern::Prefix("/v1/auth/"), Scope::Check),
-    // The second half of a caller's own check, bounded by the reservation
-    // it names: see `http::check::settle` for why not admin, as a refund.
-    (Pattern::Exact("/v1/settle"), Scope::Check),
-    // Likewise, and a lease id is the holder's alone (128 random bits).
-    (Pattern::Exact("/v1/release"), Scope::Check),
-    (Pattern::Exact("/v1/renew"), Scope::Check),
-    (Pattern::Exact("/v1/reset"), Scope::Admin),
-    (Pattern::Exact("/v1/refund"), Scope::Admin),
-    (Pattern::Exact("/v1/policies"), Scope::Admin),
-    // Client keys, which a check token's holder has no business seeing.
-    (Pattern::Exact("/v1/top"), Scope::Admin),
-];
-
 /// What every other path under `/v1` needs.
 const V1_DEFAULT: Scope = Scope::Admin;
 
@@ -59,11 +33,8 @@ pub fn required_scope(path: &str, protect_metrics: bool) -> Option<Scope> {
     if path != "/v1" && !path.starts_with("/v1/") {
         return None;
     }
-    let matched = ROUTES.iter().find(|(pattern, _)| match pattern {
-        Pattern::Exact(p) => path == *p,
-        Pattern::Prefix(p) => path.starts_with(p),
-    });
-    Some(matched.map_or(V1_DEFAULT, |(_, scope)| *scope))
+    let matched = super::routes::endpoints().find(|endpoint| endpoint.covers(path));
+    Some(matched.map_or(V1_DEFAULT, |endpoint| endpoint.scope))
 }
 
 /// What the middleware needs: the tokens in force (`None`: no

@@ -11,6 +11,7 @@ pub mod openapi;
 mod ops;
 mod policies;
 mod policies_json;
+mod routes;
 pub mod server;
 mod state;
 mod top;
@@ -20,7 +21,7 @@ use axum::extract::DefaultBodyLimit;
 use axum::http::header;
 use axum::middleware::{from_fn_with_state, map_response};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get, post};
+use axum::routing::get;
 use utoipa_swagger_ui::SwaggerUi;
 
 pub use body_limit::{BATCH_BYTES_PER_CHECK, MAX_BODY_BYTES, batch_body_limit};
@@ -35,21 +36,11 @@ pub fn router(state: AppState) -> Router {
         .external_url_unchecked("/openapi.json", openapi::json())
         .into();
     let docs = docs.layer(map_response(json_error_bodies));
-    // Its own cap, inside the router-wide one, so it wins for this route.
-    let batch_limit = DefaultBodyLimit::max(batch_body_limit(state.max_batch));
-    Router::new()
-        .route("/v1/check", post(check::check))
-        .route("/v1/checks", post(check::checks).layer(batch_limit))
-        .route("/v1/reset", post(check::reset))
-        .route("/v1/refund", post(check::refund))
-        .route("/v1/settle", post(check::settle))
-        .route("/v1/release", post(check::release))
-        .route("/v1/renew", post(check::renew))
-        .route("/v1/auth/{policy}", any(auth::auth))
-        .route("/v1/auth/{policy}/", any(auth::auth))
-        .route("/v1/auth/{policy}/{*rest}", any(auth::auth))
-        .route("/v1/policies", get(policies::policies))
-        .route("/v1/top", get(top::top))
+    let mut router = Router::new();
+    for endpoint in routes::endpoints() {
+        router = router.route(endpoint.path, (endpoint.handler)(&state));
+    }
+    router
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))
         .route("/metrics", get(ops::metrics))

@@ -10,17 +10,13 @@ use utoipa::{Modify, OpenApi};
 
 use crate::domain::auth::Scope;
 
-use super::check::{
-    AlgorithmName, BatchForms, BatchItem, BatchResponse, CheckForms, CheckResponse, LeaseForms,
-    LeaseResponse, LimitResponse, LimitSpec, ResetForms, WindowSpec,
-};
 use super::error::{ErrorBody, ErrorDetail};
 pub(super) use super::not_marker::NOT_MARKER;
 use super::not_marker::{rename_not, rename_not_in_yaml};
 use super::ops::Health;
-use super::policies::{PoliciesResponse, PolicyLimitView, PolicyView};
-use super::top::{TopKey, TopResponse};
 
+/// The document's head and the operational routes; each `/v1` endpoint's
+/// part comes from its line in `http::routes`.
 #[derive(OpenApi)]
 #[openapi(
     info(
@@ -28,8 +24,8 @@ use super::top::{TopKey, TopResponse};
         description = "A rate-limit decision service: ask whether a key may spend units now, get allowed / remaining / retry-after.",
         license(name = "Apache-2.0")
     ),
-    paths(super::check::check, super::ops::healthz, super::ops::readyz, super::ops::metrics),
-    components(schemas(CheckForms, LimitSpec, CheckResponse, LimitResponse, AlgorithmName, WindowSpec, ErrorBody, ErrorDetail, Health)),
+    paths(super::ops::healthz, super::ops::readyz, super::ops::metrics),
+    components(schemas(ErrorBody, ErrorDetail, Health)),
     tags(
         (name = "limits", description = "Rate-limit decisions"),
         (name = "operations", description = "Health, readiness and metrics"),
@@ -37,59 +33,11 @@ use super::top::{TopKey, TopResponse};
 )]
 struct ApiDoc;
 
-/// `GET /v1/policies`, merged into [`ApiDoc`].
-#[derive(OpenApi)]
-#[openapi(
-    paths(super::policies::policies),
-    components(schemas(PoliciesResponse, PolicyView, PolicyLimitView))
-)]
-struct PoliciesDoc;
-
-/// `GET /v1/top`, merged into [`ApiDoc`].
-#[derive(OpenApi)]
-#[openapi(paths(super::top::top), components(schemas(TopResponse, TopKey)))]
-struct TopDoc;
-
-/// `POST /v1/reset` and `/v1/refund`, merged into [`ApiDoc`].
-#[derive(OpenApi)]
-#[openapi(
-    paths(super::check::adjust::reset, super::check::adjust::refund),
-    components(schemas(ResetForms, super::check::RefundForms))
-)]
-struct AdjustDoc;
-
-/// `POST /v1/settle`, merged into [`ApiDoc`].
-#[derive(OpenApi)]
-#[openapi(
-    paths(super::check::settle::settle),
-    components(schemas(super::check::settle::SettleRequest, super::check::ReservationResponse))
-)]
-struct SettleDoc;
-
-/// `POST /v1/release` and `/v1/renew`, merged into [`ApiDoc`].
-#[derive(OpenApi)]
-#[openapi(
-    paths(super::check::lease::release, super::check::lease::renew),
-    components(schemas(LeaseForms, LeaseResponse))
-)]
-struct LeaseDoc;
-
-/// `POST /v1/checks`, merged into [`ApiDoc`].
-#[derive(OpenApi)]
-#[openapi(
-    paths(super::check::batch::checks),
-    components(schemas(BatchForms, BatchResponse, BatchItem))
-)]
-struct BatchDoc;
-
 pub fn document() -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
-    doc.merge(BatchDoc::openapi());
-    doc.merge(PoliciesDoc::openapi());
-    doc.merge(AdjustDoc::openapi());
-    doc.merge(SettleDoc::openapi());
-    doc.merge(LeaseDoc::openapi());
-    doc.merge(TopDoc::openapi());
+    for endpoint_doc in super::routes::endpoints().filter_map(|e| e.doc) {
+        doc.merge(endpoint_doc());
+    }
     // After the merges, so the operations merged in are covered too.
     BearerAuth.modify(&mut doc);
     // An inline limit takes a window or a calendar, as the single rule does.
@@ -120,9 +68,8 @@ impl Modify for BearerAuth {
             .scheme(HttpAuthScheme::Bearer)
             .description(Some(
                 "A token of auth.tokens_file, when set (without it, no authentication). \
-                 Scope `check`: POST /v1/check, POST /v1/checks, POST /v1/settle, POST /v1/release, \
-                 POST /v1/renew and forward-auth; scope `admin`: also \
-                 reset, refund, GET /v1/policies and GET /v1/top.",
+                 An `admin` token covers every operation; a `check` token those that \
+                 document no 403 (insufficient_scope).",
             ))
             .build();
         doc.components

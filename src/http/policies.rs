@@ -5,9 +5,27 @@
 use axum::extract::State;
 use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use utoipa::OpenApi;
 
 use super::AppState;
 pub use super::policies_json::{PoliciesResponse, PolicyLimitView, PolicyView};
+use super::routes::Endpoint;
+use crate::domain::auth::Scope;
+
+pub(super) const ENDPOINT: Endpoint = Endpoint::at(
+    "/v1/policies",
+    Scope::Admin,
+    |_| get(policies),
+    PoliciesDoc::openapi,
+);
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(policies),
+    components(schemas(PoliciesResponse, PolicyView, PolicyLimitView))
+)]
+struct PoliciesDoc;
 
 /// The loaded policies.
 #[utoipa::path(get, path = "/v1/policies", tag = "limits",

@@ -6,11 +6,14 @@
 use axum::Json;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
+use axum::routing::get;
 use serde::{Deserialize, Serialize};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::check::unknown_policy;
+use super::routes::Endpoint;
 use super::{ApiError, AppState};
+use crate::domain::auth::Scope;
 use crate::limiter::top::{By, INLINE, Period};
 
 /// The most keys one answer lists.
@@ -103,6 +106,15 @@ pub struct TopKey {
     /// How far above the true units `count` may be.
     pub error: u64,
 }
+
+/// Admin: it lists client keys, which a check token's holder has no
+/// business seeing.
+pub(super) const ENDPOINT: Endpoint =
+    Endpoint::at("/v1/top", Scope::Admin, |_| get(top), TopDoc::openapi);
+
+#[derive(OpenApi)]
+#[openapi(paths(top), components(schemas(TopResponse, TopKey)))]
+struct TopDoc;
 
 /// Who is being limited right now, on this instance.
 #[utoipa::path(get, path = "/v1/top", tag = "limits", params(TopQuery),

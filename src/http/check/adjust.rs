@@ -4,15 +4,41 @@
 
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use utoipa::OpenApi;
 
 use super::forms::{RefundForms, ResetForms};
 use super::response::CheckResponse;
 use super::{Parsed, parse, respond};
+use crate::domain::auth::Scope;
 use crate::domain::validate_wait_ms;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody};
+use crate::http::routes::Endpoint;
 use crate::limiter::Request as Run;
 use crate::store::{Op, OpKind};
+
+/// Operators' tools: a reset or refund touches any key by any amount.
+pub(in crate::http) const RESET: Endpoint = Endpoint::at(
+    "/v1/reset",
+    Scope::Admin,
+    |_| post(reset),
+    ResetDoc::openapi,
+);
+pub(in crate::http) const REFUND: Endpoint = Endpoint::at(
+    "/v1/refund",
+    Scope::Admin,
+    |_| post(refund),
+    RefundDoc::openapi,
+);
+
+#[derive(OpenApi)]
+#[openapi(paths(reset), components(schemas(ResetForms)))]
+struct ResetDoc;
+
+#[derive(OpenApi)]
+#[openapi(paths(refund), components(schemas(RefundForms)))]
+struct RefundDoc;
 
 /// Delete a key's state for the limits of a check, then report them.
 ///

@@ -29,19 +29,24 @@ use std::fmt;
 use std::time::Instant;
 
 use axum::Json;
+use axum::extract::DefaultBodyLimit;
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use serde::de::{IgnoredAny, SeqAccess, Visitor};
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::value::RawValue;
+use utoipa::OpenApi;
 
 use super::reserve::Ask;
 use super::response::CheckResponse;
 use super::response::ReservationResponse;
 use super::{Form, body_for, parse_check};
 use crate::domain::Check;
+use crate::domain::auth::Scope;
 use crate::http::MAX_BODY_BYTES;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use crate::http::routes::Endpoint;
 use crate::http::{AppState, batch_body_limit};
 use crate::limiter::Request as Run;
 use crate::store::Op;
@@ -54,6 +59,21 @@ mod schema;
 /// The envelope keeps no more than one past it: a body of tiny items is
 /// counted, not held item by item.
 const MAX_ITEMS: usize = 1_000;
+
+/// With its own body cap, inside the router-wide one, so it wins here.
+pub(in crate::http) const ENDPOINT: Endpoint = Endpoint::at(
+    "/v1/checks",
+    Scope::Check,
+    |state| post(checks).layer(DefaultBodyLimit::max(batch_body_limit(state.max_batch))),
+    BatchDoc::openapi,
+);
+
+#[derive(OpenApi)]
+#[openapi(
+    paths(checks),
+    components(schemas(BatchForms, BatchResponse, BatchItem))
+)]
+struct BatchDoc;
 
 /// Decide a batch of checks, each answered in its place.
 #[utoipa::path(

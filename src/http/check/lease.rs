@@ -10,19 +10,45 @@
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use serde::Deserialize;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
-use utoipa::{PartialSchema, ToSchema};
+use utoipa::{OpenApi, PartialSchema, ToSchema};
 
 use super::fields_present::Present;
 use super::forms::forms;
-use super::response::CheckResponse;
+use super::response::{CheckResponse, LeaseResponse};
 use super::{body_for, parse_check};
 use crate::domain::LeaseId;
+use crate::domain::auth::Scope;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use crate::http::routes::Endpoint;
 use crate::store::Op;
+
+/// The `check` scope, as a check's: a lease id is its holder's alone (128
+/// random bits), so a release or renewal moves only the caller's own slot.
+pub(in crate::http) const RELEASE: Endpoint = Endpoint::at(
+    "/v1/release",
+    Scope::Check,
+    |_| post(release),
+    ReleaseDoc::openapi,
+);
+pub(in crate::http) const RENEW: Endpoint = Endpoint::at(
+    "/v1/renew",
+    Scope::Check,
+    |_| post(renew),
+    RenewDoc::openapi,
+);
+
+#[derive(OpenApi)]
+#[openapi(paths(release), components(schemas(LeaseForms, LeaseResponse)))]
+struct ReleaseDoc;
+
+#[derive(OpenApi)]
+#[openapi(paths(renew), components(schemas(LeaseForms, LeaseResponse)))]
+struct RenewDoc;
 
 /// The lease a release or renewal names, beside the fields of a check's form.
 #[derive(Debug, Deserialize, ToSchema)]

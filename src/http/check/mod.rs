@@ -27,25 +27,57 @@ use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use utoipa::OpenApi;
 
-pub use adjust::{refund, reset};
-pub use batch::{BatchForms, BatchItem, BatchResponse, checks};
+pub use forms::CheckForms;
 pub(crate) use forms::window_or_calendar;
-pub use forms::{CheckForms, RefundForms, ResetForms};
-pub use lease::{LeaseForms, release, renew};
 pub use request::{
     AlgorithmName, CheckRequest, Form, InlineCheckRequest, LimitSpec, PolicyCheckRequest,
     WindowSpec,
 };
-pub use response::{CheckResponse, LeaseResponse, LimitResponse, ReservationResponse};
-pub use settle::settle;
+pub use response::{CheckResponse, LimitResponse, ReservationResponse};
 
 use self::fields_present::Present;
 use super::AppState;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use super::routes::Endpoint;
+use crate::domain::auth::Scope;
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 use crate::limiter::Request as Run;
 use crate::store::Op;
+
+/// The endpoints of this module (`http::routes`): a check, a batch, and
+/// what adjusts a check afterwards.
+pub(super) const ENDPOINTS: &[Endpoint] = &[
+    Endpoint::at(
+        "/v1/check",
+        Scope::Check,
+        |_| post(check),
+        CheckDoc::openapi,
+    ),
+    batch::ENDPOINT,
+    adjust::RESET,
+    adjust::REFUND,
+    settle::ENDPOINT,
+    lease::RELEASE,
+    lease::RENEW,
+];
+
+/// `POST /v1/check` in the OpenAPI document.
+#[derive(OpenApi)]
+#[openapi(
+    paths(check),
+    components(schemas(
+        CheckForms,
+        LimitSpec,
+        CheckResponse,
+        LimitResponse,
+        AlgorithmName,
+        WindowSpec
+    ))
+)]
+struct CheckDoc;
 
 /// Check rate limits and, if every one allows, spend from each.
 #[utoipa::path(

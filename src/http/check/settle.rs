@@ -19,18 +19,33 @@
 
 use axum::extract::{FromRequest, Request, State};
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use serde::Deserialize;
-use utoipa::ToSchema;
+use utoipa::{OpenApi, ToSchema};
 
 use super::fields::whole_number;
 use super::fields_present::Present;
-use super::response::CheckResponse;
+use super::response::{CheckResponse, ReservationResponse};
 use super::{parse_check, respond};
 use crate::domain::Reservation;
 use crate::domain::algorithms::MAX_SETTLE_CAPACITIES;
+use crate::domain::auth::Scope;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
+use crate::http::routes::Endpoint;
 use crate::store::{Op, Settled};
+
+/// The `check` scope, not admin as a refund: see the module doc.
+pub(in crate::http) const ENDPOINT: Endpoint = Endpoint::at(
+    "/v1/settle",
+    Scope::Check,
+    |_| post(settle),
+    SettleDoc::openapi,
+);
+
+#[derive(OpenApi)]
+#[openapi(paths(settle), components(schemas(SettleRequest, ReservationResponse)))]
+struct SettleDoc;
 
 /// The request body of `POST /v1/settle`.
 #[derive(Debug, Deserialize, ToSchema)]
