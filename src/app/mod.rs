@@ -107,14 +107,14 @@ impl Application {
         let mut background = Vec::new();
         // SIGHUP is caught either way: its default action would end the process.
         background.push(match reloader {
-            Some(reloader) => watch::spawn(reloader, settings.policies_poll_interval),
+            Some(reloader) => watch::spawn(reloader, settings.policies.poll_interval),
             None => watch::spawn_without_file("policies file"),
         });
         if let Some(reloader) = auth.reloader {
-            background.push(watch::spawn(reloader, settings.policies_poll_interval));
+            background.push(watch::spawn(reloader, settings.policies.poll_interval));
         }
         if let Some(tls) = settings.redis.as_ref().and_then(|r| r.tls.as_ref()) {
-            let poll = settings.policies_poll_interval;
+            let poll = settings.policies.poll_interval;
             background.extend(tls::watch_files(tls, &metrics, poll));
         }
         let Stores {
@@ -241,7 +241,7 @@ impl Application {
 /// A wait longer than the drain is cut short at shutdown (the waiter gets
 /// its last denial): worth knowing when choosing `limits.max_wait`.
 fn warn_if_waits_outlast_shutdown(settings: &Settings) {
-    let max_wait = Duration::from_millis(settings.limits.max_wait_ms);
+    let max_wait = Duration::from_millis(settings.limits.bounds.max_wait_ms);
     if max_wait > settings.server.shutdown_timeout {
         warn!(
             ?max_wait,
@@ -292,8 +292,8 @@ fn build_router(
         bearer,
         limiter,
         metrics,
-        bounds: settings.limits,
-        max_batch: settings.max_batch,
+        bounds: settings.limits.bounds,
+        max_batch: settings.limits.max_batch,
         policies,
         policies_json: Default::default(),
         trusted_proxies: settings.server.trusted_proxies.clone().into(),
@@ -307,12 +307,12 @@ fn load_policies(
     policies: &Arc<ArcSwap<PolicySet>>,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<Arc<Reloader>>, LoadError> {
-    let Some(path) = &settings.policies_file else {
+    let Some(path) = &settings.policies.file else {
         return Ok(None);
     };
     let reloader = Reloader::new(
         path.clone(),
-        settings.limits,
+        settings.limits.bounds,
         policies.clone(),
         metrics.clone(),
     );

@@ -76,7 +76,7 @@ async fn batches_and_limits(cluster: &RedisCluster) {
     let r = config.redis.as_mut().unwrap();
     r.timeout = Duration::from_secs(5);
     r.batch_window = Duration::from_micros(200);
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),

@@ -60,7 +60,7 @@ async fn two_instances_allow_exactly_the_limit(batch_window: Duration) -> u64 {
     // Generous: this test is about counting, not latency, on a busy 2-core box.
     r.timeout = Duration::from_secs(5);
     r.batch_window = batch_window;
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),

@@ -15,6 +15,7 @@
 //! built), `in_flight.rs` (the `redis.max_in_flight` cap),
 //! `errors.rs` (outage or bug), `auth.rs` (refused credentials and
 //! failed TLS handshakes), `tls.rs` (the rustls config and its re-read files),
+//! `settings.rs` (the `[redis]` section it is built from),
 //! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
 //! pool per cluster node, so one dead node stalls only its own keys) and
 //! `invalidation.rs` (the pub/sub channel that keeps deny caches exact
@@ -38,6 +39,7 @@ mod invalidation;
 mod keys;
 mod liveness;
 mod nodes;
+pub mod settings;
 pub mod tls;
 pub mod wire;
 
@@ -57,6 +59,7 @@ use errors::classify;
 pub use in_flight::DEFAULT_MAX_IN_FLIGHT;
 use in_flight::InFlight;
 pub use invalidation::{FREED_PREFIX, InvalidationListener, MAX_MESSAGE_BYTES};
+pub use settings::RedisSettings;
 
 /// How to reach Redis and how to lay out keys.
 #[derive(Clone)]
