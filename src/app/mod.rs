@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use self::stores::Stores;
-use crate::config::{RedisSettings, ServerSettings, Settings};
+use crate::config::{ServerSettings, Settings};
 use crate::domain::{PolicySet, SystemClock};
 use crate::http::server;
 use crate::http::{self, AppState, Shared};
@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::policies::{LoadError, Reloader};
 use crate::store::StoreError;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisOptions, RedisStore};
+use crate::store::redis::RedisStore;
 use crate::watch;
 
 /// Why the service could not start.
@@ -74,8 +74,7 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Application, StartError> {
         match &settings.redis {
             Some(redis) => {
-                let store = RedisStore::connect(redis_options(redis))?;
-                store.set_max_in_flight(redis.max_in_flight);
+                let store = RedisStore::connect(redis.clone())?;
                 let probe_interval = redis.probe_interval;
                 Self::build_with(settings, Backend::Redis(store), probe_interval).await
             }
@@ -318,24 +317,6 @@ fn load_policies(
     );
     reloader.load_initial()?;
     Ok(Some(Arc::new(reloader)))
-}
-
-/// The Redis client options the `[redis]` settings describe (tests use it
-/// to build stores they wrap).
-pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
-    RedisOptions {
-        url: redis.url.clone(),
-        key_prefix: redis.key_prefix.clone(),
-        timeout: redis.timeout,
-        pool_size: redis.pool_size,
-        reconnect_max_delay: redis.reconnect_max_delay,
-        unresponsive_timeout: redis.unresponsive_timeout,
-        batch_window: redis.batch_window,
-        clock: None,
-        ttl_pad_ms: 0,
-        legacy_keys: redis.legacy_keys,
-        tls: redis.tls.clone(),
-    }
 }
 
 /// The store an [`Application`] runs on.

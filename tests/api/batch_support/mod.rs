@@ -69,7 +69,7 @@ pub async fn spawn_on(
         None => Backend::Memory(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
         Some(server) => {
             let mut options = support::stores::redis_options(server, clock, 60_000);
-            options.key_prefix = prefix.into();
+            options.settings.key_prefix = prefix.into();
             Backend::Redis(RedisStore::connect(options).unwrap())
         }
     };
