@@ -1,8 +1,12 @@
 //! Settings, layered: `config/default.toml` (compiled in) → `--config FILE`
 //! → `RATEKEEPER_<SECTION>__<KEY>` environment variables → CLI flags.
 //!
-//! Every key is read and checked on its own so that one run reports every
-//! bad or unknown key at once, instead of stopping at the first.
+//! [`Settings`] mirrors the file: one struct per section, each filled by
+//! one reader that names each of its keys once (`sections.rs`,
+//! `limits.rs`, `redis.rs`). Every key is read and checked on its own so
+//! that one run reports every bad or unknown key at once, instead of
+//! stopping at the first; the keys the readers ask for are the known keys
+//! ([`Settings::declared_keys`]), so "unknown" needs no list of its own.
 
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
