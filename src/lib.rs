@@ -15,7 +15,8 @@
 //!
 //! - [`cli`]: the command line (`serve`, `openapi`, `policies check`, ...);
 //!   `main` only calls it.
-//! - [`config`]: layered settings, validated all at once.
+//! - [`config`]: layered settings, one struct per section of the file,
+//!   each key named once by its reader; validated all at once.
 //! - [`app`]: builds the listener, store, limiter and router; runs until a signal.
 //! - [`telemetry`]: logging setup.
 //! - [`metrics`]: every Prometheus metric, one struct per concern, each

@@ -37,7 +37,7 @@ fn fit_open_files(settings: &mut Settings) {
     let reserve = BASE_RESERVE + PROBE_RESERVE + redis_reserve(settings.redis.as_ref());
     let caps = Caps {
         http: settings.server.max_connections,
-        grpc: settings.grpc_listen.map(|_| settings.grpc.max_connections),
+        grpc: settings.grpc.listen.map(|_| settings.grpc.max_connections),
     };
     let fitted = fds::fit(limit, caps, reserve);
     info!(
@@ -82,7 +82,7 @@ fn fit_open_files(settings: &mut Settings) {
 /// so that they can never take every connection from plain checks.
 fn leave_connections_to_others(settings: &mut Settings) {
     let most = settings.server.max_connections / 2;
-    let limits = &mut settings.limits;
+    let limits = &mut settings.limits.bounds;
     if limits.max_waiters > most {
         warn!(
             max_waiters = limits.max_waiters,

@@ -22,15 +22,15 @@ pub(super) async fn bind_grpc(
     settings: &Settings,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<Grpc>, StartError> {
-    let Some(addr) = settings.grpc_listen else {
+    let Some(addr) = settings.grpc.listen else {
         return Ok(None);
     };
     let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
-    let reloader = match &settings.rls_config {
+    let reloader = match &settings.rls.config {
         Some(path) => {
             let reloader = crate::rls::reload::Reloader::new(
                 path.clone(),
-                settings.limits,
+                settings.limits.bounds,
                 config.clone(),
                 metrics.clone(),
             );
@@ -92,12 +92,12 @@ pub(super) fn spawn_grpc(
         );
     }
     if let Some(reloader) = reloader {
-        background.push(watch::spawn(reloader, settings.policies_poll_interval));
+        background.push(watch::spawn(reloader, settings.policies.poll_interval));
     }
     let service = crate::rls::server::RlsService {
         limiter: limiter.clone(),
         config,
-        bounds: settings.limits,
+        bounds: settings.limits.bounds,
     };
     let metrics = auth.metrics.listeners.grpc.clone();
     let incoming = crate::rls::listener::Incoming::new(listener, &settings.grpc, metrics);

@@ -20,7 +20,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 use self::stores::Stores;
-use crate::config::{RedisSettings, ServerSettings, Settings};
+use crate::config::{ServerSettings, Settings};
 use crate::domain::{PolicySet, SystemClock};
 use crate::http::server;
 use crate::http::{self, AppState, Shared};
@@ -29,7 +29,7 @@ use crate::metrics::Metrics;
 use crate::policies::{LoadError, Reloader};
 use crate::store::StoreError;
 use crate::store::memory::MemoryStore;
-use crate::store::redis::{RedisOptions, RedisStore};
+use crate::store::redis::RedisStore;
 use crate::watch;
 
 /// Why the service could not start.
@@ -74,8 +74,7 @@ impl Application {
     pub async fn build(settings: Settings) -> Result<Application, StartError> {
         match &settings.redis {
             Some(redis) => {
-                let store = RedisStore::connect(redis_options(redis))?;
-                store.set_max_in_flight(redis.max_in_flight);
+                let store = RedisStore::connect(redis.clone())?;
                 let probe_interval = redis.probe_interval;
                 Self::build_with(settings, Backend::Redis(store), probe_interval).await
             }
@@ -107,14 +106,14 @@ impl Application {
         let mut background = Vec::new();
         // SIGHUP is caught either way: its default action would end the process.
         background.push(match reloader {
-            Some(reloader) => watch::spawn(reloader, settings.policies_poll_interval),
+            Some(reloader) => watch::spawn(reloader, settings.policies.poll_interval),
             None => watch::spawn_without_file("policies file"),
         });
         if let Some(reloader) = auth.reloader {
-            background.push(watch::spawn(reloader, settings.policies_poll_interval));
+            background.push(watch::spawn(reloader, settings.policies.poll_interval));
         }
         if let Some(tls) = settings.redis.as_ref().and_then(|r| r.tls.as_ref()) {
-            let poll = settings.policies_poll_interval;
+            let poll = settings.policies.poll_interval;
             background.extend(tls::watch_files(tls, &metrics, poll));
         }
         let Stores {
@@ -241,7 +240,7 @@ impl Application {
 /// A wait longer than the drain is cut short at shutdown (the waiter gets
 /// its last denial): worth knowing when choosing `limits.max_wait`.
 fn warn_if_waits_outlast_shutdown(settings: &Settings) {
-    let max_wait = Duration::from_millis(settings.limits.max_wait_ms);
+    let max_wait = Duration::from_millis(settings.limits.bounds.max_wait_ms);
     if max_wait > settings.server.shutdown_timeout {
         warn!(
             ?max_wait,
@@ -292,8 +291,8 @@ fn build_router(
         bearer,
         limiter,
         metrics,
-        bounds: settings.limits,
-        max_batch: settings.max_batch,
+        bounds: settings.limits.bounds,
+        max_batch: settings.limits.max_batch,
         policies,
         policies_json: Default::default(),
         trusted_proxies: settings.server.trusted_proxies.clone().into(),
@@ -307,35 +306,17 @@ fn load_policies(
     policies: &Arc<ArcSwap<PolicySet>>,
     metrics: &Arc<Metrics>,
 ) -> Result<Option<Arc<Reloader>>, LoadError> {
-    let Some(path) = &settings.policies_file else {
+    let Some(path) = &settings.policies.file else {
         return Ok(None);
     };
     let reloader = Reloader::new(
         path.clone(),
-        settings.limits,
+        settings.limits.bounds,
         policies.clone(),
         metrics.clone(),
     );
     reloader.load_initial()?;
     Ok(Some(Arc::new(reloader)))
-}
-
-/// The Redis client options the `[redis]` settings describe (tests use it
-/// to build stores they wrap).
-pub fn redis_options(redis: &RedisSettings) -> RedisOptions {
-    RedisOptions {
-        url: redis.url.clone(),
-        key_prefix: redis.key_prefix.clone(),
-        timeout: redis.timeout,
-        pool_size: redis.pool_size,
-        reconnect_max_delay: redis.reconnect_max_delay,
-        unresponsive_timeout: redis.unresponsive_timeout,
-        batch_window: redis.batch_window,
-        clock: None,
-        ttl_pad_ms: 0,
-        legacy_keys: redis.legacy_keys,
-        tls: redis.tls.clone(),
-    }
 }
 
 /// The store an [`Application`] runs on.

@@ -107,23 +107,23 @@ pub(super) fn build_limiter(
     let mut limiter = Limiter::new(store, settings.failure, metrics.clone())
         .with_breaker(breaker, Arc::new(MonotonicClock::default()))
         .with_waiting(
-            settings.limits.max_waiters,
-            settings.limits.max_waiters_per_key,
+            settings.limits.bounds.max_waiters,
+            settings.limits.bounds.max_waiters_per_key,
             Arc::new(TokioTimer::default()),
         );
     if let Some(local) = local {
         limiter = limiter.with_local_store(local);
     }
-    if settings.deny_cache_capacity > 0 {
+    if settings.deny_cache.capacity > 0 {
         let clock = Arc::new(MonotonicClock::default());
         let shared = settings.redis.as_ref().is_some_and(|r| r.legacy_keys);
-        let cache = DenyCache::new(settings.deny_cache_capacity, clock);
+        let cache = DenyCache::new(settings.deny_cache.capacity, clock);
         limiter = limiter.with_deny_cache(cache.with_shared_inline_buckets(shared));
     }
     // Leasing needs a store shared by instances (the embedded store is
     // already local) and the invalidation channel that voids chunks.
-    if settings.max_lease_keys > 0 && settings.redis.is_some() {
-        let leases = Leases::new(settings.max_lease_keys, metrics.clone());
+    if settings.limits.max_lease_keys > 0 && settings.redis.is_some() {
+        let leases = Leases::new(settings.limits.max_lease_keys, metrics.clone());
         limiter = limiter.with_leases(leases);
     }
     if settings.top.capacity > 0 {

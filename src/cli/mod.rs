@@ -212,7 +212,7 @@ fn check_policies(file: &std::path::Path, config: Option<PathBuf>) -> ExitCode {
             return ExitCode::from(EX_USAGE);
         }
     };
-    match crate::policies::load(file, &settings.limits) {
+    match crate::policies::load(file, &settings.limits.bounds) {
         Ok(set) => {
             let limits: usize = set.iter().map(|p| p.limits.len()).sum();
             let overrides: usize = set.iter().map(|p| p.overrides.len()).sum();

@@ -1,89 +1,20 @@
-//! The `[redis]` section, and keeping its password out of every message.
+//! Reading the `[redis]` and `[redis.tls]` sections into the store's
+//! [`RedisSettings`], and keeping the password out of every message.
 
+use std::ops::RangeInclusive;
+use std::sync::Arc;
 use std::time::Duration;
 
-use std::path::PathBuf;
-use std::sync::Arc;
-
-use super::int_in;
 use super::reader::Reader;
 use crate::domain::parse_duration_us;
+use crate::store::redis::RedisSettings;
+use crate::store::redis::settings::{redact_url, userinfo};
 use crate::store::redis::tls::{TlsClient, TlsFiles, url_uses_tls};
-
-/// Redis settings. `Debug` hides the URL's password.
-#[derive(Clone)]
-pub struct RedisSettings {
-    /// With the password of `redis.password_file` spliced in, if one was given.
-    pub url: String,
-    pub key_prefix: String,
-    pub timeout: Duration,
-    pub pool_size: usize,
-    pub reconnect_max_delay: Duration,
-    pub unresponsive_timeout: Duration,
-    pub probe_interval: Duration,
-    /// Micro-batching window; zero turns batching off.
-    pub batch_window: Duration,
-    /// Most operations sent to Redis and not yet answered; more are
-    /// answered by the failure policy without being sent.
-    pub max_in_flight: usize,
-    /// Also read and write inline buckets under the name earlier versions
-    /// gave them, for a rolling upgrade (`store::redis::wire`).
-    pub legacy_keys: bool,
-    /// `[redis.tls]`, read and checked: set only with a `rediss` URL.
-    pub tls: Option<Arc<TlsClient>>,
-}
-
-impl std::fmt::Debug for RedisSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RedisSettings")
-            .field("url", &redact_url(&self.url))
-            .field("key_prefix", &self.key_prefix)
-            .field("timeout", &self.timeout)
-            .field("pool_size", &self.pool_size)
-            .field("reconnect_max_delay", &self.reconnect_max_delay)
-            .field("unresponsive_timeout", &self.unresponsive_timeout)
-            .field("probe_interval", &self.probe_interval)
-            .field("batch_window", &self.batch_window)
-            .field("max_in_flight", &self.max_in_flight)
-            .field("legacy_keys", &self.legacy_keys)
-            .field("tls", &self.tls.as_ref().map(|t| t.files()))
-            .finish()
-    }
-}
 
 /// The `[redis]` section: `Some(None)` when the URL is empty (embedded store),
 /// `None` when any key is invalid.
 pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
-    let url = r.parse_secret("redis.url", redact_url, |s| {
-        if s.is_empty() {
-            return Ok(String::new());
-        }
-        let schemes = [
-            "redis://",
-            "rediss://",
-            "redis-cluster://",
-            "rediss-cluster://",
-            "redis-sentinel://",
-            "rediss-sentinel://",
-        ];
-        if !schemes.iter().any(|p| s.starts_with(p)) {
-            return Err("must be empty or a redis[s]://, redis[s]-cluster:// or \
-                 redis[s]-sentinel:// URL"
-                .into());
-        }
-        // Let the client library judge the URL, so a URL accepted here is
-        // one it can use; without the TLS `s`, as the store hands it over
-        // (it sets TLS up itself: `store::redis::client`).
-        // fred's message may quote parts of the URL: never echo it.
-        let plain = s.replacen("rediss", "redis", url_uses_tls(s) as usize);
-        fred::prelude::Config::from_url(&plain)
-            .map(|_| s.to_string())
-            .map_err(|_| {
-                "is not a usable Redis URL; use redis://[user[:password]@]host:port[/db], \
-                 rediss://, redis-cluster:// or redis-sentinel://"
-                    .into()
-            })
-    });
+    let url = r.parse_secret("redis.url", redact_url, parse_url);
     let password_file = r.parse("redis.password_file", |s| Ok(s.to_string()));
     let key_prefix = r.parse("redis.key_prefix", |s| {
         if s.contains(['{', '}']) || s.len() > 64 {
@@ -93,25 +24,19 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         }
     });
     let timeout = r.duration("redis.timeout");
-    let pool_size = r.parse("redis.pool_size", |s| int_in(s, 1, 64));
+    let pool_size = r.count("redis.pool_size", 1, 64);
     let reconnect_max_delay = r.duration("redis.reconnect_max_delay");
+    // Below ~100 ms the kernel's TCP_USER_TIMEOUT would cut connections
+    // over a single lost packet's retransmission.
     let unresponsive_timeout = r.parse("redis.unresponsive_timeout", |s| {
-        let us = parse_duration_us(s)?;
-        // Below ~100 ms the kernel's TCP_USER_TIMEOUT would cut connections
-        // over a single lost packet's retransmission.
-        (100_000..=600_000_000)
-            .contains(&us)
-            .then(|| Duration::from_micros(us))
-            .ok_or_else(|| "must be from 100ms to 10m".into())
+        within(s, 100_000..=600_000_000, "must be from 100ms to 10m")
     });
     let probe_interval = r.duration("redis.probe_interval");
     let batch_window = r.parse("redis.batch_window", |s| {
-        let us = parse_duration_us(s)?;
-        (us <= 10_000)
-            .then(|| Duration::from_micros(us))
-            .ok_or_else(|| "must be at most 10ms (e.g. \"50us\"); 0us turns batching off".into())
+        let why = "must be at most 10ms (e.g. \"50us\"); 0us turns batching off";
+        within(s, 0..=10_000, why)
     });
-    let max_in_flight = r.parse("redis.max_in_flight", |s| int_in(s, 1, 1_000_000));
+    let max_in_flight = r.count("redis.max_in_flight", 1, 1_000_000);
     let legacy_keys = r.boolean("redis.legacy_keys");
     let tls = read_tls(r, url.as_deref());
     let url = with_password_file(r, url?, password_file?)?;
@@ -119,16 +44,58 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
         url,
         key_prefix: key_prefix?,
         timeout: timeout?,
-        pool_size: pool_size? as usize,
+        pool_size: pool_size?,
         reconnect_max_delay: reconnect_max_delay?,
         unresponsive_timeout: unresponsive_timeout?,
         probe_interval: probe_interval?,
         batch_window: batch_window?,
-        max_in_flight: max_in_flight? as usize,
+        max_in_flight: max_in_flight?,
         legacy_keys: legacy_keys?,
         tls: tls?,
     };
     Some((!settings.url.is_empty()).then_some(settings))
+}
+
+/// A duration whose microseconds lie in `range`.
+fn within(s: &str, range: RangeInclusive<u64>, why: &str) -> Result<Duration, String> {
+    let us = parse_duration_us(s)?;
+    range
+        .contains(&us)
+        .then(|| Duration::from_micros(us))
+        .ok_or_else(|| why.into())
+}
+
+/// `redis.url`: empty, or a URL of a known scheme that the client library
+/// accepts. Its messages never quote the URL: the caller shows it redacted.
+fn parse_url(s: &str) -> Result<String, String> {
+    if s.is_empty() {
+        return Ok(String::new());
+    }
+    let schemes = [
+        "redis://",
+        "rediss://",
+        "redis-cluster://",
+        "rediss-cluster://",
+        "redis-sentinel://",
+        "rediss-sentinel://",
+    ];
+    if !schemes.iter().any(|p| s.starts_with(p)) {
+        return Err("must be empty or a redis[s]://, redis[s]-cluster:// or \
+             redis[s]-sentinel:// URL"
+            .into());
+    }
+    // Let the client library judge the URL, so a URL accepted here is
+    // one it can use; without the TLS `s`, as the store hands it over
+    // (it sets TLS up itself: `store::redis::client`).
+    // fred's message may quote parts of the URL: never echo it.
+    let plain = s.replacen("rediss", "redis", url_uses_tls(s) as usize);
+    fred::prelude::Config::from_url(&plain)
+        .map(|_| s.to_string())
+        .map_err(|_| {
+            "is not a usable Redis URL; use redis://[user[:password]@]host:port[/db], \
+             rediss://, redis-cluster:// or redis-sentinel://"
+                .into()
+        })
 }
 
 /// `[redis.tls]`: refused with a URL without TLS (never a silent
@@ -136,18 +103,22 @@ pub(super) fn read_redis(r: &mut Reader) -> Option<Option<RedisSettings>> {
 /// bad one stops startup naming its key; with a `rediss` URL and no
 /// settings, the system's roots. `Some(None)`: no TLS.
 fn read_tls(r: &mut Reader, url: Option<&str>) -> Option<Option<Arc<TlsClient>>> {
-    let path = |s: &str| Ok::<_, String>((!s.is_empty()).then(|| PathBuf::from(s)));
+    // Every key asked for before any `?`: one left unasked would be unknown.
+    let ca_file = r.path("redis.tls.ca_file");
+    let cert_file = r.path("redis.tls.cert_file");
+    let key_file = r.path("redis.tls.key_file");
+    let server_name = r.parse("redis.tls.server_name", |s| {
+        Ok::<_, String>((!s.is_empty()).then(|| s.to_string()))
+    });
     let files = TlsFiles {
-        ca_file: r.parse("redis.tls.ca_file", path)?,
-        cert_file: r.parse("redis.tls.cert_file", path)?,
-        key_file: r.parse("redis.tls.key_file", path)?,
-        server_name: r.parse("redis.tls.server_name", |s| {
-            Ok::<_, String>((!s.is_empty()).then(|| s.to_string()))
-        })?,
+        ca_file: ca_file?,
+        cert_file: cert_file?,
+        key_file: key_file?,
+        server_name: server_name?,
     };
     let url = url?;
     let mut refuse = |key: &str, m: &str| {
-        r.problems.push(format!("{key}: {m}"));
+        r.problem(key, m);
         None
     };
     let set = files != TlsFiles::default();
@@ -176,25 +147,6 @@ fn read_tls(r: &mut Reader, url: Option<&str>) -> Option<Option<Arc<TlsClient>>>
     }
 }
 
-/// Where the user-info of `url` lies: from after `://` to the last `@`
-/// (`None` without an `@`). The last `@`, not the first `/`: a password
-/// may hold an unencoded `/`, `?` or `#`, and must still be found.
-fn userinfo(url: &str) -> (usize, Option<usize>) {
-    let start = url.find("://").map_or(0, |i| i + 3);
-    (start, url[start..].rfind('@').map(|at| start + at))
-}
-
-/// `url` with the password of its user-info replaced by `***`, for messages.
-pub fn redact_url(url: &str) -> String {
-    match userinfo(url) {
-        (start, Some(at)) if url[start..at].contains(':') => {
-            let user = url[start..at].split_once(':').map_or("", |(user, _)| user);
-            format!("{}{user}:***{}", &url[..start], &url[at..])
-        }
-        _ => url.to_string(),
-    }
-}
-
 /// Splices the password read from `redis.password_file` into the URL, so it
 /// never has to appear in the environment or on a command line (`ps`).
 fn with_password_file(r: &mut Reader, url: String, path: String) -> Option<String> {
@@ -202,7 +154,7 @@ fn with_password_file(r: &mut Reader, url: String, path: String) -> Option<Strin
         return Some(url);
     }
     let mut problem = |m: String| {
-        r.problems.push(format!("redis.password_file: {m}"));
+        r.problem("redis.password_file", m);
         None
     };
     // The watched files' reader: a FIFO here would hang startup, and a

@@ -46,11 +46,11 @@ async fn spawn(tokens: &Path, protect_metrics: bool) -> TestApp {
     let policies = dir.join("policies.toml");
     std::fs::write(&policies, POLICIES).unwrap();
     let mut settings = settings(None);
-    settings.policies_file = Some(policies);
+    settings.policies.file = Some(policies);
     settings.auth.tokens_file = Some(tokens.to_path_buf());
     settings.auth.protect_metrics = protect_metrics;
     // Changes are seen through file events only.
-    settings.policies_poll_interval = Duration::from_secs(3600);
+    settings.policies.poll_interval = Duration::from_secs(3600);
     TestApp::spawn(settings).await
 }
 

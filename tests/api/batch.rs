@@ -231,7 +231,7 @@ async fn the_metrics_count_each_check() {
 #[tokio::test]
 async fn limits_max_batch_is_the_bound() {
     let mut settings = settings(None);
-    settings.max_batch = 3;
+    settings.limits.max_batch = 3;
     let app = TestApp::spawn(settings).await;
     let check = json!({"key": "k", "limit": 10, "window": "1h"});
     assert_eq!(results(batch(&app, &vec![check.clone(); 3]).await).len(), 3);

@@ -169,8 +169,8 @@ limits = [
     )
     .unwrap();
     let mut config = settings(None);
-    config.policies_file = Some(path.clone());
-    config.policies_poll_interval = Duration::from_secs(3600);
+    config.policies.file = Some(path.clone());
+    config.policies.poll_interval = Duration::from_secs(3600);
     let app = TestApp::spawn(config).await;
 
     let shown: Value = app.get("/v1/policies").await.json().await.unwrap();

@@ -347,7 +347,7 @@ async fn health_readiness_metrics_and_docs() {
 async fn a_full_embedded_store_still_limits_every_new_client() {
     let mut config = settings(None);
     config.memory.max_keys = 64;
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let app = TestApp::spawn(config).await;
     for i in 0..2_000 {
         let (status, body) = app

@@ -32,8 +32,8 @@ limits = [{ name = "second", algorithm = "gcra", limit = 50, window = 1 }]
 /// through file events and SIGHUP.
 async fn spawn(path: &Path) -> TestApp {
     let mut settings = settings(None);
-    settings.policies_file = Some(path.to_path_buf());
-    settings.policies_poll_interval = Duration::from_secs(3600);
+    settings.policies.file = Some(path.to_path_buf());
+    settings.policies.poll_interval = Duration::from_secs(3600);
     TestApp::spawn(settings).await
 }
 

@@ -38,8 +38,8 @@ async fn spawn(redis: Option<&RedisServer>, path: &Path) -> TestApp {
     if let Some(redis) = &mut settings.redis {
         redis.key_prefix = format!("{}:", unique_key("reload"));
     }
-    settings.policies_file = Some(path.to_path_buf());
-    settings.policies_poll_interval = Duration::from_secs(3600);
+    settings.policies.file = Some(path.to_path_buf());
+    settings.policies.poll_interval = Duration::from_secs(3600);
     TestApp::spawn(settings).await
 }
 

@@ -37,8 +37,8 @@ const ERROR: &str = "ratekeeper_reloads_total{file=\"policies\",result=\"error\"
 
 async fn spawn(path: &Path) -> TestApp {
     let mut settings = settings(None);
-    settings.policies_file = Some(path.to_path_buf());
-    settings.policies_poll_interval = Duration::from_secs(3600);
+    settings.policies.file = Some(path.to_path_buf());
+    settings.policies.poll_interval = Duration::from_secs(3600);
     TestApp::spawn(settings).await
 }
 

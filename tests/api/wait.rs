@@ -205,7 +205,7 @@ async fn the_policy_and_inline_forms_wait_too() {
 #[tokio::test]
 async fn beyond_max_waiters_a_check_is_answered_at_once_and_counted() {
     let mut config = settings(None);
-    config.limits.max_waiters = 1;
+    config.limits.bounds.max_waiters = 1;
     let app = std::sync::Arc::new(TestApp::spawn(config).await);
     let key = unique_key("full");
     let body = bucket(&key, 1, "1s", 1, 5_000);

@@ -19,7 +19,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use ratekeeper::app::redis_options;
 use ratekeeper::domain::{Algorithm, Check, Outcome, Rule};
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
@@ -84,7 +83,7 @@ fn redis_store(redis: &RedisServer) -> Arc<dyn Store> {
     // Generous: only the injected call may fail on a busy 2-core box.
     r.timeout = Duration::from_secs(5);
     r.batch_window = Duration::from_micros(100);
-    Arc::new(RedisStore::connect(redis_options(r)).expect("client builds"))
+    Arc::new(RedisStore::connect(r.clone()).expect("client builds"))
 }
 
 struct Instance {

@@ -32,7 +32,7 @@ async fn spawn(redis: &RedisServer) -> Arc<TestApp> {
     r.probe_interval = Duration::from_millis(50);
     r.reconnect_max_delay = Duration::from_millis(200);
     config.failure.mode = FailureMode::Local;
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     Arc::new(TestApp::spawn(config).await)
 }
 

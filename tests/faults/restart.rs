@@ -21,7 +21,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use ratekeeper::app::redis_options;
 use ratekeeper::domain::{Algorithm, Check, MonotonicClock, Outcome};
 use ratekeeper::limiter::breaker::BreakerConfig;
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
@@ -123,7 +122,7 @@ async fn limiter(
     r.pool_size = 2;
     r.batch_window = batch_window;
     let probe = r.probe_interval;
-    let inner = RedisStore::connect(redis_options(r)).expect("client builds");
+    let inner = RedisStore::connect(r.clone()).expect("client builds");
     assert!(inner.wait_connected(Duration::from_secs(5)).await);
     let store = Arc::new(Noting {
         inner,

@@ -30,7 +30,7 @@ async fn start_with_tokens(redis: Option<&str>, tokens: &Path) -> Rls {
     let mut settings = rls_settings(redis, config_file(CONFIG));
     settings.auth.tokens_file = Some(tokens.to_path_buf());
     // Changes are seen through file events only.
-    settings.policies_poll_interval = Duration::from_secs(3600);
+    settings.policies.poll_interval = Duration::from_secs(3600);
     start(settings).await
 }
 

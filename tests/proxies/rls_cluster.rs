@@ -41,8 +41,8 @@ async fn descriptors_with_different_values_share_one_slot() {
     let path = dir.join("edge.yaml");
     std::fs::write(&path, CONFIG).unwrap();
     let mut settings = support::settings(Some(&cluster.url()));
-    settings.grpc_listen = Some("127.0.0.1:0".parse().unwrap());
-    settings.rls_config = Some(path);
+    settings.grpc.listen = Some("127.0.0.1:0".parse().unwrap());
+    settings.rls.config = Some(path);
     let app = Application::build(settings).await.expect("app builds");
     let addr = app.grpc_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

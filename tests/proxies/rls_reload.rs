@@ -30,7 +30,7 @@ fn domain(name: &str, n: u32) -> String {
 /// Serves `path` with file events as the only trigger.
 async fn serve(path: PathBuf) -> Rls {
     let mut settings = rls_settings(None, path);
-    settings.policies_poll_interval = Duration::from_secs(3600);
+    settings.policies.poll_interval = Duration::from_secs(3600);
     start(settings).await
 }
 
@@ -113,7 +113,7 @@ fn write(path: &Path, text: &str) {
 async fn the_config_is_hot_reloaded() {
     let path = config_file(CONFIG);
     let mut settings = rls_settings(None, path.clone());
-    settings.policies_poll_interval = std::time::Duration::from_millis(50);
+    settings.policies.poll_interval = std::time::Duration::from_millis(50);
     let rls = start(settings).await;
     let ask = || request("edge", vec![desc(&[("global", "reload")])]);
     assert_eq!(rls.codes(ask()).await.2, [4]);

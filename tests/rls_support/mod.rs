@@ -59,8 +59,8 @@ pub fn config_file(text: &str) -> PathBuf {
 
 pub fn rls_settings(redis: Option<&str>, config: PathBuf) -> Settings {
     let mut settings = crate::support::settings(redis);
-    settings.grpc_listen = Some("127.0.0.1:0".parse().unwrap());
-    settings.rls_config = Some(config);
+    settings.grpc.listen = Some("127.0.0.1:0".parse().unwrap());
+    settings.rls.config = Some(config);
     settings
 }
 

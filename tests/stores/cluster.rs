@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 use ratekeeper::domain::{Algorithm, Check, ManualClock};
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
 use serde_json::json;
 use support::{
     Load, Outage, RedisCluster, TestApp, assert_answered_throughout, cached_scripts,
@@ -41,17 +41,21 @@ async fn batches_and_limits(cluster: &RedisCluster) {
     // 1. A batch whose keys span all slots answers like the embedded store.
     let clock = ManualClock::new(1_767_225_600_000_000);
     let redis = RedisStore::connect(RedisOptions {
-        url: cluster.url(),
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(5),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(200),
-        unresponsive_timeout: Duration::from_millis(500),
-        batch_window: Duration::ZERO,
+        settings: RedisSettings {
+            url: cluster.url(),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_secs(5),
+            pool_size: 1,
+            reconnect_max_delay: Duration::from_millis(200),
+            unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
+            batch_window: Duration::ZERO,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            legacy_keys: false,
+            tls: None,
+        },
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms: 600_000,
-        legacy_keys: false,
-        tls: None,
     })
     .unwrap();
     assert!(redis.wait_connected(Duration::from_secs(10)).await);
@@ -76,7 +80,7 @@ async fn batches_and_limits(cluster: &RedisCluster) {
     let r = config.redis.as_mut().unwrap();
     r.timeout = Duration::from_secs(5);
     r.batch_window = Duration::from_micros(200);
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),
@@ -121,16 +125,16 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
     use ratekeeper::domain::{Limit, Rule};
     let mut stores = Vec::new();
     for _ in 0..2 {
-        let store = RedisStore::connect(RedisOptions {
+        let store = RedisStore::connect(RedisSettings {
             url: cluster.url(),
             key_prefix: "rk:".into(),
             timeout: Duration::from_secs(5),
             pool_size: 2,
             reconnect_max_delay: Duration::from_millis(200),
             unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
             batch_window: Duration::from_micros(200),
-            clock: None,
-            ttl_pad_ms: 0,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             legacy_keys: false,
             tls: None,
         })

@@ -12,7 +12,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
 use support::{RedisCluster, RedisServer};
 
 fn check(key: &str) -> Check {
@@ -28,17 +28,17 @@ fn check(key: &str) -> Check {
     )
 }
 
-fn options(url: String) -> RedisOptions {
-    RedisOptions {
+fn options(url: String) -> RedisSettings {
+    RedisSettings {
         url,
         key_prefix: "rk:".into(),
         timeout: Duration::from_secs(5),
         pool_size: 2,
         reconnect_max_delay: Duration::from_millis(200),
         unresponsive_timeout: Duration::from_millis(500),
+        probe_interval: Duration::from_millis(250),
         batch_window: Duration::ZERO,
-        clock: None,
-        ttl_pad_ms: 0,
+        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         legacy_keys: false,
         tls: None,
     }
@@ -109,7 +109,7 @@ fn owner(cluster: &RedisCluster, key: &str) -> u16 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_lost_connection_does_not_degrade_a_healthy_node() {
     let mut cluster = RedisCluster::start(3);
-    let store = RedisStore::connect(RedisOptions {
+    let store = RedisStore::connect(RedisSettings {
         timeout: Duration::from_millis(500),
         reconnect_max_delay: Duration::from_millis(50),
         unresponsive_timeout: Duration::from_millis(500),

@@ -60,7 +60,7 @@ async fn two_instances_allow_exactly_the_limit(batch_window: Duration) -> u64 {
     // Generous: this test is about counting, not latency, on a busy 2-core box.
     r.timeout = Duration::from_secs(5);
     r.batch_window = batch_window;
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),
@@ -123,7 +123,7 @@ mod multi_limit {
     use ratekeeper::domain::{Algorithm, Check, Limit, Rule};
     use ratekeeper::store::Store;
     use ratekeeper::store::memory::MemoryStore;
-    use ratekeeper::store::redis::{RedisOptions, RedisStore};
+    use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
 
     const TIGHT: u64 = 100;
     const LOOSE: u64 = 150;
@@ -202,16 +202,16 @@ mod multi_limit {
         let redis = RedisServer::start();
         let mut stores: Vec<Arc<dyn Store>> = Vec::new();
         for _ in 0..2 {
-            let store = RedisStore::connect(RedisOptions {
+            let store = RedisStore::connect(RedisSettings {
                 url: redis.url(),
                 key_prefix: "rk:".into(),
                 timeout: Duration::from_secs(5),
                 pool_size: 4,
                 reconnect_max_delay: Duration::from_millis(100),
                 unresponsive_timeout: Duration::from_millis(500),
+                probe_interval: Duration::from_millis(250),
                 batch_window,
-                clock: None,
-                ttl_pad_ms: 0,
+                max_in_flight: DEFAULT_MAX_IN_FLIGHT,
                 legacy_keys: false,
                 tls: None,
             })

@@ -15,7 +15,7 @@ use std::time::Duration;
 use ratekeeper::domain::algorithms::{State, apply_all_leased, lease_all};
 use ratekeeper::domain::{Algorithm, Check, LeaseId, Limit, ManualClock, Rule, Window};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::RedisStore;
 
 use support::unique_key;
 
@@ -276,10 +276,8 @@ async fn redis_store(
     clock: &ManualClock,
     batch_window: Duration,
 ) -> Arc<dyn Store> {
-    let options = RedisOptions {
-        batch_window,
-        ..support::stores::redis_options(server, clock, 60_000)
-    };
+    let mut options = support::stores::redis_options(server, clock, 60_000);
+    options.settings.batch_window = batch_window;
     let store = RedisStore::connect(options).unwrap();
     store.ping().await.unwrap();
     Arc::new(store)

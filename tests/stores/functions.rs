@@ -7,7 +7,7 @@ use crate::support;
 
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::RedisStore;
 use ratekeeper::store::scripts::LIBRARY;
 
 use support::stores::redis_options;
@@ -80,13 +80,11 @@ async fn a_user_whose_acl_refuses_functions_gets_evalsha() {
             "ACL", "SETUSER", user, "on", ">secret", "~*", "&*", "+@all", refused,
         ]);
         let clock = ManualClock::new(T0);
-        let options = RedisOptions {
-            url: format!(
-                "redis://{user}:secret@{}",
-                server.url().trim_start_matches("redis://")
-            ),
-            ..redis_options(&server, &clock, 60_000)
-        };
+        let mut options = redis_options(&server, &clock, 60_000);
+        options.settings.url = format!(
+            "redis://{user}:secret@{}",
+            server.url().trim_start_matches("redis://")
+        );
         let store = RedisStore::connect(options).unwrap();
         store.ping().await.unwrap();
         let key = unique_key("acl");

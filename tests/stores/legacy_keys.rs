@@ -54,11 +54,9 @@ fn old_instance_allows(server: &RedisServer, key: &str, algorithm: Algorithm) ->
 }
 
 async fn store(server: &RedisServer, clock: &ManualClock, legacy_keys: bool) -> RedisStore {
-    let store = RedisStore::connect(ratekeeper::store::redis::RedisOptions {
-        legacy_keys,
-        ..redis_options(server, clock, 60_000)
-    })
-    .unwrap();
+    let mut options = redis_options(server, clock, 60_000);
+    options.settings.legacy_keys = legacy_keys;
+    let store = RedisStore::connect(options).unwrap();
     store.ping().await.unwrap();
     store
 }

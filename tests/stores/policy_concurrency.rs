@@ -94,12 +94,12 @@ async fn assert_exact(apps: &[Arc<TestApp>], label: &str) {
 async fn two_instances(batch_window: Duration) -> u64 {
     let redis = RedisServer::start();
     let mut config = settings(Some(&redis.url()));
-    config.policies_file = Some(policies_file(&fresh_dir("policy-concurrency")));
+    config.policies.file = Some(policies_file(&fresh_dir("policy-concurrency")));
     let r = config.redis.as_mut().unwrap();
     // Generous: this test is about counting, not latency, on a busy 2-core box.
     r.timeout = Duration::from_secs(5);
     r.batch_window = batch_window;
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),
@@ -128,7 +128,7 @@ async fn two_batching_instances_apply_a_two_limit_policy_exactly() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_embedded_store_applies_a_two_limit_policy_exactly() {
     let mut config = settings(None);
-    config.policies_file = Some(policies_file(&fresh_dir("policy-concurrency")));
+    config.policies.file = Some(policies_file(&fresh_dir("policy-concurrency")));
     let apps = [Arc::new(TestApp::spawn(config).await)];
     assert_exact(&apps, "embedded").await;
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, ManualClock};
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
 use ratekeeper::store::{Store, StoreError};
 use support::{RedisServer, check, unique_key};
 
@@ -20,17 +20,21 @@ const MS: u64 = 1_000;
 /// `ttl_pad_ms`: see `tests/stores/stores.rs`.
 fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> RedisOptions {
     RedisOptions {
-        url: server.url(),
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(2),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        unresponsive_timeout: Duration::from_millis(500),
-        batch_window: Duration::ZERO,
+        settings: RedisSettings {
+            url: server.url(),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_secs(2),
+            pool_size: 1,
+            reconnect_max_delay: Duration::from_millis(100),
+            unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
+            batch_window: Duration::ZERO,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            legacy_keys: false,
+            tls: None,
+        },
         clock: Some(std::sync::Arc::new(clock.clone())),
         ttl_pad_ms,
-        legacy_keys: false,
-        tls: None,
     }
 }
 
@@ -168,16 +172,16 @@ async fn the_sliding_log_dos_request_leaves_a_small_key_and_runs_fast() {
 
 /// A batching store under concurrent load on a real clock.
 fn batching_store(server: &RedisServer) -> RedisStore {
-    RedisStore::connect(RedisOptions {
+    RedisStore::connect(RedisSettings {
         url: server.url(),
         key_prefix: "rk:".into(),
         timeout: Duration::from_secs(2),
         pool_size: 2,
         reconnect_max_delay: Duration::from_millis(100),
         unresponsive_timeout: Duration::from_millis(500),
+        probe_interval: Duration::from_millis(250),
         batch_window: Duration::from_micros(200),
-        clock: None,
-        ttl_pad_ms: 0,
+        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         legacy_keys: false,
         tls: None,
     })
@@ -333,16 +337,16 @@ impl PasswordServer {
     }
 
     fn store(&self, credentials: &str) -> RedisStore {
-        RedisStore::connect(RedisOptions {
+        RedisStore::connect(RedisSettings {
             url: format!("redis://{credentials}127.0.0.1:{}", self.port),
             key_prefix: "rk:".into(),
             timeout: Duration::from_millis(200),
             pool_size: 2,
             reconnect_max_delay: Duration::from_millis(100),
             unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
             batch_window: Duration::ZERO,
-            clock: None,
-            ttl_pad_ms: 0,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             legacy_keys: false,
             tls: None,
         })

@@ -332,7 +332,7 @@ async fn two_instances_over_tls_allow_exactly_the_limit() {
     let mut config = settings_for(&redis.url(), &certs, true);
     let r = config.redis.as_mut().unwrap();
     r.timeout = Duration::from_secs(5);
-    config.deny_cache_capacity = 0;
+    config.deny_cache.capacity = 0;
     let apps = [
         Arc::new(TestApp::spawn(config.clone()).await),
         Arc::new(TestApp::spawn(config).await),

@@ -9,7 +9,7 @@ use ratekeeper::deny_cache::DenyCache;
 use ratekeeper::domain::{Algorithm, Check, MonotonicClock};
 use ratekeeper::limiter::{FailureMode, FailurePolicy, Limiter};
 use ratekeeper::metrics::Metrics;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
 
 use super::{check, unique_key};
 
@@ -29,17 +29,17 @@ impl Drop for Instance {
     }
 }
 
-pub fn options(url: String) -> RedisOptions {
-    RedisOptions {
+pub fn options(url: String) -> RedisSettings {
+    RedisSettings {
         url,
         key_prefix: "rk:".into(),
         timeout: Duration::from_secs(1),
         pool_size: 1,
         reconnect_max_delay: Duration::from_millis(100),
         unresponsive_timeout: Duration::from_millis(500),
+        probe_interval: Duration::from_millis(250),
         batch_window: Duration::ZERO,
-        clock: None,
-        ttl_pad_ms: 0,
+        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
         legacy_keys: false,
         tls: None,
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ratekeeper::domain::ManualClock;
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::redis::{RedisOptions, RedisStore};
+use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
 
 use super::RedisServer;
 
@@ -14,17 +14,21 @@ use super::RedisServer;
 /// expires keys by) runs on, so scenario tests keep keys alive a minute longer.
 pub fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> RedisOptions {
     RedisOptions {
-        url: server.url(),
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(2),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        unresponsive_timeout: Duration::from_millis(500),
-        batch_window: Duration::ZERO,
+        settings: RedisSettings {
+            url: server.url(),
+            key_prefix: "rk:".into(),
+            timeout: Duration::from_secs(2),
+            pool_size: 1,
+            reconnect_max_delay: Duration::from_millis(100),
+            unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
+            batch_window: Duration::ZERO,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
+            legacy_keys: false,
+            tls: None,
+        },
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms,
-        legacy_keys: false,
-        tls: None,
     }
 }
 

@@ -83,7 +83,7 @@ fn shown_errors(page: &str, line: usize, text: &str) -> Vec<Shown> {
 #[tokio::test]
 async fn every_error_answer_shown_is_what_the_service_answers() {
     let mut config = settings(None);
-    config.policies_file =
+    config.policies.file =
         Some(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/policies.example.toml"));
     let plain = TestApp::spawn(config.clone()).await;
     let tokens = support::fresh_dir("docs-errors").join("tokens");

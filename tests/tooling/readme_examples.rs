@@ -153,6 +153,14 @@ fn the_configuration_page_lists_every_key_with_its_variable_and_default() {
         extra.is_empty(),
         "docs/configuration.md lists {extra:?}, not in default.toml"
     );
+    // And both are what the readers declare: the keys they ask for.
+    let declared = ratekeeper::config::Settings::declared_keys();
+    let listed: Vec<&str> = rows.keys().map(String::as_str).collect();
+    assert_eq!(
+        listed,
+        declared.into_iter().collect::<Vec<_>>(),
+        "docs/configuration.md against the keys src/config reads"
+    );
 }
 
 #[test]

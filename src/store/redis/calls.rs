@@ -139,7 +139,7 @@ impl Inner {
     ) -> Result<Vec<Result<Applied, StoreError>>, StoreError> {
         let admitted = self
             .ops_in_flight
-            .admit(ops.len(), self.options.timeout)
+            .admit(ops.len(), self.options.settings.timeout)
             .await;
         let Some(_admitted) = admitted else {
             return Err(StoreError::Overloaded(format!(
@@ -151,6 +151,6 @@ impl Inner {
             self.check_calls.fetch_add(1, Ordering::Relaxed);
         }
         let reply: Vec<Value> = self.run(ops[0].check, || self.encode(ops)).await?;
-        wire::decode(ops, &reply, self.options.legacy_keys)
+        wire::decode(ops, &reply, self.options.settings.legacy_keys)
     }
 }

@@ -6,27 +6,27 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
-use super::RedisOptions;
+use super::RedisSettings;
 use crate::store::StoreError;
 
-/// A pool of `options.pool_size` clients for `config`, with the timeouts,
+/// A pool of `settings.pool_size` clients for `config`, with the timeouts,
 /// attempts and reconnect policy described in the module doc. Connecting
 /// is left to the caller.
-pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool, StoreError> {
-    let max_delay = options
+pub(super) fn build_pool(config: Config, settings: &RedisSettings) -> Result<Pool, StoreError> {
+    let max_delay = settings
         .reconnect_max_delay
         .as_millis()
         .min(u32::MAX as u128) as u32;
     Builder::from_config(config)
-        .with_performance_config(|p| p.default_command_timeout = options.timeout)
+        .with_performance_config(|p| p.default_command_timeout = settings.timeout)
         .with_connection_config(|c| {
             c.max_command_attempts = 1;
-            c.connection_timeout = options.timeout.max(Duration::from_millis(500));
-            c.internal_command_timeout = options.timeout.max(Duration::from_millis(500));
-            c.tcp = tcp_config(options);
+            c.connection_timeout = settings.timeout.max(Duration::from_millis(500));
+            c.internal_command_timeout = settings.timeout.max(Duration::from_millis(500));
+            c.tcp = tcp_config(settings);
         })
         .set_policy(reconnect_policy(max_delay))
-        .build_pool(options.pool_size.max(1))
+        .build_pool(settings.pool_size.max(1))
         .map_err(|e| StoreError::Backend(e.to_string()))
 }
 
@@ -36,26 +36,26 @@ pub(super) fn build_pool(config: Config, options: &RedisOptions) -> Result<Pool,
 /// reconnects. A backstop to `liveness.rs` (which sees a silent connection
 /// first) for a client stuck writing into a full socket buffer; at least
 /// a second, so one lost packet's retransmission never cuts a connection.
-pub(super) fn tcp_config(options: &RedisOptions) -> fred::types::config::TcpConfig {
+pub(super) fn tcp_config(settings: &RedisSettings) -> fred::types::config::TcpConfig {
     fred::types::config::TcpConfig {
-        user_timeout: Some(options.unresponsive_timeout.max(Duration::from_secs(1))),
+        user_timeout: Some(settings.unresponsive_timeout.max(Duration::from_secs(1))),
         ..Default::default()
     }
 }
 
-/// The client configuration `options.url` describes, for every client of
+/// The client configuration `settings.url` describes, for every client of
 /// the store.
-pub(super) fn client_config(options: &RedisOptions) -> Result<Config, StoreError> {
-    let uses_tls = super::tls::url_uses_tls(&options.url);
+pub(super) fn client_config(settings: &RedisSettings) -> Result<Config, StoreError> {
+    let uses_tls = super::tls::url_uses_tls(&settings.url);
     // fred is handed the URL without its TLS `s`: given `rediss`, it would
     // build a TLS config of its own from the system's roots (and fail if
     // any of them is unreadable); ours is set below.
-    let url = options.url.replacen("rediss", "redis", uses_tls as usize);
+    let url = settings.url.replacen("rediss", "redis", uses_tls as usize);
     let mut config = Config {
         fail_fast: false,
         ..Config::from_url(&url).map_err(|e| StoreError::Backend(e.to_string()))?
     };
-    config.tls = match (&options.tls, uses_tls) {
+    config.tls = match (&settings.tls, uses_tls) {
         (Some(tls), true) => Some(tls.fred_config()),
         (None, true) => Some(
             super::tls::TlsClient::load(Default::default())

@@ -254,7 +254,7 @@ mod tests {
 
 #[cfg(test)]
 mod url_tests {
-    use super::super::{RedisOptions, RedisStore};
+    use super::super::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
     use std::time::Duration;
 
     #[test]
@@ -265,16 +265,16 @@ mod url_tests {
             "redis-cluster://:hunter2@",
             "redis://:hunter2@host:6379/notadb",
         ] {
-            let options = RedisOptions {
+            let options = RedisSettings {
                 url: url.into(),
                 key_prefix: "rk:".into(),
                 timeout: Duration::from_millis(100),
                 pool_size: 1,
                 reconnect_max_delay: Duration::from_millis(100),
                 unresponsive_timeout: Duration::from_millis(500),
+                probe_interval: Duration::from_millis(250),
                 batch_window: Duration::ZERO,
-                clock: None,
-                ttl_pad_ms: 0,
+                max_in_flight: DEFAULT_MAX_IN_FLIGHT,
                 legacy_keys: false,
                 tls: None,
             };

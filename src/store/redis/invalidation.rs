@@ -86,7 +86,7 @@ impl InvalidationListener {
 impl RedisStore {
     /// The channel invalidations travel on.
     pub fn invalidation_channel(&self) -> String {
-        format!("{}invalidate", self.inner.options.key_prefix)
+        format!("{}invalidate", self.inner.options.settings.key_prefix)
     }
 
     /// Starts the subscriber (see the module doc). `sink` is told at once
@@ -98,7 +98,7 @@ impl RedisStore {
         heartbeat: Duration,
     ) -> Result<InvalidationListener, StoreError> {
         sink.subscribed(false);
-        let options = &self.inner.options;
+        let options = &self.inner.options.settings;
         // Generous: a PING that misses a short command timeout on a busy
         // machine would drop the whole cache for nothing.
         let timeout = options.timeout.max(Duration::from_millis(500));

@@ -9,14 +9,14 @@ use crate::domain::{Check, Limit};
 
 impl Inner {
     pub(super) fn key_for(&self, check: &Check, limit: &Limit) -> String {
-        StateKey::of(check, limit).write(&self.options.key_prefix)
+        StateKey::of(check, limit).write(&self.options.settings.key_prefix)
     }
 
     /// The cluster slot of `check`'s keys (every limit's is the same),
     /// without building a key: Redis hashes only the tag, the escaped client
     /// key. Builds a key only when the prefix holds braces of its own.
     pub(super) fn slot_of(&self, check: &Check) -> u16 {
-        if self.options.key_prefix.contains(['{', '}']) {
+        if self.options.settings.key_prefix.contains(['{', '}']) {
             return fred::util::redis_keyslot(self.key_for(check, &check.limits[0]).as_bytes());
         }
         fred::util::redis_keyslot(hash_tag(&check.key).as_bytes())
@@ -49,7 +49,7 @@ impl Inner {
 mod tests {
     use std::time::Duration;
 
-    use super::super::{RedisOptions, RedisStore};
+    use super::super::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
     use crate::domain::{Algorithm, Check, Limit, Rule};
 
     fn limit(name: &str, algorithm: Algorithm, window_us: u64) -> Limit {
@@ -72,16 +72,16 @@ mod tests {
     #[tokio::test]
     async fn every_limit_of_a_check_hashes_to_slot_of() {
         for prefix in ["rk:", "", "a{b}:", "x{", "a}b{"] {
-            let store = RedisStore::connect(RedisOptions {
+            let store = RedisStore::connect(RedisSettings {
                 url: "redis://127.0.0.1:1".into(),
                 key_prefix: prefix.into(),
                 timeout: Duration::from_millis(10),
                 pool_size: 1,
                 reconnect_max_delay: Duration::from_millis(10),
                 unresponsive_timeout: Duration::from_millis(500),
+                probe_interval: Duration::from_millis(250),
                 batch_window: Duration::ZERO,
-                clock: None,
-                ttl_pad_ms: 0,
+                max_in_flight: DEFAULT_MAX_IN_FLIGHT,
                 legacy_keys: false,
                 tls: None,
             })
@@ -109,16 +109,16 @@ mod tests {
 
     #[tokio::test]
     async fn escaping_keeps_client_keys_apart() {
-        let store = RedisStore::connect(RedisOptions {
+        let store = RedisStore::connect(RedisSettings {
             url: "redis://127.0.0.1:1".into(),
             key_prefix: "rk:".into(),
             timeout: Duration::from_millis(10),
             pool_size: 1,
             reconnect_max_delay: Duration::from_millis(10),
             unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
             batch_window: Duration::ZERO,
-            clock: None,
-            ttl_pad_ms: 0,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             legacy_keys: false,
             tls: None,
         })

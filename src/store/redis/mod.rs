@@ -15,6 +15,7 @@
 //! built), `in_flight.rs` (the `redis.max_in_flight` cap),
 //! `errors.rs` (outage or bug), `auth.rs` (refused credentials and
 //! failed TLS handshakes), `tls.rs` (the rustls config and its re-read files),
+//! `settings.rs` (the `[redis]` section it is built from),
 //! `domains.rs` (which cluster node owns a slot), `nodes.rs` (a client
 //! pool per cluster node, so one dead node stalls only its own keys) and
 //! `invalidation.rs` (the pub/sub channel that keeps deny caches exact
@@ -38,6 +39,7 @@ mod invalidation;
 mod keys;
 mod liveness;
 mod nodes;
+pub mod settings;
 pub mod tls;
 pub mod wire;
 
@@ -57,36 +59,30 @@ use errors::classify;
 pub use in_flight::DEFAULT_MAX_IN_FLIGHT;
 use in_flight::InFlight;
 pub use invalidation::{FREED_PREFIX, InvalidationListener, MAX_MESSAGE_BYTES};
+pub use settings::RedisSettings;
 
-/// How to reach Redis and how to lay out keys.
+/// How to reach Redis and how to lay out keys: the `[redis]` settings as
+/// `config` read them, and two knobs only tests turn.
 #[derive(Clone)]
 pub struct RedisOptions {
-    pub url: String,
-    pub key_prefix: String,
-    /// Bound on every command, including the wait for a connection.
-    pub timeout: Duration,
-    pub pool_size: usize,
-    /// Longest pause between reconnect attempts.
-    pub reconnect_max_delay: Duration,
-    /// A connection that leaves a call, then a PING, unanswered this long
-    /// is replaced (see `liveness.rs`).
-    pub unresponsive_timeout: Duration,
-    /// Micro-batching: how long checks that arrive while another call is in
-    /// flight wait to share one EVALSHA. Zero sends every check on its own.
-    pub batch_window: Duration,
+    pub settings: RedisSettings,
     /// `None`: scripts read Redis `TIME`, so all instances share one clock.
     /// Tests pass a controlled clock instead.
     pub clock: Option<Arc<dyn Clock>>,
     /// Extra key lifetime. 0 in production; tests that drive a simulated clock
     /// set it so real-time expiry cannot race simulated time.
     pub ttl_pad_ms: u64,
-    /// Inline buckets are also read and written under the name earlier
-    /// versions gave them (`StateKey::legacy`), so instances of both
-    /// versions count together during a rolling upgrade (`wire.rs`).
-    pub legacy_keys: bool,
-    /// The CA, client certificate and server name of a `rediss://` URL
-    /// (`[redis.tls]`); `None` with such a URL: the system's roots.
-    pub tls: Option<Arc<tls::TlsClient>>,
+}
+
+/// The settings alone: Redis's clock, no extra key lifetime.
+impl From<RedisSettings> for RedisOptions {
+    fn from(settings: RedisSettings) -> Self {
+        RedisOptions {
+            settings,
+            clock: None,
+            ttl_pad_ms: 0,
+        }
+    }
 }
 
 /// A store backed by a Redis server (or a cluster, via a `redis-cluster://` URL).
@@ -138,29 +134,31 @@ impl RedisStore {
     /// Builds the client and starts connecting in the background. Does not wait:
     /// a service started before Redis answers by its failure policy meanwhile.
     /// Must be called inside a tokio runtime.
-    pub fn connect(options: RedisOptions) -> Result<Self, StoreError> {
-        let config = client_config(&options)?;
+    pub fn connect(options: impl Into<RedisOptions>) -> Result<Self, StoreError> {
+        let options = options.into();
+        let config = client_config(&options.settings)?;
         let clustered = config.server.is_clustered();
-        let pool = build_pool(config.clone(), &options)?;
+        let pool = build_pool(config.clone(), &options.settings)?;
         let auth = auth::AuthWatch::spawn(&pool);
-        let domains = clustered
-            .then(|| domains::Domains::spawn(&pool, nodes::Nodes::new(config, options.clone())));
+        let domains = clustered.then(|| {
+            domains::Domains::spawn(&pool, nodes::Nodes::new(config, options.settings.clone()))
+        });
         // The connection tasks end when `quit` closes the pool.
         drop(pool.connect_pool());
-        let window = options.batch_window;
+        let window = options.settings.batch_window;
         let inner = Arc::new(Inner {
             pool,
             script: Script::from_lua(scripts::OPS.as_str()),
-            channel: format!("{}invalidate", options.key_prefix),
+            channel: format!("{}invalidate", options.settings.key_prefix),
             scripts_loaded: AtomicBool::new(false),
             functions: function::Functions::default(),
             calls_in_flight: AtomicUsize::new(0),
             check_calls: AtomicU64::new(0),
-            ops_in_flight: InFlight::new(DEFAULT_MAX_IN_FLIGHT),
+            ops_in_flight: InFlight::new(options.settings.max_in_flight.max(1)),
             clustered,
             auth,
             domains,
-            liveness: liveness::Liveness::new(options.unresponsive_timeout),
+            liveness: liveness::Liveness::new(options.settings.unresponsive_timeout),
             options,
         });
         let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
@@ -168,7 +166,7 @@ impl RedisStore {
     }
 
     /// At most `cap` operations (checks, resets, refunds) sent and not yet
-    /// answered (`redis.max_in_flight`); past it a call waits for room up
+    /// answered (`redis.max_in_flight`, which `connect` sets); past it a call waits for room up
     /// to `redis.timeout`, then is answered with [`StoreError::Overloaded`],
     /// by the failure policy. Set once, before use.
     pub fn set_max_in_flight(&self, cap: usize) {

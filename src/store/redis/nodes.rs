@@ -13,22 +13,22 @@ use std::sync::RwLock;
 use fred::prelude::*;
 use fred::types::config::Server;
 
-use super::{RedisOptions, build_pool};
+use super::{RedisSettings, build_pool};
 use crate::store::StoreError;
 
 pub(super) struct Nodes {
     pools: RwLock<HashMap<Server, Pool>>,
     /// The cluster client's config: credentials, TLS, timeouts.
     template: Config,
-    options: RedisOptions,
+    settings: RedisSettings,
 }
 
 impl Nodes {
-    pub(super) fn new(template: Config, options: RedisOptions) -> Nodes {
+    pub(super) fn new(template: Config, settings: RedisSettings) -> Nodes {
         Nodes {
             pools: RwLock::new(HashMap::new()),
             template,
-            options,
+            settings,
         }
     }
 
@@ -60,7 +60,7 @@ impl Nodes {
             },
             ..self.template.clone()
         };
-        let pool = build_pool(config, &self.options)?;
+        let pool = build_pool(config, &self.settings)?;
         // The connection tasks end when `retain` or `quit_all` closes the pool.
         drop(pool.connect_pool());
         pools.insert(server.clone(), pool.clone());
@@ -106,20 +106,21 @@ impl Nodes {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::store::redis::DEFAULT_MAX_IN_FLIGHT;
     use std::time::Duration;
 
     #[tokio::test]
     async fn asking_for_an_unknown_node_creates_no_pool() {
-        let options = RedisOptions {
+        let options = RedisSettings {
             url: String::new(),
             key_prefix: "rk:".into(),
             timeout: Duration::from_millis(100),
             pool_size: 1,
             reconnect_max_delay: Duration::from_millis(100),
             unresponsive_timeout: Duration::from_millis(500),
+            probe_interval: Duration::from_millis(250),
             batch_window: Duration::ZERO,
-            clock: None,
-            ttl_pad_ms: 0,
+            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
             legacy_keys: false,
             tls: None,
         };

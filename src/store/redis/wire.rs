@@ -140,7 +140,7 @@ impl Inner {
         for op in ops {
             let check = op.check;
             args.push(code(op.kind).to_string());
-            args.push(wire_len(check, self.options.legacy_keys).to_string());
+            args.push(wire_len(check, self.options.settings.legacy_keys).to_string());
             args.push(amount(op));
             args.push(publish(op));
             args.push(match op.kind {
@@ -153,19 +153,19 @@ impl Inner {
             );
             for limit in check.limits.iter() {
                 let key = StateKey::of(check, limit);
-                keys.push(key.write(&self.options.key_prefix));
+                keys.push(key.write(&self.options.settings.key_prefix));
                 push_limit(&mut args, limit, now_us);
-                if let Some(legacy) = key.legacy().filter(|_| self.options.legacy_keys) {
+                if let Some(legacy) = key.legacy().filter(|_| self.options.settings.legacy_keys) {
                     // The same limit again on the old name, right after it:
                     // the script applies the two all or nothing like any
                     // two limits of a check (see `fold_legacy`).
-                    keys.push(legacy.write(&self.options.key_prefix));
+                    keys.push(legacy.write(&self.options.settings.key_prefix));
                     push_limit(&mut args, limit, now_us);
                 }
             }
             if let Some(reservation) = op.reservation {
                 keys.push(reservation_key(
-                    &self.options.key_prefix,
+                    &self.options.settings.key_prefix,
                     check,
                     reservation,
                 ));

@@ -63,13 +63,13 @@ pub async fn spawn_on(
 ) -> TestApp {
     let url = redis.map(RedisServer::url);
     let mut settings = settings(url.as_deref());
-    settings.policies_file = Some(policies_file());
-    settings.deny_cache_capacity = if deny_cache { 100_000 } else { 0 };
+    settings.policies.file = Some(policies_file());
+    settings.deny_cache.capacity = if deny_cache { 100_000 } else { 0 };
     let backend = match redis {
         None => Backend::Memory(MemoryStore::new(Arc::new(clock.clone()), 1_000_000)),
         Some(server) => {
             let mut options = support::stores::redis_options(server, clock, 60_000);
-            options.key_prefix = prefix.into();
+            options.settings.key_prefix = prefix.into();
             Backend::Redis(RedisStore::connect(options).unwrap())
         }
     };
