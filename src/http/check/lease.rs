@@ -22,7 +22,7 @@ use super::{body_for, parse_check};
 use crate::domain::LeaseId;
 use crate::http::AppState;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
-use crate::store::Op;
+use crate::store::{Op, OpKind};
 
 /// The lease a release or renewal names, beside the fields of a check's form.
 #[derive(Debug, Deserialize, ToSchema)]
@@ -99,7 +99,7 @@ impl PartialSchema for LeaseForms {
     )
 )]
 pub async fn release(State(state): State<AppState>, request: Request) -> Response {
-    leased(&state, Lifetime::Release, request)
+    leased(&state, OpKind::Release, request)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -130,30 +130,15 @@ pub async fn release(State(state): State<AppState>, request: Request) -> Respons
     )
 )]
 pub async fn renew(State(state): State<AppState>, request: Request) -> Response {
-    leased(&state, Lifetime::Renew, request)
+    leased(&state, OpKind::Renew, request)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lifetime {
-    Release,
-    Renew,
-}
-
-impl Lifetime {
-    /// The verb, as in messages and `ratekeeper_adjustments_total{op}`.
-    fn as_str(self) -> &'static str {
-        match self {
-            Lifetime::Release => "release",
-            Lifetime::Renew => "renew",
-        }
-    }
-}
-
-async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Response, ApiError> {
+/// A release or renewal (`kind`, its name the verb of its messages).
+async fn leased(state: &AppState, kind: OpKind, request: Request) -> Result<Response, ApiError> {
     let body = JsonBody::from_request(request, state).await?;
-    let verb = what.as_str();
+    let verb = kind.name();
     let (parsed, LeaseField { lease }) = body.parse_with(|json| {
         if let Some(fields) = Present::of(json) {
             for field in ["cost", "wait_ms", "reservation_ttl"] {
@@ -178,20 +163,21 @@ async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Re
         )));
     }
     check.cost = 0;
-    let op = match what {
-        Lifetime::Release => Op::release(&check, &lease),
-        Lifetime::Renew => Op::renew(&check, &lease),
+    let op = Op {
+        kind,
+        lease: Some(&lease),
+        ..Op::check(&check)
     };
     let adjusted = state
         .limiter
         .run_one(crate::limiter::Request::new(op))
         .await
-        .map_err(|e| ApiError::adjusting(verb, e))?;
+        .map_err(|e| ApiError::adjusting(kind, e))?;
     let live = adjusted.lease.unwrap_or(false);
     let mut response = body_for(parsed.form, &adjusted.decision);
-    match what {
-        Lifetime::Release => response.released = Some(live),
-        Lifetime::Renew => response.renewed = Some(live),
+    match kind {
+        OpKind::Renew => response.renewed = Some(live),
+        _ => response.released = Some(live),
     }
     Ok(response.into_response_for(&adjusted.decision))
 }

@@ -141,7 +141,7 @@ async fn settled(state: &AppState, request: Request) -> Result<Response, ApiErro
         .limiter
         .run_one(crate::limiter::Request::new(op))
         .await
-        .map_err(|e| ApiError::adjusting("settle", e))?;
+        .map_err(|e| ApiError::adjusting(op.kind, e))?;
     match adjusted.reservation {
         Some(Settled::Now | Settled::Again) => Ok(respond(parsed.form, &adjusted.decision)),
         Some(Settled::Conflict) => Err(ApiError::ReservationSettled(
