@@ -3,6 +3,7 @@
 //! script cache, and multi-limit keys on a cluster (one slot per check).
 
 use crate::support;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hashbrown::{Equivalent, HashMap};
 
-use super::{Applied, Op, OpKind, Store, StoreError};
+use super::{Applied, Op, OpKind, Store, StoreError, StoreStats};
 use crate::domain::algorithms::{State, apply_all_leased};
 use crate::domain::state_key::StateKey;
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Reservation, Rule, Window};
@@ -193,8 +193,9 @@ impl MemoryStore {
         }
     }
 
-    /// Runs a check synchronously (the async trait method wraps this):
-    /// all its limits under one lock, all or nothing (see
+    /// Runs a check synchronously, as [`apply_now`](Self::apply_now)
+    /// runs an [`Op::check`] (tests and callers holding the embedded store
+    /// itself): all its limits under one lock, all or nothing (see
     /// [`apply_all`](crate::domain::algorithms::apply_all)). One outcome per limit, in order.
     pub fn check_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         self.acquire_now(check, "")
@@ -337,11 +338,6 @@ impl Store for MemoryStore {
         ops.iter().map(|op| self.apply_now(op)).collect()
     }
 
-    /// The hot path without the list: the same as one [`Op::check`].
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        self.check_now(check)
-    }
-
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
@@ -350,20 +346,14 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn key_count(&self) -> Option<usize> {
-        Some(self.len())
-    }
-
-    fn lease_count(&self) -> Option<usize> {
-        Some(MemoryStore::lease_count(self))
-    }
-
-    fn evictions(&self) -> Option<u64> {
-        Some(self.inner.evictions.load(Ordering::Relaxed))
-    }
-
-    fn reservation_count(&self) -> Option<usize> {
-        Some(MemoryStore::reservation_count(self))
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            key_count: Some(self.len()),
+            lease_count: Some(MemoryStore::lease_count(self)),
+            evictions: Some(self.inner.evictions.load(Ordering::Relaxed)),
+            reservation_count: Some(MemoryStore::reservation_count(self)),
+            ..StoreStats::default()
+        }
     }
 }
 
