@@ -44,7 +44,7 @@ local function apply(op, k, a, n, cost, lease, rsv)
       return settle_reserved(k, a, n, now, cost, pad_ms, KEYS[k + n + 1], rsv)
     end
     return settle_all(k, a, n, now, cost, pad_ms, {}), -1
-  elseif op == OP_GIVEBACK then
+  elseif op == OP_GIVE_BACK then
     -- The store time of the check given back for travels in the lease's
     -- slot (wire.rs).
     return give_back_all(k, a, n, now, tonumber(lease), cost, pad_ms, {}), -1

@@ -43,8 +43,9 @@
 //!   circuit breakers, the local fallback, and [`limiter::deny_cache`], which answers repeated denials
 //!   locally, exactly, without a store call; [`limiter::wait`], checks that
 //!   wait for their `retry_after` (`wait_ms`), in a line per key.
-//! - [`store`]: the [`store::Store`] trait, the Redis store (Lua scripts) and
-//!   the embedded in-memory store.
+//! - [`store`]: the [`store::Store`] trait (a list of operations in, each
+//!   named by [`store::OpKind`]), the Redis store (Lua scripts) and the
+//!   embedded in-memory store.
 //! - [`domain`]: rules, decisions, the failure policy and the six
 //!   algorithms (five rate limits and concurrency leases) as pure
 //!   functions; no HTTP, Redis or async here.

@@ -26,8 +26,8 @@ use serde::Deserialize;
 
 use super::AppState;
 use super::check::unknown_policy;
+use super::endpoint::Endpoint;
 use super::error::{ErrorBody, ErrorDetail};
-use super::routes::Endpoint;
 use crate::domain::auth::Scope;
 use crate::domain::forward::{Header, IpNet, RequestView, Unreadable, canonical, client_ip};
 use crate::domain::{Check, Decision, ValidationError};

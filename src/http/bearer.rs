@@ -8,17 +8,17 @@
 //! `http::routes`, which a route cannot be added without. A request that passes goes on without its `Authorization`
 //! header, so no handler can put the token in a key, a log line or a body.
 
-use std::sync::Arc;
-
-use arc_swap::ArcSwap;
 use axum::extract::{Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
-use crate::domain::auth::{Scope, TokenSet};
-use crate::metrics::{AuthFailure, Metrics};
+// Kept with the state, which holds it, so that the state does not import
+// the middleware (and through its route table, every handler).
+pub use super::state::Bearer;
+use crate::domain::auth::Scope;
+use crate::metrics::AuthFailure;
 
 /// What every other path under `/v1` needs.
 const V1_DEFAULT: Scope = Scope::Admin;
@@ -35,15 +35,6 @@ pub fn required_scope(path: &str, protect_metrics: bool) -> Option<Scope> {
     }
     let matched = super::routes::endpoints().find(|endpoint| endpoint.covers(path));
     Some(matched.map_or(V1_DEFAULT, |endpoint| endpoint.scope))
-}
-
-/// What the middleware needs: the tokens in force (`None`: no
-/// `auth.tokens_file`, everything open as before).
-#[derive(Clone)]
-pub struct Bearer {
-    pub tokens: Option<Arc<ArcSwap<TokenSet>>>,
-    pub protect_metrics: bool,
-    pub metrics: Arc<Metrics>,
 }
 
 /// Lets the request through when its token covers the path's scope, or

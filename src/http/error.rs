@@ -15,6 +15,7 @@ use super::server::BodyDeadline;
 use crate::domain::ValidationError;
 use crate::domain::auth::{Refusal, Scope};
 use crate::limiter::LimiterError;
+use crate::store::OpKind;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -226,9 +227,9 @@ impl ApiError {
     /// A reset or refund (`op`) that failed: 503 while the store is down
     /// or slow (the caller retries), 500 for an error that is not an
     /// outage, as for a check.
-    pub fn adjusting(op: &'static str, e: LimiterError) -> Self {
+    pub fn adjusting(op: OpKind, e: LimiterError) -> Self {
         if e.0.is_transient() {
-            ApiError::StoreUnavailable(op, e)
+            ApiError::StoreUnavailable(op.name(), e)
         } else {
             ApiError::Internal(e)
         }

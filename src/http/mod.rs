@@ -5,6 +5,7 @@ mod auth;
 pub mod bearer;
 mod body_limit;
 mod check;
+mod endpoint;
 mod error;
 mod not_marker;
 pub mod openapi;

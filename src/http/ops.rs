@@ -68,22 +68,23 @@ pub async fn readyz(State(state): State<AppState>) -> impl IntoResponse {
 #[utoipa::path(get, path = "/metrics", tag = "operations",
     responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain; version=0.0.4")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
-    if let Some(keys) = state.limiter.store_key_count() {
+    let stats = state.limiter.store_stats();
+    if let Some(keys) = stats.key_count {
         state.metrics.store.keys.set(keys as i64);
     }
-    if let Some(leases) = state.limiter.store_lease_count() {
+    if let Some(leases) = stats.lease_count {
         state.metrics.store.leases.set(leases as i64);
     }
-    if let Some(held) = state.limiter.store_reservation_count() {
+    if let Some(held) = stats.reservation_count {
         state.metrics.store.reservations.set(held as i64);
     }
-    if let Some(total) = state.limiter.store_evictions() {
+    if let Some(total) = stats.evictions {
         state.metrics.store.evictions.sync(total);
     }
-    if let Some(total) = state.limiter.store_connections_replaced() {
+    if let Some(total) = stats.connections_replaced {
         state.metrics.redis.connections_replaced.sync(total);
     }
-    if let Some(total) = state.limiter.store_check_calls() {
+    if let Some(total) = stats.check_calls {
         state.metrics.redis.check_calls.sync(total);
     }
     state.metrics.store.up.set(state.limiter.is_ready() as i64);

@@ -9,8 +9,8 @@ use axum::routing::get;
 use utoipa::OpenApi;
 
 use super::AppState;
+use super::endpoint::Endpoint;
 pub use super::policies_json::{PoliciesResponse, PolicyLimitView, PolicyView};
-use super::routes::Endpoint;
 use crate::domain::auth::Scope;
 
 pub(super) const ENDPOINT: Endpoint = Endpoint::at(

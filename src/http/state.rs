@@ -6,12 +6,21 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
-use super::bearer::Bearer;
 use super::policies_json::PoliciesJson;
+use crate::domain::auth::TokenSet;
 use crate::domain::forward::IpNet;
 use crate::domain::{Bounds, PolicySet};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
+
+/// What the bearer middleware (`http::bearer`) needs: the tokens in force
+/// (`None`: no `auth.tokens_file`, everything open as before).
+#[derive(Clone)]
+pub struct Bearer {
+    pub tokens: Option<Arc<ArcSwap<TokenSet>>>,
+    pub protect_metrics: bool,
+    pub metrics: Arc<Metrics>,
+}
 
 /// Cloned for every request (each extractor and middleware takes its
 /// own), so one reference count rather than one per field.

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, OpenApi, ToSchema};
 
 use super::check::unknown_policy;
-use super::routes::Endpoint;
+use super::endpoint::Endpoint;
 use super::{ApiError, AppState};
 use crate::domain::auth::Scope;
 use crate::limiter::top::{By, INLINE, Period};

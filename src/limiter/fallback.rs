@@ -13,7 +13,7 @@
 //!   renewal goes to it too, and a lease live there is its answer.
 
 use super::pipeline::{State, Step};
-use super::request::{Answer, op_label};
+use super::request::Answer;
 use super::{FailureMode, Limiter};
 use crate::domain::{Check, Decision, Lease, LeaseId};
 use crate::store::{Op, OpKind};
@@ -33,7 +33,7 @@ impl Limiter {
             self.release_locally(step);
         }
         if let State::Failed(error) = &step.state {
-            let op = op_label(step.kind());
+            let op = step.kind().name();
             if error.is_transient() {
                 tracing::warn!(%error, op, "store could not adjust");
             } else {

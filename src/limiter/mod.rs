@@ -65,7 +65,7 @@ pub use crate::domain::failure::{FailureMode, FailurePolicy};
 use crate::domain::{Clock, MonotonicClock};
 use crate::metrics::Metrics;
 use crate::store::memory::MemoryStore;
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, StoreStats};
 use crate::tasks::Tasks;
 
 /// A store error the failure policy must not hide (a script error, a key of
@@ -225,33 +225,8 @@ impl Limiter {
         self.store.name()
     }
 
-    /// Keys the store holds, if it counts them (the embedded store).
-    pub fn store_key_count(&self) -> Option<usize> {
-        self.store.key_count()
-    }
-
-    /// Leases the store's keys hold, if it bounds them (the embedded store).
-    pub fn store_lease_count(&self) -> Option<usize> {
-        self.store.lease_count()
-    }
-
-    /// Reservations the store holds, if it counts them (the embedded store).
-    pub fn store_reservation_count(&self) -> Option<usize> {
-        self.store.reservation_count()
-    }
-
-    /// Keys the store evicted before their reset, if it evicts (the embedded store).
-    pub fn store_evictions(&self) -> Option<u64> {
-        self.store.evictions()
-    }
-
-    /// Store connections replaced because they stopped answering (Redis).
-    pub fn store_connections_replaced(&self) -> Option<u64> {
-        self.store.connections_replaced()
-    }
-
-    /// Store calls that decided checks, if checks share calls (Redis).
-    pub fn store_check_calls(&self) -> Option<u64> {
-        self.store.check_calls()
+    /// What the store counts of itself (keys, leases, evictions, ...).
+    pub fn store_stats(&self) -> StoreStats {
+        self.store.stats()
     }
 }

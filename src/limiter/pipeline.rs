@@ -190,8 +190,7 @@ impl Limiter {
             return;
         };
         if !step.route.check {
-            let op = super::request::op_label(step.kind());
-            self.metrics.adjustments.record(op, answer.is_ok());
+            self.metrics.adjustments.record(step.kind(), answer.is_ok());
             return;
         }
         if let Ok(answer) = answer {

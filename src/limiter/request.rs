@@ -90,19 +90,6 @@ impl Route {
     }
 }
 
-/// The bounded label of `ratekeeper_adjustments_total{op}`, and of logs.
-pub(super) fn op_label(kind: OpKind) -> &'static str {
-    match kind {
-        OpKind::Check => "check",
-        OpKind::Reset => "reset",
-        OpKind::Refund => "refund",
-        OpKind::Settle { .. } => "settle",
-        OpKind::Release => "release",
-        OpKind::Renew => "renew",
-        OpKind::GiveBack { .. } => "give_back",
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,10 +4,17 @@
 use prometheus::{IntCounterVec, Registry};
 
 use super::family::counter_vec;
+use crate::store::OpKind;
 
-/// The `op` label: what `limiter::Adjustment::as_str` answers. Each is
-/// exported at 0 for both results from the start.
-const OPS: [&str; 5] = ["reset", "refund", "settle", "release", "renew"];
+/// The operations counted here, by their `op` label ([`OpKind::name`]),
+/// each exported at 0 for both results from the start: every one a
+/// client asks for but a check (counted as a decision), so not a
+/// give-back either (leasing's own, counted in `ratekeeper_lease_*`).
+fn counted() -> impl Iterator<Item = OpKind> {
+    OpKind::ALL
+        .into_iter()
+        .filter(|kind| !matches!(kind, OpKind::Check | OpKind::GiveBack { .. }))
+}
 
 pub struct AdjustmentMetrics {
     /// `ratekeeper_adjustments_total{op, result}`.
@@ -22,18 +29,55 @@ impl AdjustmentMetrics {
             "Resets, refunds, settles and a lease's releases and renewals (op: reset|refund|settle|release|renew) by result: ok, or error (the store could not apply it; answered 503 or 500).",
             &["op", "result"],
         );
-        for op in OPS {
+        for op in counted() {
             for result in ["ok", "error"] {
-                adjustments.with_label_values(&[op, result]);
+                adjustments.with_label_values(&[op.name(), result]);
             }
         }
         AdjustmentMetrics { adjustments }
     }
 
-    /// Counts one adjustment: `op` is `Adjustment::as_str`, `ok` whether the
-    /// store applied it.
-    pub fn record(&self, op: &'static str, ok: bool) {
+    /// Counts one adjustment, `ok` whether the store applied it.
+    pub fn record(&self, op: OpKind, ok: bool) {
         let result = if ok { "ok" } else { "error" };
-        self.adjustments.with_label_values(&[op, result]).inc();
+        self.adjustments
+            .with_label_values(&[op.name(), result])
+            .inc();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The series the alerts and dashboards read: the same `op` values as
+    /// before `OpKind` named them, each exported at 0 for both results.
+    #[test]
+    fn the_op_labels_are_the_five_adjustments_exported_at_zero() {
+        let registry = Registry::new();
+        let metrics = AdjustmentMetrics::register(&registry);
+        metrics.record(OpKind::Settle { actual: 3 }, false);
+        let mut series: Vec<(String, String, u64)> = registry
+            .gather()
+            .iter()
+            .flat_map(|family| family.get_metric())
+            .map(|m| {
+                let label = |name: &str| {
+                    let pair = m.get_label().iter().find(|l| l.name() == name);
+                    pair.map(|l| l.value().to_string()).unwrap_or_default()
+                };
+                let value = m.get_counter().get_value() as u64;
+                (label("op"), label("result"), value)
+            })
+            .collect();
+        series.sort();
+        let mut expected = Vec::new();
+        for op in ["refund", "release", "renew", "reset", "settle"] {
+            for result in ["error", "ok"] {
+                let value = u64::from(op == "settle" && result == "error");
+                expected.push((op.to_string(), result.to_string(), value));
+            }
+        }
+        assert_eq!(series, expected);
     }
 }

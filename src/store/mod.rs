@@ -11,9 +11,12 @@ pub use op::{Applied, Op, OpKind, Settled};
 
 use async_trait::async_trait;
 
-use crate::domain::{Check, LeaseId, Outcome};
+use crate::domain::Check;
 
-/// Runs operations atomically against shared state.
+/// Runs operations atomically against shared state: the seam between
+/// deciding and storing. Every kind of store work is an [`Op`] through
+/// [`apply`](Store::apply); the tests' shorthand for one operation alone
+/// is `StoreExt` (`tests/support/store_ext.rs`).
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
     /// Applies `ops`, each atomically and in order (operations on one
@@ -24,54 +27,6 @@ pub trait Store: Send + Sync + 'static {
     /// share one script call, and the calls for different slots go out at
     /// once.
     async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>>;
-
-    /// A check alone (see [`OpKind::Check`]): one outcome per limit, in
-    /// order, each what that limit alone decided. A check of one limit is
-    /// the same call.
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        one(self.apply(&[Op::check(check)]).await).map(|a| a.outcomes)
-    }
-
-    /// A reset alone (see [`OpKind::Reset`]).
-    async fn reset(&self, check: &Check) -> Result<Applied, StoreError> {
-        one(self.apply(&[Op::reset(check)]).await)
-    }
-
-    /// A refund alone (see [`OpKind::Refund`]): `check.cost` units back.
-    async fn refund(&self, check: &Check) -> Result<Applied, StoreError> {
-        one(self.apply(&[Op::refund(check)]).await)
-    }
-
-    /// A settle alone (see [`OpKind::Settle`]): the reservation
-    /// `check.cost` settled as `actual`.
-    async fn settle(&self, check: &Check, actual: u64) -> Result<Applied, StoreError> {
-        one(self.apply(&[Op::settle(check, actual)]).await)
-    }
-
-    /// A give-back alone (see [`OpKind::GiveBack`]): up to `check.cost`
-    /// units that a check of the same limits counted at store time `at_us`
-    /// (its [`Applied::at_us`]: run that check with [`Store::apply`] to
-    /// learn it).
-    async fn give_back(&self, check: &Check, at_us: u64) -> Result<Applied, StoreError> {
-        one(self.apply(&[Op::give_back(check, at_us)]).await)
-    }
-
-    /// A check alone acquiring `lease` on its concurrency limit (see
-    /// [`Op::acquire`]).
-    async fn acquire(&self, check: &Check, lease: &LeaseId) -> Result<Vec<Outcome>, StoreError> {
-        one(self.apply(&[Op::acquire(check, lease)]).await).map(|a| a.outcomes)
-    }
-
-    /// A release alone (see [`OpKind::Release`]); [`Applied::lease`] says
-    /// whether the lease was live.
-    async fn release(&self, check: &Check, lease: &LeaseId) -> Result<Applied, StoreError> {
-        one(self.apply(&[Op::release(check, lease)]).await)
-    }
-
-    /// A renewal alone (see [`OpKind::Renew`]).
-    async fn renew(&self, check: &Check, lease: &LeaseId) -> Result<Applied, StoreError> {
-        one(self.apply(&[Op::renew(check, lease)]).await)
-    }
 
     /// Succeeds while the store can answer checks (readiness). For Redis this
     /// also makes sure the scripts are loaded.
@@ -88,54 +43,37 @@ pub trait Store: Send + Sync + 'static {
         0
     }
 
-    /// Keys holding state, where the store can count them cheaply (the
-    /// embedded store); Redis reports its own.
-    fn key_count(&self) -> Option<usize> {
-        None
-    }
-
-    /// Concurrency leases its keys hold, where the store bounds them
-    /// itself (the embedded store: each counts against `memory.max_keys`).
-    fn lease_count(&self) -> Option<usize> {
-        None
-    }
-
-    /// Keys evicted before their reset to make room, where the store does
-    /// so itself (the embedded store at `memory.max_keys`); Redis counts its
-    /// own in `INFO stats`.
-    fn evictions(&self) -> Option<u64> {
-        None
-    }
-
-    /// Reservations held (`domain::reservation`), where the store keeps
-    /// them itself (the embedded store, bounded by `memory.max_keys`);
-    /// Redis counts them among its keys.
-    fn reservation_count(&self) -> Option<usize> {
-        None
-    }
-
-    /// Connections to the store replaced because they stopped answering,
-    /// if it has connections (Redis).
-    fn connections_replaced(&self) -> Option<u64> {
-        None
-    }
-
-    /// Calls to the store that decided checks, if checks share calls
-    /// (Redis: one script call per check sent alone, one per micro-batch).
-    /// Checks sent over calls made is the mean batch size.
-    fn check_calls(&self) -> Option<u64> {
-        None
+    /// What the store counts of itself, for `/metrics`.
+    fn stats(&self) -> StoreStats {
+        StoreStats::default()
     }
 }
 
-/// The one answer of a call of one operation.
-fn one(mut answers: Vec<Result<Applied, StoreError>>) -> Result<Applied, StoreError> {
-    match answers.pop() {
-        Some(answer) if answers.is_empty() => answer,
-        _ => Err(StoreError::Backend(
-            "a store answered one operation with other than one answer".into(),
-        )),
-    }
+/// What a store counts of itself: each `None` where this store does not
+/// count it (then Redis reports its own, or it has no such thing).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreStats {
+    /// Keys holding state, where the store can count them cheaply (the
+    /// embedded store); Redis reports its own.
+    pub key_count: Option<usize>,
+    /// Concurrency leases its keys hold, where the store bounds them
+    /// itself (the embedded store: each counts against `memory.max_keys`).
+    pub lease_count: Option<usize>,
+    /// Keys evicted before their reset to make room, where the store does
+    /// so itself (the embedded store at `memory.max_keys`); Redis counts
+    /// its own in `INFO stats`.
+    pub evictions: Option<u64>,
+    /// Reservations held (`domain::reservation`), where the store keeps
+    /// them itself (the embedded store, bounded by `memory.max_keys`);
+    /// Redis counts them among its keys.
+    pub reservation_count: Option<usize>,
+    /// Connections to the store replaced because they stopped answering,
+    /// if it has connections (Redis).
+    pub connections_replaced: Option<u64>,
+    /// Calls to the store that decided checks, if checks share calls
+    /// (Redis: one script call per check sent alone, one per
+    /// micro-batch). Checks sent over calls made is the mean batch size.
+    pub check_calls: Option<u64>,
 }
 
 /// Where a store's invalidation listener reports (the deny cache).

@@ -49,6 +49,48 @@ pub enum OpKind {
 }
 
 impl OpKind {
+    /// Every operation, in code order, a settle's and a give-back's
+    /// numbers 0: what the script's dispatch and the metrics' label sets
+    /// are generated from.
+    pub const ALL: [OpKind; 7] = [
+        OpKind::Check,
+        OpKind::Reset,
+        OpKind::Refund,
+        OpKind::Settle { actual: 0 },
+        OpKind::Release,
+        OpKind::Renew,
+        OpKind::GiveBack { at_us: 0 },
+    ];
+
+    /// Its name: the `op` label of metrics and logs, and in upper case
+    /// its constant in the script (`OP_GIVE_BACK`). Outside checks and the
+    /// Prometheus alerts read these labels: a name never changes.
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Check => "check",
+            OpKind::Reset => "reset",
+            OpKind::Refund => "refund",
+            OpKind::Settle { .. } => "settle",
+            OpKind::Release => "release",
+            OpKind::Renew => "renew",
+            OpKind::GiveBack { .. } => "give_back",
+        }
+    }
+
+    /// Its code in the script's `ARGV` (`store::redis::wire`), which the
+    /// script knows by name only (`OP_<NAME>`, generated from these).
+    pub fn code(self) -> u8 {
+        match self {
+            OpKind::Check => 1,
+            OpKind::Reset => 2,
+            OpKind::Refund => 3,
+            OpKind::Settle { .. } => 4,
+            OpKind::Release => 5,
+            OpKind::Renew => 6,
+            OpKind::GiveBack { .. } => 7,
+        }
+    }
+
     /// Whether the other instances sharing the store must hear of it: the
     /// state changed in a way their deny caches cannot know.
     ///
@@ -262,5 +304,35 @@ impl std::ops::Deref for Applied {
 
     fn deref(&self) -> &[Outcome] {
         &self.outcomes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpKind;
+
+    /// The names are the `op` label values that dashboards, alerts and
+    /// outside checks match: this list is what they were before `OpKind`
+    /// named them, and must not change.
+    #[test]
+    fn every_operation_keeps_its_label_and_has_a_code_of_its_own() {
+        let names = OpKind::ALL.map(OpKind::name);
+        assert_eq!(
+            names,
+            [
+                "check",
+                "reset",
+                "refund",
+                "settle",
+                "release",
+                "renew",
+                "give_back"
+            ]
+        );
+        assert_eq!(OpKind::ALL.map(OpKind::code), [1, 2, 3, 4, 5, 6, 7]);
+        for kind in [OpKind::Settle { actual: 9 }, OpKind::GiveBack { at_us: 9 }] {
+            let listed = OpKind::ALL.iter().find(|k| k.code() == kind.code());
+            assert_eq!(listed.map(|k| k.name()), Some(kind.name()));
+        }
     }
 }

@@ -80,6 +80,27 @@ pub static LIBRARY: LazyLock<(String, String)> = LazyLock::new(|| {
 #[cfg(test)]
 mod tests {
     use crate::domain::algorithms::sliding_log::MAX_EXACT_ENTRIES;
+    use crate::store::OpKind;
+
+    /// `ops.lua` knows an operation by its generated name only: each
+    /// `OP_<NAME>` is defined once from [`OpKind`], every one is
+    /// dispatched, and no comparison of `op` names a bare number.
+    #[test]
+    fn the_script_dispatches_every_operation_by_its_generated_name() {
+        for kind in OpKind::ALL {
+            let name = format!("OP_{}", kind.name().to_uppercase());
+            let line = format!("\nlocal {name} = {}\n", kind.code());
+            assert_eq!(super::OPS.matches(&line).count(), 1, "{line}");
+            assert!(super::ENTRY.contains(&format!("op == {name} ")), "{name}");
+        }
+        for (at, _) in super::OPS
+            .match_indices("op ==")
+            .chain(super::OPS.match_indices("op ~="))
+        {
+            let operand = super::OPS[at + 5..].trim_start();
+            assert!(operand.starts_with("OP_"), "{}", &super::OPS[at..at + 20]);
+        }
+    }
 
     #[test]
     fn the_sliding_log_bound_is_the_same_in_lua_and_rust() {

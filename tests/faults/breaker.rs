@@ -12,6 +12,7 @@
 
 use crate::support;
 use crate::support::LimiterExt;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -45,27 +46,30 @@ impl FaultyStore {
     }
 }
 
-#[async_trait]
-impl Store for FaultyStore {
-    /// Checks through [`check`](Store::check) below; the rest as the
-    /// wrapped store does.
-    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
-        let mut answers = Vec::with_capacity(ops.len());
-        for op in ops {
-            answers.push(match op.kind {
-                OpKind::Check => self.check(op.check).await.map(Applied::unshared),
-                _ => self.inner.apply(&[*op]).await.remove(0),
-            });
-        }
-        answers
-    }
-
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+impl FaultyStore {
+    /// A check alone, as [`Store::apply`] below sends each.
+    async fn check_alone(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
         if call == self.fail_at.load(Ordering::SeqCst) {
             return Err(StoreError::Timeout("injected: one slow call".into()));
         }
         self.inner.check(check).await
+    }
+}
+
+#[async_trait]
+impl Store for FaultyStore {
+    /// Checks through [`check_alone`](Self::check_alone); the rest as the
+    /// wrapped store does.
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            answers.push(match op.kind {
+                OpKind::Check => self.check_alone(op.check).await.map(Applied::unshared),
+                _ => self.inner.apply(&[*op]).await.remove(0),
+            });
+        }
+        answers
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

@@ -14,6 +14,7 @@
 
 use crate::support;
 use crate::support::LimiterExt;
+use crate::support::StoreExt;
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -78,28 +79,31 @@ struct Noting {
     errors: Mutex<Vec<(Duration, &'static str)>>,
 }
 
-#[async_trait]
-impl Store for Noting {
-    /// Checks through [`check`](Store::check) below; the rest as the
-    /// wrapped store does.
-    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
-        let mut answers = Vec::with_capacity(ops.len());
-        for op in ops {
-            answers.push(match op.kind {
-                OpKind::Check => self.check(op.check).await.map(Applied::unshared),
-                _ => self.inner.apply(&[*op]).await.remove(0),
-            });
-        }
-        answers
-    }
-
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+impl Noting {
+    /// A check alone, as [`Store::apply`] below sends each.
+    async fn check_alone(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         let result = self.inner.check(check).await;
         if let Err(e) = &result {
             let at = self.start.elapsed();
             self.errors.lock().unwrap().push((at, e.kind()));
         }
         result
+    }
+}
+
+#[async_trait]
+impl Store for Noting {
+    /// Checks through [`check_alone`](Self::check_alone); the rest as the
+    /// wrapped store does.
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            answers.push(match op.kind {
+                OpKind::Check => self.check_alone(op.check).await.map(Applied::unshared),
+                _ => self.inner.apply(&[*op]).await.remove(0),
+            });
+        }
+        answers
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

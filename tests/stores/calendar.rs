@@ -6,6 +6,7 @@
 //! clock among the periods the instance sends (`by_redis_time`).
 
 use crate::support;
+use crate::support::StoreExt;
 
 use std::sync::Arc;
 

@@ -11,6 +11,7 @@
 //! the measured times, which `bench/failover.sh` collects.
 
 use crate::support;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 //! starts its own cluster.)
 
 use crate::support;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -3,6 +3,7 @@
 //! the embedded store (every decision holds its shard's lock).
 
 use crate::support;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

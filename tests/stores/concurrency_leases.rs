@@ -6,6 +6,7 @@
 //! on two instances sharing one Redis, never more than the limit in flight.
 
 use crate::support;
+use crate::support::StoreExt;
 
 use std::collections::HashSet;
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 //! loaded again, and go by EVALSHA for a user whose ACL refuses functions.
 
 use crate::support;
+use crate::support::StoreExt;
 
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Rule};
 use ratekeeper::store::Store;

@@ -5,6 +5,7 @@
 //! on its own; nothing after a reset, nor from a key written before its
 //! birth was recorded; the other algorithms refused with nothing written.
 
+use crate::support::StoreExt;
 use std::sync::Arc;
 
 use ratekeeper::domain::algorithms::{State, apply_all, give_back_all};

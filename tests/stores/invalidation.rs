@@ -7,6 +7,7 @@
 
 use crate::support;
 use crate::support::LimiterExt;
+use crate::support::StoreExt;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

@@ -6,6 +6,7 @@
 //! admit exactly the limit, and without the option they would not.
 
 use crate::support;
+use crate::support::StoreExt;
 
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Rule};
 use ratekeeper::store::Store;

@@ -5,6 +5,7 @@
 //! an ACL denial a misconfiguration, never a 500.
 
 use crate::support;
+use crate::support::StoreExt;
 
 use std::time::Duration;
 

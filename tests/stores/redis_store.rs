@@ -4,6 +4,7 @@
 //! credentials. `tests/stores/stores.rs` runs the scenarios every store shares.
 
 use crate::support;
+use crate::support::StoreExt;
 
 use std::time::Duration;
 
@@ -425,14 +426,18 @@ async fn check_calls_count_one_per_lone_check_and_one_per_batch() {
         let c = check(&unique_key("calls"), Algorithm::RATES[i], 10, "1m", 1);
         store.check(&c).await.unwrap();
     }
-    assert_eq!(store.check_calls(), Some(5), "one call per lone check");
+    assert_eq!(
+        store.stats().check_calls,
+        Some(5),
+        "one call per lone check"
+    );
     let batch: Vec<Check> = (0..20)
         .map(|i| check(&unique_key("callsb"), Algorithm::RATES[i % 5], 10, "1m", 1))
         .collect();
     store.check_batch(&batch).await.unwrap();
-    assert_eq!(store.check_calls(), Some(6), "one call for the batch");
+    assert_eq!(store.stats().check_calls, Some(6), "one call for the batch");
     assert_eq!(concurrent_errors(&store, 300).await, Vec::<String>::new());
-    let calls = store.check_calls().unwrap() - 6;
+    let calls = store.stats().check_calls.unwrap() - 6;
     assert!(
         (1..300).contains(&calls),
         "300 concurrent checks in {calls} calls"

@@ -6,6 +6,7 @@
 
 use crate::support;
 use crate::support::LimiterExt;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

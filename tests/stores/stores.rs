@@ -2,6 +2,7 @@
 //! controlled clock. What only Redis has is in `tests/stores/redis_store.rs`.
 
 use crate::support;
+use crate::support::StoreExt;
 use std::sync::Arc;
 
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome};

@@ -5,6 +5,7 @@
 
 use crate::support;
 use crate::support::LimiterExt;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

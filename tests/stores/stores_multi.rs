@@ -4,6 +4,7 @@
 //! scenarios; `tests/stores/multi_parity.rs` the random ones.)
 
 use crate::support;
+use crate::support::StoreExt;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;

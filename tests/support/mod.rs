@@ -26,12 +26,14 @@ mod net;
 pub mod ops;
 mod sentinel;
 pub mod server;
+pub mod store_ext;
 pub mod stores;
 pub mod tls;
 pub mod venv;
 
 pub use app::{TestApp, settings};
 pub use limiter_ext::LimiterExt;
+pub use store_ext::StoreExt;
 
 /// One test per store for each scenario, as limitador's
 /// `test_with_all_storage_impls!`: a failure names its store (`memory` or

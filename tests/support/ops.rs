@@ -2,6 +2,7 @@
 //! differential property tests: a random sequence of operations, run on a
 //! store and on the pure Rust twins.
 
+use super::StoreExt;
 use proptest::prelude::*;
 use ratekeeper::domain::algorithms::{
     State, apply_all, apply_all_leased, give_back_all, lease_all, refund_all, reset_all, settle_all,

@@ -13,8 +13,8 @@ use super::{Parsed, parse, respond};
 use crate::domain::auth::Scope;
 use crate::domain::validate_wait_ms;
 use crate::http::AppState;
+use crate::http::endpoint::Endpoint;
 use crate::http::error::{ApiError, ErrorBody};
-use crate::http::routes::Endpoint;
 use crate::limiter::Request as Run;
 use crate::store::{Op, OpKind};
 
@@ -116,7 +116,7 @@ async fn adjust(state: &AppState, kind: OpKind, request: Request) -> Result<Resp
     if reservation.is_some() {
         return Err(ApiError::InvalidRequest(format!(
             "reservation_ttl: only a check takes a reservation, not a {}",
-            verb(kind)
+            kind.name()
         )));
     }
     // `wait_ms` is part of the shared forms: validated as for a check, then
@@ -138,14 +138,6 @@ async fn adjust(state: &AppState, kind: OpKind, request: Request) -> Result<Resp
         .limiter
         .run_one(Run::new(op))
         .await
-        .map_err(|e| ApiError::adjusting(verb(kind), e))?;
+        .map_err(|e| ApiError::adjusting(kind, e))?;
     Ok(respond(form, &answer.decision))
-}
-
-/// The operation's name in messages.
-fn verb(kind: OpKind) -> &'static str {
-    match kind {
-        OpKind::Reset => "reset",
-        _ => "refund",
-    }
 }

@@ -23,9 +23,9 @@ use super::{body_for, parse_check};
 use crate::domain::LeaseId;
 use crate::domain::auth::Scope;
 use crate::http::AppState;
+use crate::http::endpoint::Endpoint;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
-use crate::http::routes::Endpoint;
-use crate::store::Op;
+use crate::store::{Op, OpKind};
 
 /// The `check` scope, as a check's: a lease id is its holder's alone (128
 /// random bits), so a release or renewal moves only the caller's own slot.
@@ -125,7 +125,7 @@ impl PartialSchema for LeaseForms {
     )
 )]
 pub async fn release(State(state): State<AppState>, request: Request) -> Response {
-    leased(&state, Lifetime::Release, request)
+    leased(&state, OpKind::Release, request)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
@@ -156,30 +156,15 @@ pub async fn release(State(state): State<AppState>, request: Request) -> Respons
     )
 )]
 pub async fn renew(State(state): State<AppState>, request: Request) -> Response {
-    leased(&state, Lifetime::Renew, request)
+    leased(&state, OpKind::Renew, request)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Lifetime {
-    Release,
-    Renew,
-}
-
-impl Lifetime {
-    /// The verb, as in messages and `ratekeeper_adjustments_total{op}`.
-    fn as_str(self) -> &'static str {
-        match self {
-            Lifetime::Release => "release",
-            Lifetime::Renew => "renew",
-        }
-    }
-}
-
-async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Response, ApiError> {
+/// A release or renewal (`kind`, its name the verb of its messages).
+async fn leased(state: &AppState, kind: OpKind, request: Request) -> Result<Response, ApiError> {
     let body = JsonBody::from_request(request, state).await?;
-    let verb = what.as_str();
+    let verb = kind.name();
     let (parsed, LeaseField { lease }) = body.parse_with(|json| {
         if let Some(fields) = Present::of(json) {
             for field in ["cost", "wait_ms", "reservation_ttl"] {
@@ -204,20 +189,21 @@ async fn leased(state: &AppState, what: Lifetime, request: Request) -> Result<Re
         )));
     }
     check.cost = 0;
-    let op = match what {
-        Lifetime::Release => Op::release(&check, &lease),
-        Lifetime::Renew => Op::renew(&check, &lease),
+    let op = Op {
+        kind,
+        lease: Some(&lease),
+        ..Op::check(&check)
     };
     let adjusted = state
         .limiter
         .run_one(crate::limiter::Request::new(op))
         .await
-        .map_err(|e| ApiError::adjusting(verb, e))?;
+        .map_err(|e| ApiError::adjusting(kind, e))?;
     let live = adjusted.lease.unwrap_or(false);
     let mut response = body_for(parsed.form, &adjusted.decision);
-    match what {
-        Lifetime::Release => response.released = Some(live),
-        Lifetime::Renew => response.renewed = Some(live),
+    match kind {
+        OpKind::Renew => response.renewed = Some(live),
+        _ => response.released = Some(live),
     }
     Ok(response.into_response_for(&adjusted.decision))
 }

@@ -40,8 +40,8 @@ pub use response::{CheckResponse, LimitResponse, ReservationResponse};
 
 use self::fields_present::Present;
 use super::AppState;
+use super::endpoint::Endpoint;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
-use super::routes::Endpoint;
 use crate::domain::auth::Scope;
 use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
 use crate::limiter::Request as Run;

@@ -31,8 +31,8 @@ use crate::domain::Reservation;
 use crate::domain::algorithms::MAX_SETTLE_CAPACITIES;
 use crate::domain::auth::Scope;
 use crate::http::AppState;
+use crate::http::endpoint::Endpoint;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
-use crate::http::routes::Endpoint;
 use crate::store::{Op, Settled};
 
 /// The `check` scope, not admin as a refund: see the module doc.
@@ -156,7 +156,7 @@ async fn settled(state: &AppState, request: Request) -> Result<Response, ApiErro
         .limiter
         .run_one(crate::limiter::Request::new(op))
         .await
-        .map_err(|e| ApiError::adjusting("settle", e))?;
+        .map_err(|e| ApiError::adjusting(op.kind, e))?;
     match adjusted.reservation {
         Some(Settled::Now | Settled::Again) => Ok(respond(parsed.form, &adjusted.decision)),
         Some(Settled::Conflict) => Err(ApiError::ReservationSettled(

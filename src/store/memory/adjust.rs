@@ -12,7 +12,7 @@ use crate::store::{Applied, Settled, StoreError};
 
 impl MemoryStore {
     /// Deletes the state of every limit of `check`, then answers like a
-    /// check of cost 0 (see [`Store::reset`](crate::store::Store::reset)).
+    /// check of cost 0 (see [`OpKind::Reset`](crate::store::OpKind::Reset)).
     pub fn reset_now(&self, check: &Check) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
@@ -25,7 +25,7 @@ impl MemoryStore {
 
     /// Gives back up to `cost` on every limit of `check`, then
     /// answers like a check of cost 0 (see
-    /// [`Store::refund`](crate::store::Store::refund)). Expired state is
+    /// [`OpKind::Refund`](crate::store::OpKind::Refund)). Expired state is
     /// "never seen", as after a Redis TTL: nothing to give back.
     pub fn refund_now(&self, check: &Check, cost: u64) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();

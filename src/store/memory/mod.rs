@@ -25,7 +25,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use hashbrown::{Equivalent, HashMap};
 
-use super::{Applied, Op, OpKind, Store, StoreError};
+use super::{Applied, Op, OpKind, Store, StoreError, StoreStats};
 use crate::domain::algorithms::{State, apply_all_leased};
 use crate::domain::state_key::StateKey;
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Reservation, Rule, Window};
@@ -193,8 +193,9 @@ impl MemoryStore {
         }
     }
 
-    /// Runs a check synchronously (the async trait method wraps this):
-    /// all its limits under one lock, all or nothing (see
+    /// Runs a check synchronously, as [`apply_now`](Self::apply_now)
+    /// runs an [`Op::check`] (tests and callers holding the embedded store
+    /// itself): all its limits under one lock, all or nothing (see
     /// [`apply_all`](crate::domain::algorithms::apply_all)). One outcome per limit, in order.
     pub fn check_now(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         self.acquire_now(check, "")
@@ -254,7 +255,6 @@ impl Inner {
         now: u64,
         lease: &str,
     ) -> Vec<Outcome> {
-        let inner = self;
         // Decide on copies of the limits' states (expired state is "never
         // seen", as after a Redis TTL), then store them back. Copies, not
         // states taken out of the map: a panic mid-decision leaves the map
@@ -275,52 +275,34 @@ impl Inner {
         // matters when several rules share a key.
         let writes = cost > 0 && outcomes.iter().all(|o| o.allowed);
         if writes {
-            // Room for the new keys first, so that making room cannot evict
-            // a limit of this very check after its state was written back.
-            let new = check
-                .limits
-                .iter()
-                .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
-                .count();
-            // An acquire grows its key by a lease: room for that too.
-            let leases_after: usize = states.iter().map(leases_of).sum();
-            let grows = new + leases_after.saturating_sub(leases_before);
-            if grows > 0 && shard.weight() + grows > inner.shard_capacity {
-                inner.make_room(shard, now);
-            }
+            self.room_for(shard, check, &states, leases_before, now);
         }
-
-        for ((limit, state), outcome) in check.limits.iter().zip(states).zip(&outcomes) {
-            let lookup = StateKey::of(check, limit);
-            if let Some(entry) = shard.map.get_mut(&lookup) {
-                // Saturating: a count off by a write the sweep has not yet recounted
-                // must not wrap.
-                shard.leases =
-                    (shard.leases + leases_of(&state)).saturating_sub(leases_of(&entry.state));
-                entry.state = state;
-                let until = now.saturating_add(outcome.reset_after_us);
-                if writes {
-                    entry.expires_at_us = until;
-                } else if entry.expires_at_us > now {
-                    // A rule that refills slower than the one that wrote the
-                    // state (a lowered limit) needs it longer: lengthen, as
-                    // the scripts do (PEXPIRE GT), never shorten.
-                    entry.expires_at_us = entry.expires_at_us.max(until);
-                }
-            } else if writes {
-                shard.leases += leases_of(&state);
-                shard.map.insert(
-                    OwnedStateKey::of(check, limit),
-                    Entry {
-                        state,
-                        expires_at_us: now.saturating_add(outcome.reset_after_us),
-                    },
-                );
-            }
-            // Otherwise nothing to remember: the store would not have
-            // written either.
-        }
+        shard.store_back(check, states, &outcomes, now, writes);
         outcomes
+    }
+
+    /// Makes room, if the shard is full, for what writing `states` back
+    /// adds: room first, so that making room cannot evict a limit of this
+    /// very check after its state was written back.
+    fn room_for(
+        &self,
+        shard: &mut ShardData,
+        check: &Check,
+        states: &[State],
+        leases_before: usize,
+        now: u64,
+    ) {
+        let new = check
+            .limits
+            .iter()
+            .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
+            .count();
+        // An acquire grows its key by a lease: room for that too.
+        let leases_after: usize = states.iter().map(leases_of).sum();
+        let grows = new + leases_after.saturating_sub(leases_before);
+        if grows > 0 && shard.weight() + grows > self.shard_capacity {
+            self.make_room(shard, now);
+        }
     }
 }
 
@@ -337,11 +319,6 @@ impl Store for MemoryStore {
         ops.iter().map(|op| self.apply_now(op)).collect()
     }
 
-    /// The hot path without the list: the same as one [`Op::check`].
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
-        self.check_now(check)
-    }
-
     async fn ping(&self) -> Result<(), StoreError> {
         Ok(())
     }
@@ -350,20 +327,14 @@ impl Store for MemoryStore {
         "memory"
     }
 
-    fn key_count(&self) -> Option<usize> {
-        Some(self.len())
-    }
-
-    fn lease_count(&self) -> Option<usize> {
-        Some(MemoryStore::lease_count(self))
-    }
-
-    fn evictions(&self) -> Option<u64> {
-        Some(self.inner.evictions.load(Ordering::Relaxed))
-    }
-
-    fn reservation_count(&self) -> Option<usize> {
-        Some(MemoryStore::reservation_count(self))
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            key_count: Some(self.len()),
+            lease_count: Some(MemoryStore::lease_count(self)),
+            evictions: Some(self.inner.evictions.load(Ordering::Relaxed)),
+            reservation_count: Some(MemoryStore::reservation_count(self)),
+            ..StoreStats::default()
+        }
     }
 }
 

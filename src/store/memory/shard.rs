@@ -3,9 +3,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::{EPISODE_GAP_US, EVICT_FRACTION, Entry, Inner, Map, SHARDS, lock};
+use super::{EPISODE_GAP_US, EVICT_FRACTION, Entry, Inner, Map, OwnedStateKey, SHARDS, lock};
 use crate::domain::algorithms::State;
 use crate::domain::state_key::StateKey;
+use crate::domain::{Check, Outcome};
 
 pub(super) struct ShardData {
     pub(super) map: Map,
@@ -28,6 +29,48 @@ pub(super) fn leases_of(state: &State) -> usize {
 }
 
 impl ShardData {
+    /// Stores the `states` a check of `check` decided back, each with its
+    /// limit's `outcome`: its expiry set if the check `writes` (was allowed
+    /// and spent), else only lengthened; a key not held is added only if
+    /// it writes (otherwise Redis would not have written either).
+    pub(super) fn store_back(
+        &mut self,
+        check: &Check,
+        states: Vec<State>,
+        outcomes: &[Outcome],
+        now: u64,
+        writes: bool,
+    ) {
+        for ((limit, state), outcome) in check.limits.iter().zip(states).zip(outcomes) {
+            let lookup = StateKey::of(check, limit);
+            if let Some(entry) = self.map.get_mut(&lookup) {
+                // Saturating: a count off by a write the sweep has not yet
+                // recounted must not wrap.
+                self.leases =
+                    (self.leases + leases_of(&state)).saturating_sub(leases_of(&entry.state));
+                entry.state = state;
+                let until = now.saturating_add(outcome.reset_after_us);
+                if writes {
+                    entry.expires_at_us = until;
+                } else if entry.expires_at_us > now {
+                    // A rule that refills slower than the one that wrote the
+                    // state (a lowered limit) needs it longer: lengthen, as
+                    // the scripts do (PEXPIRE GT), never shorten.
+                    entry.expires_at_us = entry.expires_at_us.max(until);
+                }
+            } else if writes {
+                self.leases += leases_of(&state);
+                self.map.insert(
+                    OwnedStateKey::of(check, limit),
+                    Entry {
+                        state,
+                        expires_at_us: now.saturating_add(outcome.reset_after_us),
+                    },
+                );
+            }
+        }
+    }
+
     /// Keys plus leases: what the cap bounds.
     pub(super) fn weight(&self) -> usize {
         self.map.len() + self.leases

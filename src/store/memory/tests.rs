@@ -89,7 +89,7 @@ fn a_full_store_evicts_expired_state_first_then_keys_nearest_their_reset() {
         store.check_now(&long(&format!("long{i}"))).unwrap();
     }
     assert!(store.len() <= SHARDS, "bounded: {}", store.len());
-    let evicted = store.evictions().unwrap();
+    let evicted = store.stats().evictions.unwrap();
     assert!(
         evicted > 0,
         "beyond the expired keys, live ones were evicted"
@@ -153,20 +153,20 @@ fn make_room_drops_expired_state_before_evicting_the_nearest_resets() {
     let mut map = filled(&mut (0..3).map(|i| 100 + i).chain((0..29).map(|i| 1_000 + i)));
     inner.make_room(&mut map, 500);
     assert_eq!(map.map.len(), 29);
-    assert_eq!(store.evictions(), Some(0));
+    assert_eq!(store.stats().evictions, Some(0));
 
     // One expired is not room enough for the next 1/16: the nearest
     // live reset goes too, so the next new keys find room without a scan.
     let mut map = filled(&mut (0..1).map(|i| 100 + i).chain((0..31).map(|i| 1_000 + i)));
     inner.make_room(&mut map, 500);
     assert_eq!(expiries(&map), (1_001..1_031).collect::<Vec<_>>());
-    assert_eq!(store.evictions(), Some(1));
+    assert_eq!(store.stats().evictions, Some(1));
 
     // None expired: the two nearest their reset go, the rest stay.
     let mut map = filled(&mut (0..32).map(|i| 1_000 + i));
     inner.make_room(&mut map, 500);
     assert_eq!(expiries(&map), (1_002..1_032).collect::<Vec<_>>());
-    assert_eq!(store.evictions(), Some(3));
+    assert_eq!(store.stats().evictions, Some(3));
 }
 
 /// Issue 27 D5: a concurrency key's leases count against `memory.max_keys`
@@ -192,7 +192,7 @@ fn leases_count_against_the_key_cap() {
         held <= MAX_KEYS + SHARDS * 101,
         "{held} keys and leases in a store of {MAX_KEYS}"
     );
-    assert!(store.evictions().unwrap() > 0);
+    assert!(store.stats().evictions.unwrap() > 0);
     // The count is exact: a sweep recounts it.
     let counted = store.lease_count();
     store.sweep();

@@ -26,28 +26,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::broadcast::error::RecvError;
 
-use super::errors::tls_failure;
+use super::errors::{is_auth, tls_failure};
 use crate::store::StoreError;
-
-/// Redis's replies to bad credentials (WRONGPASS, NOAUTH) and to a user
-/// whose ACL lacks a command or key (NOPERM).
-pub(super) fn is_auth(error: &Error) -> bool {
-    *error.kind() == ErrorKind::Auth || is_auth_reply(error.details())
-}
-
-/// The same, from a reply's text. Inside a script, an ACL denial is not
-/// NOPERM but an ERR, worded by version: Redis 7.0 says "ERR The user
-/// executing the script can't run this command or subcommand" (or "can't
-/// access at least one of the keys"); Redis 7.2 and later, Valkey 8.1 and
-/// Redis 8.2 among them, say "ERR ACL failure in script: User u has no
-/// permissions to run the 'set' command" (or "No permissions to access a
-/// key"). Either is the same misconfiguration.
-pub(super) fn is_auth_reply(reply: &str) -> bool {
-    let code = reply.split_whitespace().next().unwrap_or("");
-    matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
-        || reply.starts_with("ERR The user executing the script can't")
-        || reply.starts_with("ERR ACL failure in script")
-}
 
 #[derive(Default)]
 pub(super) struct AuthWatch {

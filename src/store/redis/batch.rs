@@ -3,7 +3,7 @@
 //! each exactly as it would run alone.
 //!
 //! Adaptive: a check that finds no Redis call under way skips the batcher
-//! and goes straight out (see `RedisStore::check`), so a lone request never
+//! and goes straight out (see `RedisStore::apply`), so a lone request never
 //! waits and pays no hop. Only under load, when calls are already in
 //! flight, do checks come here, and the batcher lingers up to `window` to
 //! collect more. The

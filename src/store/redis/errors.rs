@@ -1,5 +1,7 @@
 //! Which Redis failures are outages (answered by the failure policy) and
-//! which are bugs (surfaced as 500s).
+//! which are bugs (surfaced as 500s). Refused credentials and permissions
+//! (`is_auth`) are a misconfiguration, answered by the failure policy too;
+//! `auth.rs` watches for them while connecting.
 
 use fred::prelude::*;
 
@@ -33,7 +35,7 @@ pub(super) fn classify(error: Error) -> StoreError {
     // route command.", "Too many failed write attempts.").
     let code = details.split_whitespace().next().unwrap_or("");
     let from_server = !code.is_empty() && code.bytes().all(|b| b.is_ascii_uppercase());
-    if super::auth::is_auth(&error) {
+    if is_auth(&error) {
         return StoreError::Auth(error.to_string());
     }
     if let Some(why) = tls_failure(&error) {
@@ -62,13 +64,33 @@ pub(super) fn classify_message(message: &str) -> StoreError {
 /// `reply`'s kind, carrying `text`.
 fn by_reply(reply: &str, text: String) -> StoreError {
     let code = reply.split_whitespace().next().unwrap_or("");
-    if super::auth::is_auth_reply(reply) {
+    if is_auth_reply(reply) {
         StoreError::Auth(text)
     } else if TRANSIENT_SERVER_CODES.contains(&code) {
         StoreError::Unavailable(text)
     } else {
         StoreError::Backend(text)
     }
+}
+
+/// Redis's replies to bad credentials (WRONGPASS, NOAUTH) and to a user
+/// whose ACL lacks a command or key (NOPERM).
+pub(super) fn is_auth(error: &Error) -> bool {
+    *error.kind() == ErrorKind::Auth || is_auth_reply(error.details())
+}
+
+/// The same, from a reply's text. Inside a script, an ACL denial is not
+/// NOPERM but an ERR, worded by version: Redis 7.0 says "ERR The user
+/// executing the script can't run this command or subcommand" (or "can't
+/// access at least one of the keys"); Redis 7.2 and later, Valkey 8.1 and
+/// Redis 8.2 among them, say "ERR ACL failure in script: User u has no
+/// permissions to run the 'set' command" (or "No permissions to access a
+/// key"). Either is the same misconfiguration.
+pub(super) fn is_auth_reply(reply: &str) -> bool {
+    let code = reply.split_whitespace().next().unwrap_or("");
+    matches!(code, "WRONGPASS" | "NOAUTH" | "NOPERM")
+        || reply.starts_with("ERR The user executing the script can't")
+        || reply.starts_with("ERR ACL failure in script")
 }
 
 /// What to fix, when `error` is a failed TLS handshake. fred reports a
@@ -126,7 +148,7 @@ mod tests {
     }
 
     #[test]
-    fn outages_are_transient_and_bugs_are_not() {
+    fn timeouts_and_lost_connections_are_outages() {
         assert_eq!(kind_of(ErrorKind::Timeout, "Request timed out."), "timeout");
         assert_eq!(kind_of(ErrorKind::IO, "Connection closed."), "unavailable");
         assert_eq!(
@@ -137,6 +159,10 @@ mod tests {
             kind_of(ErrorKind::Unknown, "Too many failed write attempts."),
             "unavailable"
         );
+    }
+
+    #[test]
+    fn a_server_loading_full_or_moved_is_an_outage() {
         assert_eq!(
             kind_of(
                 ErrorKind::Unknown,
@@ -152,12 +178,18 @@ mod tests {
             "unavailable"
         );
         assert_eq!(
-            kind_of(
-                ErrorKind::Unknown,
-                "ERR Error running script (call to f_x): @user_script:1: boom"
-            ),
-            "backend"
+            kind_of(ErrorKind::Unknown, "MOVED 3999 127.0.0.1:6381"),
+            "unavailable"
         );
+        assert!(is_moved(&Error::new(
+            ErrorKind::Unknown,
+            "MOVED 3999 127.0.0.1:6381"
+        )));
+        assert!(!is_moved(&Error::new(ErrorKind::Unknown, "ERR MOVED")));
+    }
+
+    #[test]
+    fn refused_credentials_and_permissions_are_auth() {
         assert_eq!(
             kind_of(
                 ErrorKind::Auth,
@@ -176,6 +208,17 @@ mod tests {
             ),
             "auth"
         );
+    }
+
+    #[test]
+    fn script_errors_and_wrong_types_are_bugs() {
+        assert_eq!(
+            kind_of(
+                ErrorKind::Unknown,
+                "ERR Error running script (call to f_x): @user_script:1: boom"
+            ),
+            "backend"
+        );
         assert_eq!(
             kind_of(
                 ErrorKind::InvalidArgument,
@@ -183,15 +226,6 @@ mod tests {
             ),
             "backend"
         );
-        assert_eq!(
-            kind_of(ErrorKind::Unknown, "MOVED 3999 127.0.0.1:6381"),
-            "unavailable"
-        );
-        assert!(is_moved(&Error::new(
-            ErrorKind::Unknown,
-            "MOVED 3999 127.0.0.1:6381"
-        )));
-        assert!(!is_moved(&Error::new(ErrorKind::Unknown, "ERR MOVED")));
     }
 
     /// fred carries rustls's errors as IO errors with their `Debug` text.

@@ -52,7 +52,7 @@ use fred::prelude::*;
 use fred::types::scripts::Script;
 use tokio::sync::mpsc;
 
-use super::{Applied, Op, Store, StoreError, scripts};
+use super::{Applied, Op, Store, StoreError, StoreStats, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
 use client::{build_pool, client_config, reconnect_policy, tcp_config};
 use errors::classify;
@@ -325,12 +325,12 @@ impl Store for RedisStore {
         "redis"
     }
 
-    fn connections_replaced(&self) -> Option<u64> {
-        Some(self.inner.liveness.replaced())
-    }
-
-    fn check_calls(&self) -> Option<u64> {
-        Some(self.inner.check_calls.load(Ordering::Relaxed))
+    fn stats(&self) -> StoreStats {
+        StoreStats {
+            connections_replaced: Some(self.inner.liveness.replaced()),
+            check_calls: Some(self.inner.check_calls.load(Ordering::Relaxed)),
+            ..StoreStats::default()
+        }
     }
 
     fn failure_domain(&self, check: &Check) -> u64 {

@@ -53,22 +53,9 @@ impl Domains {
     }
 }
 
-#[async_trait]
-impl Store for Domains {
-    /// Checks through [`check`](Store::check) below; the rest as the
-    /// wrapped store does.
-    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
-        let mut answers = Vec::with_capacity(ops.len());
-        for op in ops {
-            answers.push(match op.kind {
-                OpKind::Check => self.check(op.check).await.map(Applied::unshared),
-                _ => self.inner.apply_now(op),
-            });
-        }
-        answers
-    }
-
-    async fn check(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
+impl Domains {
+    /// A check alone, as [`Store::apply`] below sends each.
+    async fn check_alone(&self, check: &Check) -> Result<Vec<Outcome>, StoreError> {
         if self.failure_domain(check) == 1 {
             self.calls_on_1.fetch_add(1, Ordering::SeqCst);
         }
@@ -81,6 +68,22 @@ impl Store for Domains {
             return Err(self.error.lock().unwrap().clone());
         }
         self.inner.check_now(check)
+    }
+}
+
+#[async_trait]
+impl Store for Domains {
+    /// Checks through [`check_alone`](Self::check_alone); the rest as the
+    /// wrapped store does.
+    async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let mut answers = Vec::with_capacity(ops.len());
+        for op in ops {
+            answers.push(match op.kind {
+                OpKind::Check => self.check_alone(op.check).await.map(Applied::unshared),
+                _ => self.inner.apply_now(op),
+            });
+        }
+        answers
     }
 
     async fn ping(&self) -> Result<(), StoreError> {

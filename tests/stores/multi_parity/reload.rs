@@ -3,13 +3,13 @@
 //! override does. The Lua and the Rust must still agree step for step, and
 //! gcra must still answer exactly like token_bucket.
 
+use crate::support::StoreExt;
 use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use ratekeeper::domain::algorithms::State;
 use ratekeeper::domain::{
     Algorithm, Check, CheckInput, ManualClock, Outcome, Rule, RuleInput, WindowInput,
 };
-use ratekeeper::store::Store;
 
 use super::case::{EPOCH_2026_US, runner, runtime, simulated_redis, window_ms};
 use crate::support::{RedisServer, unique_key};
