@@ -146,3 +146,23 @@ fn adopt(tasks: &Tasks, mut task: JoinHandle<()>) {
         }
     });
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_adopted_loop_ends_at_shutdown_and_is_joined() {
+        let tasks = Tasks::new();
+        let (alive, gone) = tokio::sync::oneshot::channel::<()>();
+        let looping = tokio::spawn(async move {
+            let _alive = alive;
+            std::future::pending::<()>().await
+        });
+        adopt(&tasks, looping);
+        assert!(tasks.shutdown(Duration::from_secs(5)).await);
+        // Joined before shutdown returned: the loop, and its sender, are gone.
+        assert!(gone.await.is_err());
+        assert!(tasks.is_empty());
+    }
+}
