@@ -24,8 +24,9 @@
 //! - [`policies`]: the policies file: reading, validating, swapping it in
 //!   whole.
 //! - [`watch`]: reloading a config path (the policies file, `rls.config`)
-//!   on file events, SIGHUP and a slow poll; [`watch::read`], the one
-//!   bounded reader of every watched file.
+//!   on file events, SIGHUP and a slow poll; [`watch::hot::HotFile`], the
+//!   one hot-file type those files plug a parser into; [`watch::read`], the
+//!   one bounded reader of every watched file.
 //! - [`tasks`]: every spawned task, tracked, so shutdown can wait for them.
 //! - [`tokens`]: the bearer tokens file (`auth.tokens_file`): reading it,
 //!   swapping it in whole, reloading it like the policies file.

@@ -1,6 +1,7 @@
 //! The tokens file (`auth.tokens_file`) at the edge: reading it, judging it
-//! with [`TokenSet::parse`], swapping it in whole, and reloading it by the
-//! same watch as the policies file ([`crate::watch`]).
+//! with [`TokenSet::parse`]: the parser the tokens file's [`HotFile`] plugs
+//! in, which swaps it in whole and is watched like the policies file
+//! ([`crate::watch`]).
 //!
 //! No message, log line or metric here holds a token: parse errors name
 //! the line only, the fingerprint that tells versions apart stays in
@@ -9,15 +10,16 @@
 use std::io;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 use tracing::{error, info, warn};
 
 use crate::domain::auth::{Scope, TokenFileError, TokenSet};
 use crate::metrics::Metrics;
-use crate::watch::read::{ReadError, read_with_metadata};
+use crate::watch::hot::{HotFile, Parse};
+use crate::watch::read::ReadError;
+use crate::watch::source::{File, FileRead, Source};
 
 /// The largest tokens file read: thousands of tokens fit; a wrong path (a
 /// log file, say) is refused rather than read whole.
@@ -133,13 +135,10 @@ fn same_dir(a: &Path, b: &Path) -> bool {
     }
 }
 
-/// The file's text (following symlinks, so a Kubernetes Secret's
-/// `..data` swap is seen), and who else may read or change it. Read by
-/// the reader of every watched file ([`read_regular`]): a FIFO or a device
-/// at the path is refused, never waited on.
-fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
+/// The error a read of `path` gave, as a [`TokensError`].
+fn read_error(path: &Path, e: ReadError) -> TokensError {
     let shown = || path.display().to_string();
-    let (bytes, meta) = read_with_metadata(path, MAX_FILE_BYTES).map_err(|e| match e {
+    match e {
         ReadError::Io(source) if source.kind() == io::ErrorKind::PermissionDenied => denied(path)
             .unwrap_or(TokensError::Read {
                 path: shown(),
@@ -154,10 +153,7 @@ fn read(path: &Path) -> Result<(String, Exposure), TokensError> {
             kind,
         },
         ReadError::TooLarge(_) => TokensError::TooLarge { path: shown() },
-    })?;
-    let mode = meta.permissions().mode();
-    let text = String::from_utf8(bytes).map_err(|_| TokensError::NotUtf8 { path: shown() })?;
-    Ok((text, Exposure::of(path, mode)))
+    }
 }
 
 /// Who owns the unreadable file at `path`, and who we are.
@@ -172,141 +168,74 @@ fn denied(path: &Path) -> Option<TokensError> {
     })
 }
 
-/// Judges the text read from `path`.
-fn parse(path: &Path, text: &str) -> Result<TokenSet, TokensError> {
+/// Judges the bytes read from `path`.
+fn parse(path: &Path, bytes: &[u8]) -> Result<TokenSet, TokensError> {
+    let shown = || path.display().to_string();
+    let text = std::str::from_utf8(bytes).map_err(|_| TokensError::NotUtf8 { path: shown() })?;
     TokenSet::parse(text).map_err(|source| TokensError::Invalid {
-        path: path.display().to_string(),
+        path: shown(),
         source,
     })
 }
 
-/// What identifies a version of the file. It stays in memory: a digest of
-/// a file holding one short token is no place for a log line either.
-fn fingerprint(text: &str) -> [u8; 32] {
-    Sha256::digest(text.as_bytes()).into()
-}
-
-/// Reads and judges the file at `path` (the startup load).
+/// Reads and judges the file at `path` (the startup load). Read by the
+/// reader of every watched file (following symlinks, so a Kubernetes
+/// Secret's `..data` swap is seen): a FIFO or a device at the path is
+/// refused, never waited on.
 pub fn load(path: &Path) -> Result<TokenSet, TokensError> {
-    read(path).and_then(|(text, _)| parse(path, &text))
+    let read = File.read(path).map_err(|e| read_error(path, e))?;
+    parse(path, &read.bytes)
 }
 
-/// The versions already judged, so an unchanged file is neither re-parsed
-/// nor logged and counted again.
-#[derive(Default)]
-struct Seen {
-    in_force: Option<[u8; 32]>,
-    /// The last rejected version's fingerprint, or its read error.
-    rejected: Option<Result<[u8; 32], String>>,
-}
+/// The tokens file as a hot file: a [`HotFile`] of [`TokensFile`].
+pub type Reloader = HotFile<TokensFile>;
 
-/// Loads the tokens file into the shared set, keeping the metrics.
-pub struct Reloader {
-    path: PathBuf,
-    tokens: Arc<ArcSwap<TokenSet>>,
+/// How the tokens file is judged, and who besides its owner may read or
+/// change it (warned about at each load).
+pub struct TokensFile {
     metrics: Arc<Metrics>,
-    seen: Mutex<Seen>,
 }
 
-impl Reloader {
-    pub fn new(path: PathBuf, tokens: Arc<ArcSwap<TokenSet>>, metrics: Arc<Metrics>) -> Reloader {
-        Reloader {
-            path,
-            tokens,
-            metrics,
-            seen: Mutex::default(),
-        }
+impl Parse for TokensFile {
+    type Source = File;
+    type Value = TokenSet;
+    type Error = TokensError;
+    const WHAT: &'static str = "tokens file";
+    const SOURCE: File = File;
+    /// SIGHUP re-judges a rejected version only: the tokens in force are
+    /// neither swapped nor logged again.
+    const SIGHUP_RELOADS_UNCHANGED: bool = false;
+
+    fn unreadable(&self, path: &Path, error: ReadError) -> TokensError {
+        read_error(path, error)
     }
 
-    /// The startup load: any problem is returned (startup fails).
-    pub fn load_initial(&self) -> Result<usize, TokensError> {
-        let loaded = read(&self.path).and_then(|(text, exposure)| {
-            Ok((parse(&self.path, &text)?, exposure, fingerprint(&text)))
-        });
-        let (set, exposure, sha) =
-            loaded.inspect_err(|_| self.metrics.reloads.tokens.error.inc())?;
-        self.lock().in_force = Some(sha);
-        Ok(self.install(set, exposure))
+    fn parse(&self, path: &Path, read: &FileRead) -> Result<TokenSet, TokensError> {
+        parse(path, &read.bytes)
     }
 
-    /// Re-reads the file and swaps the new tokens in if it changed.
-    /// `forced` (SIGHUP) also re-judges a version already rejected.
-    pub fn reload(&self, forced: bool) -> crate::policies::ReloadOutcome {
-        use crate::policies::ReloadOutcome;
-        let mut seen = self.lock();
-        let (version, read) = match read(&self.path) {
-            Err(e) => (Err(e.to_string()), Err(e)),
-            Ok((text, exposure)) => (Ok(fingerprint(&text)), Ok((text, exposure))),
-        };
-        if let Ok(sha) = &version
-            && seen.in_force == Some(*sha)
-        {
-            // Back to the version in force (a bad edit undone, say).
-            seen.rejected = None;
-            return ReloadOutcome::Unchanged;
-        }
-        if !forced && seen.rejected.as_ref() == Some(&version) {
-            return ReloadOutcome::Unchanged;
-        }
-        let loaded = read.and_then(|(text, exposure)| {
-            Ok((parse(&self.path, &text)?, exposure, fingerprint(&text)))
-        });
-        match loaded {
-            Ok((set, exposure, sha)) => {
-                *seen = Seen {
-                    in_force: Some(sha),
-                    rejected: None,
-                };
-                ReloadOutcome::Loaded(self.install(set, exposure))
-            }
-            Err(e) => {
-                seen.rejected = Some(version);
-                self.metrics.reloads.tokens.error.inc();
-                error!(
-                    file = %self.path.display(),
-                    "tokens file rejected; the tokens in force stay: {e}"
-                );
-                ReloadOutcome::Rejected
-            }
-        }
+    fn count(set: &TokenSet) -> usize {
+        set.len()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Swaps `set` in whole and records it; returns its size.
-    fn install(&self, set: TokenSet, exposure: Exposure) -> usize {
+    fn installed(&self, path: &Path, set: &TokenSet, read: &FileRead) {
         let n = set.len();
         let (check, admin) = (set.count(Scope::Check), set.count(Scope::Admin));
-        self.tokens.store(Arc::new(set));
-        self.metrics
-            .reloads
-            .tokens
-            .loaded(std::time::SystemTime::now());
         self.metrics.auth.set_tokens(check, admin);
         info!(
-            file = %self.path.display(),
+            file = %path.display(),
             check,
             admin,
             "loaded {n} bearer tokens ({check} check, {admin} admin)"
         );
-        exposure.warn(&self.path);
-        n
-    }
-}
-
-impl crate::watch::Reload for Reloader {
-    fn path(&self) -> &Path {
-        &self.path
+        Exposure::of(path, read.meta.permissions().mode()).warn(path);
     }
 
-    fn what(&self) -> &'static str {
-        "tokens file"
-    }
-
-    fn reread(&self, forced: bool) {
-        self.reload(forced);
+    fn rejected(&self, path: &Path, e: &TokensError) {
+        error!(
+            file = %path.display(),
+            "tokens file rejected; the tokens in force stay: {e}"
+        );
     }
 }
 
@@ -338,7 +267,11 @@ pub fn start(
         });
     };
     let tokens = Arc::new(ArcSwap::from_pointee(TokenSet::default()));
-    let reloader = Reloader::new(path.to_path_buf(), tokens.clone(), metrics.clone());
+    let parser = TokensFile {
+        metrics: metrics.clone(),
+    };
+    let counted = metrics.reloads.tokens.clone();
+    let reloader = HotFile::new(path.to_path_buf(), parser, tokens.clone(), counted);
     reloader.load_initial()?;
     Ok(Tokens {
         tokens: Some(tokens),

@@ -22,11 +22,18 @@
 //! to now; a difference, or an error, re-creates the watcher.
 //!
 //! Every watched file is read by [`read::read_regular`]: regular files
-//! only, non-blocking, capped.
+//! only, non-blocking, capped. What the policies file, the tokens file and
+//! `rls.config` share beyond the watch (fingerprints, the last good value
+//! kept, the reload metrics) is [`hot::HotFile`].
+//!
+//! The loops are futures for the caller to spawn, tied to its shutdown.
 
+pub mod hot;
 pub mod read;
+pub mod source;
 
 use std::ffi::OsString;
+use std::future::Future;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,7 +44,6 @@ use notify::event::{AccessKind, AccessMode, CreateKind, ModifyKind};
 use notify::{Event, EventKind, RecursiveMode, Watcher};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::Notify;
-use tokio::task::JoinHandle;
 use tokio::time::{Instant, MissedTickBehavior};
 use tracing::{info, warn};
 
@@ -85,9 +91,12 @@ struct Events {
     warned: AtomicBool,
 }
 
-/// Starts watching; the task (and the watcher it owns) ends when aborted.
-/// SIGHUP is caught from the moment this returns.
-pub fn spawn<R: Reload>(reloader: Arc<R>, poll_interval: Duration) -> JoinHandle<()> {
+/// The watch loop, to spawn; it (and the watcher it owns) ends when
+/// dropped. SIGHUP is caught from the moment this returns.
+pub fn watch<R: Reload>(
+    reloader: Arc<R>,
+    poll_interval: Duration,
+) -> impl Future<Output = ()> + Send + 'static {
     let hangup = catch_hangup();
     let events = Arc::new(Events::default());
     let mut watch = DirWatch::new(
@@ -95,7 +104,7 @@ pub fn spawn<R: Reload>(reloader: Arc<R>, poll_interval: Duration) -> JoinHandle
         reloader.what(),
         events.clone(),
     );
-    tokio::spawn(async move {
+    async move {
         let mut hangup = hangup;
         let mut poll = tokio::time::interval(poll_interval);
         poll.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -129,28 +138,28 @@ pub fn spawn<R: Reload>(reloader: Arc<R>, poll_interval: Duration) -> JoinHandle
                     false
                 }
             };
-            // File IO and parsing off the async workers.
+            // File IO and parsing off the async workers (never blocked: left to end if dropped).
             let reloader = reloader.clone();
             let _ = tokio::task::spawn_blocking(move || reloader.reread(forced)).await;
             // A ConfigMap swap moves the target into a new directory.
             watch.rearm_if_lost();
         }
-    })
+    }
 }
 
 /// Without a file for `what` (the policies file), SIGHUP must still not
 /// kill the process (its default action): it is caught and answered with
 /// a log line naming what has nothing to reload (another watcher, of
-/// `rls.config` say, logs its own re-read).
-pub fn spawn_without_file(what: &'static str) -> JoinHandle<()> {
+/// `rls.config` say, logs its own re-read). A loop to spawn, as [`watch`].
+pub fn without_file(what: &'static str) -> impl Future<Output = ()> + Send + 'static {
     let hangup = catch_hangup();
-    tokio::spawn(async move {
+    async move {
         let mut hangup = hangup;
         loop {
             next_signal(&mut hangup).await;
             info!(what, "SIGHUP: no {what} configured, none to reload");
         }
-    })
+    }
 }
 
 fn catch_hangup() -> Option<Signal> {

@@ -14,7 +14,7 @@ use crate::config::Settings;
 use crate::domain::rls::RlsConfig;
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::watch;
+use crate::tasks::Tasks;
 
 /// With `grpc.listen`: the RLS config (empty without `rls.config`: every
 /// domain is unknown, so every answer is OK) and the bound listener.
@@ -28,7 +28,7 @@ pub(super) async fn bind_grpc(
     let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
     let reloader = match &settings.rls.config {
         Some(path) => {
-            let reloader = crate::rls::reload::Reloader::new(
+            let reloader = crate::rls::reload::reloader(
                 path.clone(),
                 settings.limits.bounds,
                 config.clone(),
@@ -69,7 +69,7 @@ pub(super) fn spawn_grpc(
     limiter: &Arc<Limiter>,
     settings: &Settings,
     auth: crate::rls::auth::RlsAuth,
-    background: &mut Vec<JoinHandle<()>>,
+    tasks: &Tasks,
 ) -> Draining {
     let Grpc {
         listener,
@@ -92,7 +92,7 @@ pub(super) fn spawn_grpc(
         );
     }
     if let Some(reloader) = reloader {
-        background.push(watch::spawn(reloader, settings.policies.poll_interval));
+        super::spawn::watch_file(tasks, settings, reloader);
     }
     let service = crate::rls::server::RlsService {
         limiter: limiter.clone(),
@@ -104,7 +104,7 @@ pub(super) fn spawn_grpc(
     let (stop, stopped) = tokio::sync::watch::channel(false);
     Draining {
         stop,
-        task: crate::rls::serve::spawn(incoming, service, auth, stopped),
+        task: tasks.spawn(crate::rls::serve::serve(incoming, service, auth, stopped)),
     }
 }
 

@@ -5,6 +5,7 @@
 
 mod budget;
 mod grpc;
+mod spawn;
 mod stores;
 mod tls;
 
@@ -16,21 +17,19 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
-use self::stores::Stores;
 use crate::config::{ServerSettings, Settings};
 use crate::domain::{PolicySet, SystemClock};
 use crate::http::server;
 use crate::http::{self, AppState, Shared};
 use crate::limiter::Limiter;
 use crate::metrics::Metrics;
-use crate::policies::{LoadError, Reloader};
+use crate::policies::LoadError;
 use crate::store::StoreError;
 use crate::store::memory::MemoryStore;
 use crate::store::redis::RedisStore;
-use crate::watch;
+use crate::tasks::Tasks;
 
 /// Why the service could not start.
 #[derive(Debug, thiserror::Error)]
@@ -59,7 +58,9 @@ pub struct Application {
     addr: SocketAddr,
     server: ServerSettings,
     connections: crate::metrics::ListenerMetrics,
-    background: Vec<JoinHandle<()>>,
+    /// Every task the service spawned: shutdown ends the loops and waits
+    /// for the rest.
+    tasks: Tasks,
     redis: Option<RedisStore>,
     policies: Arc<ArcSwap<PolicySet>>,
     grpc_addr: Option<SocketAddr>,
@@ -97,71 +98,42 @@ impl Application {
         let (listener, addr) = bind_http(settings.server.listen).await?;
         let metrics = Arc::new(Metrics::new());
         metrics.count_http2_warnings(crate::telemetry::http2_warnings);
-        // Before anything is spawned: an invalid policies file stops startup.
-        let policies = Arc::new(ArcSwap::from_pointee(PolicySet::empty()));
-        let reloader = load_policies(&settings, &policies, &metrics)?;
-        let auth = crate::tokens::start(settings.auth.tokens_file.as_deref(), addr, &metrics)?;
+        // Before anything is spawned: an invalid file stops startup.
+        let files = spawn::load_files(&settings, addr, &metrics)?;
         let grpc = grpc::bind_grpc(&settings, &metrics).await?;
 
-        let mut background = Vec::new();
-        // SIGHUP is caught either way: its default action would end the process.
-        background.push(match reloader {
-            Some(reloader) => watch::spawn(reloader, settings.policies.poll_interval),
-            None => watch::spawn_without_file("policies file"),
-        });
-        if let Some(reloader) = auth.reloader {
-            background.push(watch::spawn(reloader, settings.policies.poll_interval));
-        }
-        if let Some(tls) = settings.redis.as_ref().and_then(|r| r.tls.as_ref()) {
-            let poll = settings.policies.poll_interval;
-            background.extend(tls::watch_files(tls, &metrics, poll));
-        }
-        let Stores {
-            store,
-            redis,
-            redis_connected,
-            local,
-        } = stores::open_stores(backend, &settings, &mut background).await;
-        let limiter = stores::build_limiter(store, local, &settings, probe_interval, &metrics);
-        let limiter = Arc::new(limiter);
-        if let Some(redis) = &redis {
-            let task =
-                stores::listen_for_invalidations(redis, &limiter, redis_connected, probe_interval);
-            background.extend(task.await?);
-        }
-        // One probe before serving: a healthy Redis is ready from the first
-        // request; an unreachable one is logged once and retried by the prober.
-        limiter.probe().await;
-        background.push(limiter.spawn_prober(probe_interval));
-        background.extend(limiter.spawn_lease_sweeper(policies.clone()));
+        let tasks = Tasks::new();
+        spawn::watch_files(&tasks, &settings, &files, &metrics);
+        let (limiter, redis) = spawn::start_limiter(
+            &tasks,
+            backend,
+            &settings,
+            probe_interval,
+            &metrics,
+            &files.policies,
+        )
+        .await?;
         let grpc_addr = grpc.as_ref().map(|g| g.addr);
         let grpc = grpc.map(|grpc| {
             let auth = crate::rls::auth::RlsAuth {
-                tokens: auth.tokens.clone(),
+                tokens: files.auth.tokens.clone(),
                 metrics: metrics.clone(),
             };
-            grpc::spawn_grpc(grpc, &limiter, &settings, auth, &mut background)
+            grpc::spawn_grpc(grpc, &limiter, &settings, auth, &tasks)
         });
         log_listening(addr, &limiter, &settings);
-
-        let connections = metrics.listeners.http.clone();
         warn_if_waits_outlast_shutdown(&settings);
-        let router = build_router(
-            &settings,
-            limiter.clone(),
-            metrics,
-            policies.clone(),
-            auth.tokens,
-        );
+        let connections = metrics.listeners.http.clone();
+        let router = build_router(&settings, limiter.clone(), metrics, &files);
         Ok(Application {
             listener,
             router,
             addr,
             server: settings.server,
             connections,
-            background,
+            tasks,
             redis,
-            policies,
+            policies: files.policies,
             grpc_addr,
             grpc,
             limiter,
@@ -218,14 +190,21 @@ impl Application {
         .await;
         // Draining since the signal, beside HTTP, within the same
         // server.shutdown_timeout: what is left of it.
-        if let Some(grpc) = grpc {
+        let left = || {
             let since = signalled.get().map_or(Duration::ZERO, |at| at.elapsed());
-            grpc.finish(self.server.shutdown_timeout.saturating_sub(since))
-                .await;
+            self.server.shutdown_timeout.saturating_sub(since)
+        };
+        if let Some(grpc) = grpc {
+            grpc.finish(left()).await;
         }
-        for task in &self.background {
-            task.abort();
-        }
+        // No request is answered any more. The loops end (the watches, the
+        // prober, the sweepers, the invalidation listener); what writes to
+        // the store (a waiting check's try, a refund, a release) finishes
+        // within what is left of server.shutdown_timeout, or is cut off
+        // when the runtime stops (each is bounded by the store's timeouts:
+        // this only happens when the store does not answer).
+        self.tasks.shutdown(left()).await;
+        // Then the leased chunks go back, and only then is Redis closed.
         self.limiter
             .give_back_all_leases(self.server.shutdown_timeout)
             .await;
@@ -279,11 +258,10 @@ fn build_router(
     settings: &Settings,
     limiter: Arc<Limiter>,
     metrics: Arc<Metrics>,
-    policies: Arc<ArcSwap<PolicySet>>,
-    tokens: Option<Arc<ArcSwap<crate::domain::auth::TokenSet>>>,
+    files: &spawn::Files,
 ) -> axum::Router {
     let bearer = http::bearer::Bearer {
-        tokens,
+        tokens: files.auth.tokens.clone(),
         protect_metrics: settings.auth.protect_metrics,
         metrics: metrics.clone(),
     };
@@ -293,30 +271,10 @@ fn build_router(
         metrics,
         bounds: settings.limits.bounds,
         max_batch: settings.limits.max_batch,
-        policies,
+        policies: files.policies.clone(),
         policies_json: Default::default(),
         trusted_proxies: settings.server.trusted_proxies.clone().into(),
     }))
-}
-/// Without a policies file, nothing (the set stays empty). With one: its
-/// first load into `policies` (any problem fails startup), and the
-/// reloader the watcher drives.
-fn load_policies(
-    settings: &Settings,
-    policies: &Arc<ArcSwap<PolicySet>>,
-    metrics: &Arc<Metrics>,
-) -> Result<Option<Arc<Reloader>>, LoadError> {
-    let Some(path) = &settings.policies.file else {
-        return Ok(None);
-    };
-    let reloader = Reloader::new(
-        path.clone(),
-        settings.limits.bounds,
-        policies.clone(),
-        metrics.clone(),
-    );
-    reloader.load_initial()?;
-    Ok(Some(Arc::new(reloader)))
 }
 
 /// The store an [`Application`] runs on.

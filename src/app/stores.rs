@@ -29,32 +29,32 @@ pub(super) struct Stores {
     pub(super) redis_connected: bool,
     /// In front of Redis, the local fallback store.
     pub(super) local: Option<MemoryStore>,
+    /// The embedded stores' sweepers, for the caller to tie to shutdown.
+    pub(super) sweepers: Vec<JoinHandle<()>>,
 }
 
-/// The main store and, in front of Redis, the local fallback store; the
-/// embedded stores' sweepers go into `background`.
-pub(super) async fn open_stores(
-    backend: Backend,
-    settings: &Settings,
-    background: &mut Vec<JoinHandle<()>>,
-) -> Stores {
+/// The main store and, in front of Redis, the local fallback store, with
+/// the embedded stores' sweepers running.
+pub(super) async fn open_stores(backend: Backend, settings: &Settings) -> Stores {
+    let mut sweepers = Vec::new();
     // Local fallback only makes sense in front of Redis: the embedded
     // store as the main store is never unreachable. Kept whenever Redis
     // is, since a policy may choose `local` whatever the service's mode
     // (it holds nothing until an outage).
     let local = matches!(backend, Backend::Redis(_)).then(|| {
         let store = MemoryStore::new(Arc::new(SystemClock), settings.memory.max_keys);
-        background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+        sweepers.push(store.spawn_sweeper(settings.memory.sweep_interval));
         store
     });
     match backend {
         Backend::Memory(store) => {
-            background.push(store.spawn_sweeper(settings.memory.sweep_interval));
+            sweepers.push(store.spawn_sweeper(settings.memory.sweep_interval));
             Stores {
                 store: Arc::new(store),
                 redis: None,
                 redis_connected: false,
                 local,
+                sweepers,
             }
         }
         Backend::Redis(store) => {
@@ -67,6 +67,7 @@ pub(super) async fn open_stores(
                 redis: Some(store),
                 redis_connected,
                 local,
+                sweepers,
             }
         }
     }

@@ -5,9 +5,8 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::SystemTime;
 
-use tokio::task::JoinHandle;
 use tracing::{error, info};
 
 use crate::metrics::Metrics;
@@ -15,7 +14,7 @@ use crate::store::redis::tls::{Reloaded, TlsClient};
 use crate::watch;
 
 /// Re-reads the TLS files when the one at `path` changes.
-struct Reloader {
+pub(super) struct Reloader {
     path: PathBuf,
     client: Arc<TlsClient>,
     metrics: Arc<Metrics>,
@@ -53,12 +52,8 @@ impl watch::Reload for Reloader {
     }
 }
 
-/// Counts the startup load, and starts one watch per configured file.
-pub(super) fn watch_files(
-    client: &Arc<TlsClient>,
-    metrics: &Arc<Metrics>,
-    poll_interval: Duration,
-) -> Vec<JoinHandle<()>> {
+/// Counts the startup load; one reloader per configured file, to watch.
+pub(super) fn reloaders(client: &Arc<TlsClient>, metrics: &Arc<Metrics>) -> Vec<Arc<Reloader>> {
     metrics.reloads.tls.loaded(SystemTime::now());
     client
         .files()
@@ -70,7 +65,7 @@ pub(super) fn watch_files(
                 client: client.clone(),
                 metrics: metrics.clone(),
             };
-            watch::spawn(Arc::new(reloader), poll_interval)
+            Arc::new(reloader)
         })
         .collect()
 }

@@ -164,11 +164,19 @@ impl Limiter {
     ) -> Option<JoinHandle<()>> {
         self.leases.as_ref()?;
         let limiter = Arc::downgrade(self);
-        Some(self.tasks.spawn_until_shutdown(async move {
+        let tasks = self.tasks.clone();
+        // It writes to the store: it ends at shutdown between two sweeps,
+        // never inside one (chunks swept but not yet given back would be
+        // lost to the final give-back), and shutdown waits for it.
+        Some(self.tasks.spawn(async move {
             let mut tick = tokio::time::interval(SWEEP_INTERVAL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
-                tick.tick().await;
+                tokio::select! {
+                    biased;
+                    () = tasks.cancelled() => return,
+                    _ = tick.tick() => {}
+                }
                 let Some(limiter) = limiter.upgrade() else {
                     return;
                 };

@@ -30,6 +30,17 @@ impl ReloadMetrics {
     }
 }
 
+/// A hot file counts its loads here.
+impl crate::watch::hot::CountLoads for ReloadMetrics {
+    fn loaded(&self, at: SystemTime) {
+        ReloadMetrics::loaded(self, at);
+    }
+
+    fn failed(&self) {
+        self.error.inc();
+    }
+}
+
 /// The three watched files' metrics.
 pub struct Reloads {
     pub policies: ReloadMetrics,

@@ -1,6 +1,7 @@
 //! The policies file at the edge: reading it (bounded, following symlinks),
-//! judging it with [`PolicySet::parse`], swapping it in whole, and watching
-//! it for changes ([`crate::watch`]).
+//! judging it with [`PolicySet::parse`]: the parser the policies file's
+//! [`HotFile`] plugs in, which swaps it in whole and is watched for changes
+//! ([`crate::watch`]).
 //!
 //! A file that cannot be read or fails validation is rejected whole: the
 //! set in force stays, the error is logged with its line and column, and
@@ -10,16 +11,17 @@
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use tracing::{error, info};
 
-use crate::domain::policy::sha256_hex;
 use crate::domain::{Bounds, PolicyFileError, PolicySet};
 use crate::metrics::Metrics;
+use crate::watch::hot::{HotFile, Parse};
 use crate::watch::read::{ReadError, read_regular};
+use crate::watch::source::{File, FileRead};
 
 /// The largest policies file read: parsing stays cheap, and a wrong path
 /// (a log file, say) is refused rather than read whole.
@@ -60,18 +62,16 @@ pub enum LoadError {
 /// (`policies.toml -> ..data/policies.toml`) reads the version `..data`
 /// points at now.
 pub fn read(path: &Path) -> Result<Vec<u8>, LoadError> {
-    let path_shown = path.display().to_string();
-    read_regular(path, MAX_FILE_BYTES).map_err(|e| match e {
-        ReadError::Io(source) => LoadError::Read {
-            path: path_shown,
-            source,
-        },
-        ReadError::NotAFile(kind) => LoadError::NotAFile {
-            path: path_shown,
-            kind,
-        },
-        ReadError::TooLarge(_) => LoadError::TooLarge { path: path_shown },
-    })
+    read_regular(path, MAX_FILE_BYTES).map_err(|e| read_error(path, e))
+}
+
+fn read_error(path: &Path, e: ReadError) -> LoadError {
+    let path = path.display().to_string();
+    match e {
+        ReadError::Io(source) => LoadError::Read { path, source },
+        ReadError::NotAFile(kind) => LoadError::NotAFile { path, kind },
+        ReadError::TooLarge(_) => LoadError::TooLarge { path },
+    }
 }
 
 /// Parses `bytes` read from `path` into a set stamped with `loaded_at`.
@@ -101,147 +101,84 @@ pub fn load(path: &Path, bounds: &Bounds) -> Result<PolicySet, LoadError> {
     parse(path, &read(path)?, bounds, SystemTime::now())
 }
 
-/// What one reload attempt did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ReloadOutcome {
-    /// Same bytes as the set in force (or as the last rejected file): nothing to do.
-    Unchanged,
-    /// A new set is in force, with this many policies.
-    Loaded(usize),
-    /// The file was rejected; the set in force stays.
-    Rejected,
-}
+pub use crate::watch::hot::ReloadOutcome;
 
-/// Loads the policies file into the shared set, keeping the metrics.
-pub struct Reloader {
+/// The policies file as a hot file: a [`HotFile`] of [`PolicyFile`].
+pub type Reloader = HotFile<PolicyFile>;
+
+/// The hot file of the policies at `path`, swapped into `policies`.
+pub fn reloader(
     path: PathBuf,
     bounds: Bounds,
     policies: Arc<ArcSwap<PolicySet>>,
     metrics: Arc<Metrics>,
-    /// What the last rejected attempt saw (the file's hash, or its read
-    /// error), so the poll does not log and count the same bad file again.
-    rejected: Mutex<Option<String>>,
+) -> Reloader {
+    let counted = metrics.reloads.policies.clone();
+    HotFile::new(path, PolicyFile { bounds, metrics }, policies, counted)
 }
 
-impl Reloader {
-    pub fn new(
-        path: PathBuf,
-        bounds: Bounds,
-        policies: Arc<ArcSwap<PolicySet>>,
-        metrics: Arc<Metrics>,
-    ) -> Reloader {
-        Reloader {
-            path,
-            bounds,
-            policies,
-            metrics,
-            rejected: Mutex::new(None),
-        }
+/// How the policies file is judged: [`parse`], within `bounds`.
+pub struct PolicyFile {
+    bounds: Bounds,
+    metrics: Arc<Metrics>,
+}
+
+impl Parse for PolicyFile {
+    type Source = File;
+    type Value = PolicySet;
+    type Error = LoadError;
+    const WHAT: &'static str = "policies file";
+    const SOURCE: File = File;
+
+    fn unreadable(&self, path: &Path, error: ReadError) -> LoadError {
+        read_error(path, error)
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
+    fn parse(&self, path: &Path, read: &FileRead) -> Result<PolicySet, LoadError> {
+        parse(path, &read.bytes, &self.bounds, SystemTime::now())
     }
 
-    /// The startup load: any problem is returned (startup fails); a good
-    /// file is swapped in and counted as a reload.
-    pub fn load_initial(&self) -> Result<usize, LoadError> {
-        let set = load(&self.path, &self.bounds).inspect_err(|_| {
-            self.metrics.reloads.policies.error.inc();
-        })?;
-        Ok(self.install(set))
+    fn count(set: &PolicySet) -> usize {
+        set.len()
     }
 
-    /// Re-reads the file and swaps the new set in if its bytes changed.
-    /// `forced` (SIGHUP) also re-judges bytes already rejected, and counts
-    /// an unchanged good file as a reload.
-    pub fn reload(&self, forced: bool) -> ReloadOutcome {
-        let mut rejected = self.rejected.lock().unwrap_or_else(|e| e.into_inner());
-        // What identifies this attempt: the bytes' hash, or the read error.
-        let (fingerprint, read) = match read(&self.path) {
-            Err(e) => (format!("read: {e}"), Err(e)),
-            Ok(bytes) => {
-                let sha = sha256_hex(&bytes);
-                if !forced && sha == self.policies.load().sha256 {
-                    // Back to the set in force (a bad edit undone, say).
-                    *rejected = None;
-                    return ReloadOutcome::Unchanged;
-                }
-                (sha, Ok(bytes))
-            }
-        };
-        if !forced && rejected.as_deref() == Some(fingerprint.as_str()) {
-            return ReloadOutcome::Unchanged;
-        }
-        let loaded = read
-            .and_then(|bytes| parse(&self.path, &bytes, &self.bounds, SystemTime::now()))
-            .and_then(|set| self.refuse_emptying(set, forced));
-        match loaded {
-            Ok(set) => {
-                *rejected = None;
-                ReloadOutcome::Loaded(self.install(set))
-            }
-            Err(e) => {
-                *rejected = Some(fingerprint);
-                self.metrics.reloads.policies.error.inc();
-                error!(
-                    file = %self.path.display(),
-                    "policies file rejected; the policies in force stay: {e}"
-                );
-                ReloadOutcome::Rejected
-            }
-        }
-    }
-
-    /// A file that parses to no policies at all while some are in force is
-    /// far more often a file caught half-written (`cat new > policies.toml`
-    /// truncates first) or emptied by mistake than a wish to drop every
-    /// policy, which would answer every policy check with `unknown_policy`.
-    /// Only SIGHUP (`forced`) installs it; a change seen by the watcher or
-    /// the poll does not.
-    fn refuse_emptying(&self, set: PolicySet, forced: bool) -> Result<PolicySet, LoadError> {
-        let in_force = self.policies.load().len();
-        if forced || !set.is_empty() || in_force == 0 {
-            return Ok(set);
-        }
-        Err(LoadError::WouldEmpty {
-            path: self.path.display().to_string(),
+    /// An empty file is more often one caught half-written (`cat new >
+    /// policies.toml` truncates first) than a wish to answer every policy
+    /// check with `unknown_policy`.
+    fn would_empty(&self, path: &Path, in_force: usize) -> Option<LoadError> {
+        Some(LoadError::WouldEmpty {
+            path: path.display().to_string(),
             in_force,
         })
     }
 
-    /// Swaps `set` in whole and records it; returns its size.
-    fn install(&self, set: PolicySet) -> usize {
-        let n = set.len();
-        let sha = set.sha256.clone();
-        let at = set.loaded_at.unwrap_or_else(SystemTime::now);
-        self.metrics.decisions.policy_series(&set);
-        self.policies.store(Arc::new(set));
-        self.metrics.reloads.policies.loaded(at);
+    fn loaded_at(&self, set: &PolicySet) -> SystemTime {
+        set.loaded_at.unwrap_or_else(SystemTime::now)
+    }
+
+    /// Every decision series of the new set exists before a check counts one.
+    fn before_swap(&self, set: &PolicySet) {
+        self.metrics.decisions.policy_series(set);
+    }
+
+    fn installed(&self, path: &Path, set: &PolicySet, _: &FileRead) {
+        let (n, sha) = (set.len(), &set.sha256);
         self.metrics.decisions.policies_loaded.set(n as i64);
         info!(
-            file = %self.path.display(),
+            file = %path.display(),
             policies = n,
             sha256 = %sha,
             "loaded {n} policies from {} (sha256 {})",
-            self.path.display(),
+            path.display(),
             &sha[..12.min(sha.len())]
         );
-        n
-    }
-}
-
-impl crate::watch::Reload for Reloader {
-    fn path(&self) -> &Path {
-        &self.path
     }
 
-    fn what(&self) -> &'static str {
-        "policies file"
-    }
-
-    fn reread(&self, forced: bool) {
-        self.reload(forced);
+    fn rejected(&self, path: &Path, e: &LoadError) {
+        error!(
+            file = %path.display(),
+            "policies file rejected; the policies in force stay: {e}"
+        );
     }
 }
 

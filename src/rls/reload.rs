@@ -1,163 +1,84 @@
-//! Hot reload of `rls.config`, by the same watch as the policies file
-//! ([`crate::watch`]: file events on the directory, SIGHUP, a slow poll).
-//! A new version is swapped in whole, and only when the files' names or
-//! contents changed; one that fails to load is logged, counted in
-//! `ratekeeper_reloads_total{file="rls",result="error"}`, and the config
-//! in force stays.
+//! Hot reload of `rls.config`: the parser its [`HotFile`] plugs in, watched
+//! like the policies file ([`crate::watch`]: file events on the directory,
+//! SIGHUP, a slow poll). A new version is swapped in whole, and only when
+//! the files' names or contents changed; one that fails to load is logged,
+//! counted in `ratekeeper_reloads_total{file="rls",result="error"}`, and
+//! the config in force stays.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::SystemTime;
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
-use sha2::{Digest, Sha256};
 use tracing::{error, info};
 
-use super::{RlsLoadError, Snapshot, parse_all, snapshot};
+use super::{FILES, RlsLoadError, parse_all, read_error};
 use crate::domain::Bounds;
 use crate::domain::rls::RlsConfig;
 use crate::metrics::Metrics;
-use crate::policies::ReloadOutcome;
+use crate::watch::hot::{HotFile, Parse};
+use crate::watch::source::{Files, FilesError, Snapshot};
 
-/// The files' names and contents, hashed: what identifies a version.
-fn fingerprint(files: &Snapshot) -> String {
-    let mut hash = Sha256::new();
-    for (path, text) in files {
-        let name = path.to_string_lossy();
-        hash.update((name.len() as u64).to_le_bytes());
-        hash.update(name.as_bytes());
-        hash.update((text.len() as u64).to_le_bytes());
-        hash.update(text.as_bytes());
-    }
-    hash.finalize().iter().map(|b| format!("{b:02x}")).collect()
-}
+/// `rls.config` as a hot file: a [`HotFile`] of [`RlsFiles`].
+pub type Reloader = HotFile<RlsFiles>;
 
-/// The versions already judged, so an unchanged one is neither re-parsed
-/// nor logged and counted again.
-#[derive(Default)]
-struct Seen {
-    in_force: Option<String>,
-    /// The last rejected version's fingerprint, or its read error.
-    rejected: Option<String>,
-}
-
-/// Loads `rls.config` into the shared config, keeping the metrics.
-pub struct Reloader {
+/// The hot file of `rls.config` at `path`, swapped into `config`.
+pub fn reloader(
     path: PathBuf,
     bounds: Bounds,
     config: Arc<ArcSwap<RlsConfig>>,
     metrics: Arc<Metrics>,
-    seen: Mutex<Seen>,
+) -> Reloader {
+    let counted = metrics.reloads.rls.clone();
+    HotFile::new(path, RlsFiles { bounds, metrics }, config, counted)
 }
 
-impl Reloader {
-    pub fn new(
-        path: PathBuf,
-        bounds: Bounds,
-        config: Arc<ArcSwap<RlsConfig>>,
-        metrics: Arc<Metrics>,
-    ) -> Reloader {
-        Reloader {
-            path,
-            bounds,
-            config,
-            metrics,
-            seen: Mutex::default(),
-        }
+/// How `rls.config`'s files are judged: one domain each, within `bounds`.
+pub struct RlsFiles {
+    bounds: Bounds,
+    metrics: Arc<Metrics>,
+}
+
+impl Parse for RlsFiles {
+    type Source = Files;
+    type Value = RlsConfig;
+    type Error = RlsLoadError;
+    const WHAT: &'static str = "rls.config";
+    const SOURCE: Files = FILES;
+
+    fn unreadable(&self, _: &Path, error: FilesError) -> RlsLoadError {
+        read_error(error)
     }
 
-    /// The startup load: any problem is returned (startup fails); a good
-    /// config is swapped in and counted.
-    pub fn load_initial(&self) -> Result<usize, RlsLoadError> {
-        let loaded = snapshot(&self.path)
-            .and_then(|files| Ok((fingerprint(&files), parse_all(&files, &self.bounds)?)));
-        let (sha, config) = loaded.inspect_err(|_| self.metrics.reloads.rls.error.inc())?;
-        self.lock().in_force = Some(sha);
-        Ok(self.install(config))
+    fn parse(&self, _: &Path, files: &Snapshot) -> Result<RlsConfig, RlsLoadError> {
+        parse_all(files, &self.bounds)
     }
 
-    /// Re-reads the files and swaps the new config in if they changed.
-    /// `forced` (SIGHUP) also re-judges a version already rejected, and
-    /// counts an unchanged good version as a reload (as the policies file).
-    pub fn reload(&self, forced: bool) -> ReloadOutcome {
-        let mut seen = self.lock();
-        let (fingerprint, files) = match snapshot(&self.path) {
-            Err(e) => (format!("read: {e}"), Err(e)),
-            Ok(files) => (fingerprint(&files), Ok(files)),
-        };
-        if !forced && seen.in_force.as_deref() == Some(fingerprint.as_str()) {
-            // Back to the version in force (a bad edit undone, say).
-            seen.rejected = None;
-            return ReloadOutcome::Unchanged;
-        }
-        if !forced && seen.rejected.as_deref() == Some(fingerprint.as_str()) {
-            return ReloadOutcome::Unchanged;
-        }
-        let loaded = files
-            .and_then(|files| parse_all(&files, &self.bounds))
-            .and_then(|config| self.refuse_emptying(config, forced));
-        match loaded {
-            Ok(config) => {
-                *seen = Seen {
-                    in_force: Some(fingerprint),
-                    rejected: None,
-                };
-                ReloadOutcome::Loaded(self.install(config))
-            }
-            Err(e) => {
-                seen.rejected = Some(fingerprint);
-                self.metrics.reloads.rls.error.inc();
-                error!(
-                    path = %self.path.display(),
-                    "rls.config rejected; the config in force stays: {e}"
-                );
-                ReloadOutcome::Rejected
-            }
-        }
+    fn count(config: &RlsConfig) -> usize {
+        config.domains.len()
     }
 
     /// A directory left with no `*.yaml` while domains are in force (`rm`
     /// then `cp`, `rsync --delete`, a file caught truncated) would install
     /// zero domains, and every `ShouldRateLimit` would answer OK: limiting
-    /// off. Far more often a moment in an update than a wish, so only SIGHUP
-    /// (`forced`) installs it; a file event or the poll does not.
-    fn refuse_emptying(&self, config: RlsConfig, forced: bool) -> Result<RlsConfig, RlsLoadError> {
-        let in_force = self.config.load().domains.len();
-        if forced || !config.domains.is_empty() || in_force == 0 {
-            return Ok(config);
-        }
-        Err(RlsLoadError::WouldEmpty {
-            path: self.path.clone(),
+    /// off.
+    fn would_empty(&self, path: &Path, in_force: usize) -> Option<RlsLoadError> {
+        Some(RlsLoadError::WouldEmpty {
+            path: path.to_path_buf(),
             in_force,
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Seen> {
-        self.seen.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Swaps `config` in whole and records it; returns its domain count.
-    fn install(&self, config: RlsConfig) -> usize {
+    fn installed(&self, path: &Path, config: &RlsConfig, _: &Snapshot) {
         let n = config.domains.len();
-        self.config.store(Arc::new(config));
-        self.metrics.reloads.rls.loaded(SystemTime::now());
         self.metrics.rls.domains_loaded.set(n as i64);
-        info!(path = %self.path.display(), domains = n, "rls.config loaded: {n} domains");
-        n
-    }
-}
-
-impl crate::watch::Reload for Reloader {
-    fn path(&self) -> &Path {
-        &self.path
+        info!(path = %path.display(), domains = n, "rls.config loaded: {n} domains");
     }
 
-    fn what(&self) -> &'static str {
-        "rls.config"
-    }
-
-    fn reread(&self, forced: bool) {
-        self.reload(forced);
+    fn rejected(&self, path: &Path, e: &RlsLoadError) {
+        error!(
+            path = %path.display(),
+            "rls.config rejected; the config in force stays: {e}"
+        );
     }
 }
 
@@ -165,11 +86,12 @@ impl crate::watch::Reload for Reloader {
 mod tests {
     use super::*;
     use crate::rls::{MAX_FILE_BYTES, MAX_FILES};
+    use crate::watch::hot::ReloadOutcome;
 
     fn reloader(dir: &Path) -> Reloader {
         let config = Arc::new(ArcSwap::from_pointee(RlsConfig::default()));
         let metrics = Arc::new(Metrics::new());
-        Reloader::new(dir.to_path_buf(), Bounds::default(), config, metrics)
+        super::reloader(dir.to_path_buf(), Bounds::default(), config, metrics)
     }
 
     fn fresh(name: &str) -> PathBuf {
@@ -195,11 +117,11 @@ mod tests {
             "limiting would be off"
         );
         assert_eq!(
-            r.config.load().domains.len(),
+            r.value().load().domains.len(),
             1,
             "the config in force stays"
         );
-        assert_eq!(r.metrics.reloads.rls.error.get(), 1);
+        assert_eq!(r.parser().metrics.reloads.rls.error.get(), 1);
         assert_eq!(r.reload(false), ReloadOutcome::Unchanged, "judged once");
 
         assert_eq!(
@@ -207,7 +129,7 @@ mod tests {
             ReloadOutcome::Loaded(0),
             "SIGHUP installs it"
         );
-        assert_eq!(r.config.load().domains.len(), 0);
+        assert_eq!(r.value().load().domains.len(), 0);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -218,9 +140,9 @@ mod tests {
         let r = reloader(&dir);
         r.load_initial().unwrap();
         assert_eq!(r.reload(false), ReloadOutcome::Unchanged);
-        assert_eq!(r.metrics.reloads.rls.ok.get(), 1);
+        assert_eq!(r.parser().metrics.reloads.rls.ok.get(), 1);
         assert_eq!(r.reload(true), ReloadOutcome::Loaded(1));
-        assert_eq!(r.metrics.reloads.rls.ok.get(), 2);
+        assert_eq!(r.parser().metrics.reloads.rls.ok.get(), 2);
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -254,7 +176,7 @@ mod tests {
 
         assert_eq!(reload_within(&r, false), ReloadOutcome::Rejected);
         assert_eq!(
-            r.config.load().domains.len(),
+            r.value().load().domains.len(),
             1,
             "the config in force stays"
         );
@@ -263,7 +185,7 @@ mod tests {
             ReloadOutcome::Rejected,
             "SIGHUP too"
         );
-        assert_eq!(r.metrics.reloads.rls.error.get(), 2);
+        assert_eq!(r.parser().metrics.reloads.rls.error.get(), 2);
 
         // Once it is gone, the edit made meanwhile applies.
         std::fs::write(dir.join("edge.yaml"), EDGE.replace('5', "6")).unwrap();
@@ -302,7 +224,7 @@ mod tests {
         r.load_initial().unwrap();
         std::os::unix::fs::symlink("/dev/zero", dir.join("zero.yaml")).unwrap();
         assert_eq!(reload_within(&r, false), ReloadOutcome::Rejected);
-        assert_eq!(r.config.load().domains.len(), 1);
+        assert_eq!(r.value().load().domains.len(), 1);
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -2,6 +2,7 @@
 //! bearer check (`auth.rs`) into the service (`service.rs`), which answers
 //! with `server.rs`. Apart from them, so that they import one way.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tonic::service::interceptor::InterceptedService;
@@ -21,14 +22,14 @@ const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
 const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Serves `service` on the `incoming` connections, each call through
-/// `auth` first, until `stop` turns true; the task then drains (see
-/// [`super::listener::serve`]) and ends.
-pub fn spawn(
+/// `auth` first, until `stop` turns true; the server then drains (see
+/// [`super::listener::serve`]) and ends. A future for the caller to spawn.
+pub fn serve(
     incoming: Incoming,
     service: RlsService,
     auth: RlsAuth,
     stop: tokio::sync::watch::Receiver<bool>,
-) -> tokio::task::JoinHandle<()> {
+) -> impl Future<Output = ()> + Send + 'static {
     let server = RlsServer::new(service, auth.metrics.clone());
     let router = tonic::transport::Server::builder()
         .max_concurrent_streams(Some(MAX_STREAMS))
@@ -50,5 +51,5 @@ pub fn spawn(
             .clone()
             .serve_with_incoming_shutdown(one, ended.wait())
     };
-    tokio::spawn(super::listener::serve(incoming, serve_one, stop))
+    super::listener::serve(incoming, serve_one, stop)
 }
