@@ -137,9 +137,9 @@ phase() {
     local targets
     targets="$(failures "$output")"
     failed+=("$name${targets:+ ($targets)}, $((SECONDS - start)) s")
-    return
+  else
+    passed+=("$name, $((SECONDS - start)) s")
   fi
-  passed+=("$name, $((SECONDS - start)) s")
   slowest "$output"
 }
 
@@ -164,7 +164,7 @@ failures() {
   printf '%s' "$found" | paste -sd, - | sed 's/,/, /g'
 }
 
-# slowest LOG: the ten slowest tests of a nextest log, for
+# slowest LOG: the ten slowest tests that passed in a nextest log, for
 # docs/development.md's "Where the time goes".
 slowest() {
   grep -q '^ *PASS \[' "$1" || return 0
