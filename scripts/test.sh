@@ -159,7 +159,7 @@ failures() {
   local count
   count="$(printf '%s' "$found" | grep -c . || true)"
   if [ "$count" -gt 10 ]; then
-    found="$(printf '%s\n' "$found" | head -10; echo "and $((count - 10)) more")"
+    found="$(printf '%s\n' "$found" | sed -n 1,10p; echo "and $((count - 10)) more")"
   fi
   printf '%s' "$found" | paste -sd, - | sed 's/,/, /g'
 }
@@ -170,7 +170,7 @@ slowest() {
   grep -q '^ *PASS \[' "$1" || return 0
   echo "test.sh: slowest tests of the phase:"
   sed -n 's/^ *PASS \[ *\([0-9.]*\)s\] *\(([ 0-9]*\/[0-9]*)\)\{0,1\} *\(.*\)$/\1 \3/p' "$1" |
-    sort -rn | head -10 | sed 's/^/  /'
+    sort -rn | sed -n "1,10s/^/  /p"
 }
 
 args=()
