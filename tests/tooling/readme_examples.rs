@@ -284,17 +284,23 @@ fn the_crate_docs_link_the_docs_and_the_suite_builds_them() {
     }
     let script = read("scripts/test.sh");
     let doc = script.find("RUSTDOCFLAGS=\"-D warnings\" cargo doc --no-deps --locked");
-    let test = script.find("cargo test --locked --no-fail-fast \"${args[@]}\"");
+    let test = script.find("cargo nextest run --locked --no-fail-fast \"${args[@]}\"");
     assert!(
         doc.is_some() && doc < test,
-        "scripts/test.sh builds the docs before cargo test"
+        "scripts/test.sh builds the docs before the tests"
+    );
+    // nextest runs no doc tests: cargo test runs them as a phase of their own.
+    assert!(
+        script.contains("cargo test --locked --doc"),
+        "scripts/test.sh runs the doc tests"
     );
     // The server matrix docs/development.md describes.
     let matrix = script.find("${RATEKEEPER_TEST_MATRIX-valkey8 redis8}");
-    let suites = script.find("cargo test --locked --no-fail-fast --test stores --test faults");
+    let suites =
+        script.find("cargo nextest run --locked --no-fail-fast --test stores --test faults");
     assert!(
         test < matrix && matrix < suites,
-        "scripts/test.sh runs the store and fault suites on valkey8 and redis8 after cargo test"
+        "scripts/test.sh runs the store and fault suites on valkey8 and redis8 after the whole suite"
     );
     let development = read("docs/development.md");
     assert!(development.contains("`RATEKEEPER_TEST_MATRIX=\"\"` skips it"));
