@@ -10,34 +10,14 @@ use std::time::Duration;
 
 use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, ManualClock};
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
 use ratekeeper::store::{Store, StoreError};
+use support::stores::redis_options;
 use support::{RedisServer, check, unique_key};
 
 const T0: u64 = 1_767_225_600_000_000;
 const SEC: u64 = 1_000_000;
 const MS: u64 = 1_000;
-
-/// `ttl_pad_ms`: see `tests/stores/stores.rs`.
-fn redis_options(server: &RedisServer, clock: &ManualClock, ttl_pad_ms: u64) -> RedisOptions {
-    RedisOptions {
-        settings: RedisSettings {
-            url: server.url(),
-            key_prefix: "rk:".into(),
-            timeout: Duration::from_secs(2),
-            pool_size: 1,
-            reconnect_max_delay: Duration::from_millis(100),
-            unresponsive_timeout: Duration::from_millis(500),
-            probe_interval: Duration::from_millis(250),
-            batch_window: Duration::ZERO,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            legacy_keys: false,
-            tls: None,
-        },
-        clock: Some(std::sync::Arc::new(clock.clone())),
-        ttl_pad_ms,
-    }
-}
 
 async fn raw_client(server: &RedisServer) -> Client {
     let client = Builder::from_config(Config::from_url(&server.url()).unwrap())
