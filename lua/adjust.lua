@@ -167,3 +167,36 @@ local function lease_all(k, a, n, now, lease, renew, pad_ms, reply)
   end
   return check_all(k, a, n, now, 0, pad_ms, reply, 0), live
 end
+
+-- Every operation but a check, by its generated code (ops.lua dispatches
+-- here): its answer (4 values per limit, in a table of its own) and `live`,
+-- -1 when it has nothing to say, 1 when it did what it was asked, any other
+-- value when it changed nothing (a release of a lease that was not live;
+-- for a settle of a reservation, `rsv` not '' and its record at
+-- KEYS[k + n + 1], what the record said). An operation is one entry here.
+local ADJUST = {
+  [OP_RELEASE] = function(k, a, n, now, _, pad_ms, lease)
+    return lease_all(k, a, n, now, lease, false, pad_ms, {})
+  end,
+  [OP_RENEW] = function(k, a, n, now, _, pad_ms, lease)
+    return lease_all(k, a, n, now, lease, true, pad_ms, {})
+  end,
+  [OP_RESET] = function(k, a, n, now, _, pad_ms)
+    return reset_all(k, a, n, now, pad_ms, {}), -1
+  end,
+  [OP_REFUND] = function(k, a, n, now, cost, pad_ms)
+    return refund_all(k, a, n, now, cost, pad_ms, {}), -1
+  end,
+  -- A settle's amount is actual - reserved, signed (Op::amount).
+  [OP_SETTLE] = function(k, a, n, now, delta, pad_ms, _, rsv)
+    if rsv ~= '' then
+      return settle_reserved(k, a, n, now, delta, pad_ms, KEYS[k + n + 1], rsv)
+    end
+    return settle_all(k, a, n, now, delta, pad_ms, {}), -1
+  end,
+  -- The store time of the check given back for travels in the lease's
+  -- slot (wire.rs).
+  [OP_GIVE_BACK] = function(k, a, n, now, cost, pad_ms, at)
+    return give_back_all(k, a, n, now, tonumber(at), cost, pad_ms, {}), -1
+  end,
+}

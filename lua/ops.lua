@@ -25,33 +25,6 @@ local now = clock(ARGV[1])
 local pad_ms = tonumber(ARGV[2])
 local channel = ARGV[3]
 
--- Any operation but a check: its answer (4 values per limit, in a table of
--- its own) and whether its lease was live (-1: not a release or renewal,
--- or no concurrency limit), or for a settle of a reservation (`rsv` not
--- '', its record at KEYS[k + n + 1]) what the record said.
-local function apply(op, k, a, n, cost, lease, rsv)
-  if op == OP_RELEASE then
-    return lease_all(k, a, n, now, lease, false, pad_ms, {})
-  elseif op == OP_RENEW then
-    return lease_all(k, a, n, now, lease, true, pad_ms, {})
-  elseif op == OP_RESET then
-    return reset_all(k, a, n, now, pad_ms, {}), -1
-  elseif op == OP_REFUND then
-    return refund_all(k, a, n, now, cost, pad_ms, {}), -1
-  elseif op == OP_SETTLE then
-    -- A settle's amount is actual - reserved, signed (wire.rs).
-    if rsv ~= '' then
-      return settle_reserved(k, a, n, now, cost, pad_ms, KEYS[k + n + 1], rsv)
-    end
-    return settle_all(k, a, n, now, cost, pad_ms, {}), -1
-  elseif op == OP_GIVE_BACK then
-    -- The store time of the check given back for travels in the lease's
-    -- slot (wire.rs).
-    return give_back_all(k, a, n, now, tonumber(lease), cost, pad_ms, {}), -1
-  end
-  error('unknown operation ' .. tostring(op))
-end
-
 -- `m` counts what `reply` holds: appending by a counter rather than by
 -- `#reply`, which Lua finds by a binary search each time.
 local reply, m = {}, 0
@@ -73,14 +46,19 @@ while a < argc do
       ok, result = pcall(reserve, KEYS[k + n + 1], rsv, reply, m + 3, n)
     end
   else
-    ok, result, live = pcall(apply, op, k, a + OP_ARGS, n, cost, lease, rsv)
+    -- Every other operation is adjust.lua's, found by its code.
+    local adjust = ADJUST[op]
+    if adjust == nil then
+      error('unknown operation ' .. tostring(op))
+    end
+    ok, result, live = pcall(adjust, k, a + OP_ARGS, n, now, cost, pad_ms, lease, rsv)
   end
   if ok then
-    -- A release of a lease that was not live freed nothing: nobody to tell
-    -- (and a caller cannot flush every instance's cache with made-up ids),
-    -- nor did a settle its reservation refused.
-    local nothing = (op == OP_RELEASE and live == 0)
-      or (op == OP_SETTLE and live ~= -1 and live ~= 1)
+    -- An adjustment whose `live` is neither -1 (nothing to say) nor 1
+    -- changed nothing: a release of a lease that was not live, or a settle
+    -- its reservation refused. Nobody to tell (and a caller cannot flush
+    -- every instance's cache with made-up ids).
+    local nothing = live ~= nil and live ~= -1 and live ~= 1
     if publish ~= '' and not nothing then
       reply[m + 2] = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
     end

@@ -196,6 +196,15 @@ impl<'a> Op<'a> {
         }
     }
 
+    /// The amount the script is sent (`lua/adjust.lua`): the check's cost,
+    /// or for a settle the signed difference `actual - reserved`.
+    pub fn amount(&self) -> i128 {
+        match self.kind {
+            OpKind::Settle { actual } => i128::from(actual) - i128::from(self.check.cost),
+            _ => i128::from(self.check.cost),
+        }
+    }
+
     /// This operation with `reservation`: a check recording it, a settle
     /// naming it.
     pub fn reserving(self, reservation: Option<&'a Reservation>) -> Op<'a> {

@@ -38,10 +38,13 @@ fn definitions() -> String {
         FUNCTIONS,
         wire::tables().as_str(),
         include_str!("../../lua/check.lua"),
-        include_str!("../../lua/adjust.lua"),
+        ADJUST,
     ]
     .join("\n")
 }
+
+/// The operations other than a check, and their dispatch table.
+const ADJUST: &str = include_str!("../../lua/adjust.lua");
 
 /// The entry point: applies the call's operations and returns the reply.
 const ENTRY: &str = include_str!("../../lua/ops.lua");
@@ -82,16 +85,21 @@ mod tests {
     use crate::domain::algorithms::sliding_log::MAX_EXACT_ENTRIES;
     use crate::store::OpKind;
 
-    /// `ops.lua` knows an operation by its generated name only: each
+    /// The script knows an operation by its generated name only: each
     /// `OP_<NAME>` is defined once from [`OpKind`], every one is
-    /// dispatched, and no comparison of `op` names a bare number.
+    /// dispatched (a check by `ops.lua`, the rest by `adjust.lua`'s
+    /// `ADJUST` table), and no comparison of `op` names a bare number.
     #[test]
     fn the_script_dispatches_every_operation_by_its_generated_name() {
         for kind in OpKind::ALL {
             let name = format!("OP_{}", kind.name().to_uppercase());
             let line = format!("\nlocal {name} = {}\n", kind.code());
             assert_eq!(super::OPS.matches(&line).count(), 1, "{line}");
-            assert!(super::ENTRY.contains(&format!("op == {name} ")), "{name}");
+            let dispatched = match kind {
+                OpKind::Check => super::ENTRY.contains(&format!("op == {name} ")),
+                _ => super::ADJUST.contains(&format!("\n  [{name}] = function(")),
+            };
+            assert!(dispatched, "{name}");
         }
         for (at, _) in super::OPS
             .match_indices("op ==")

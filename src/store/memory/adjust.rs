@@ -8,9 +8,24 @@ use super::{Entry, OwnedStateKey};
 use crate::domain::algorithms::{State, give_back_all};
 use crate::domain::state_key::StateKey;
 use crate::domain::{Algorithm, Check, Reservation, Rule};
-use crate::store::{Applied, Settled, StoreError};
+use crate::store::{Applied, Op, OpKind, Settled, StoreError};
 
 impl MemoryStore {
+    /// Every operation but a check ([`MemoryStore::apply_now`] runs those):
+    /// an operation is one arm here, as it is one entry of the script's
+    /// `ADJUST` table.
+    pub(super) fn adjust_now(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
+        match op.kind {
+            OpKind::Check => Err(StoreError::Backend("a check is not an adjustment".into())),
+            OpKind::Reset => self.reset_now(op.check),
+            OpKind::Refund => self.refund_now(op.check, op.check.cost),
+            OpKind::Settle { actual } => self.settle_now(op.check, actual, op.reservation),
+            OpKind::Release => self.lease_now(op.check, op.lease_str(), false),
+            OpKind::Renew => self.lease_now(op.check, op.lease_str(), true),
+            OpKind::GiveBack { at_us } => self.give_back_now(op.check, at_us),
+        }
+    }
+
     /// Deletes the state of every limit of `check`, then answers like a
     /// check of cost 0 (see [`OpKind::Reset`](crate::store::OpKind::Reset)).
     pub fn reset_now(&self, check: &Check) -> Result<Applied, StoreError> {

@@ -184,12 +184,7 @@ impl MemoryStore {
                 let (now, outcomes) = self.acquire_at(op.check, op.lease_str(), op.reservation);
                 Ok(Applied::unshared(outcomes).at(now))
             }
-            OpKind::Reset => self.reset_now(op.check),
-            OpKind::Refund => self.refund_now(op.check, op.check.cost),
-            OpKind::Settle { actual } => self.settle_now(op.check, actual, op.reservation),
-            OpKind::Release => self.lease_now(op.check, op.lease_str(), false),
-            OpKind::Renew => self.lease_now(op.check, op.lease_str(), true),
-            OpKind::GiveBack { at_us } => self.give_back_now(op.check, at_us),
+            _ => self.adjust_now(op),
         }
     }
 

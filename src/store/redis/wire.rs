@@ -128,7 +128,7 @@ impl Inner {
             let check = op.check;
             args.push(op.kind.code().to_string());
             args.push(wire_len(check, self.options.settings.legacy_keys).to_string());
-            args.push(amount(op));
+            args.push(op.amount().to_string());
             args.push(publish(op));
             args.push(match op.kind {
                 OpKind::GiveBack { at_us } => at_us.to_string(),
@@ -226,14 +226,6 @@ fn publish(op: &Op<'_>) -> String {
     }
 }
 
-/// An operation's amount: its cost, or a settle's signed difference.
-fn amount(op: &Op<'_>) -> String {
-    match op.kind {
-        OpKind::Settle { actual } => (i128::from(actual) - i128::from(op.check.cost)).to_string(),
-        _ => op.check.cost.to_string(),
-    }
-}
-
 /// A limit's algorithm tag, limit, window and burst. A window is its
 /// length in microseconds or, for calendar periods, the boundaries of three
 /// periods around our clock (`now_us`, or the wall clock when the script
@@ -300,12 +292,15 @@ fn applied<'r>(op: &Op<'_>, n: usize, reply: &'r [Value]) -> Option<(Applied, &'
         (_, [published, lease, now, after @ ..]) => (flag(published)?, Some(lease), now, after),
         _ => return None,
     };
-    // A settle's second value is what its reservation's record said.
+    // An adjustment naming a reservation (a settle) answers in its second
+    // value what the reservation's record said.
     let (lease, reservation) = match (op.kind, lease) {
-        (OpKind::Settle { .. }, Some(found)) => match found.as_i64()? {
-            -1 => (None, None),
-            code => (None, Some(Settled::from_code(code)?)),
-        },
+        (kind, Some(found)) if kind != OpKind::Check && op.reservation.is_some() => {
+            match found.as_i64()? {
+                -1 => (None, None),
+                code => (None, Some(Settled::from_code(code)?)),
+            }
+        }
         (_, Some(lease)) => (flag(lease)?, None),
         (_, None) => (None, None),
     };
