@@ -423,3 +423,26 @@ async fn check_calls_count_one_per_lone_check_and_one_per_batch() {
         "300 concurrent checks in {calls} calls"
     );
 }
+
+/// Issue 28, part 6: the store's own tasks (its connection listeners and
+/// its batcher, with the calls it has sent) are tracked, and `quit` ends
+/// and joins every one of them before it closes the connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quit_ends_and_joins_the_stores_own_tasks() {
+    let server = RedisServer::start();
+    let store = batching_store(&server);
+    assert!(store.wait_connected(Duration::from_secs(5)).await);
+    assert!(concurrent_errors(&store, 50).await.is_empty());
+    // One auth listener per pooled client, and the batcher.
+    assert!(
+        store.background_tasks() >= 3,
+        "{}",
+        store.background_tasks()
+    );
+    store.quit().await;
+    assert_eq!(store.background_tasks(), 0);
+    let after = store
+        .check(&check(&unique_key("after"), Algorithm::Gcra, 5, "1m", 1))
+        .await;
+    assert!(after.is_err(), "a closed store answers no check: {after:?}");
+}

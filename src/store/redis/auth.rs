@@ -28,9 +28,12 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::errors::{is_auth, tls_failure};
 use crate::store::StoreError;
+use crate::tasks::Tasks;
 
 #[derive(Default)]
 pub(super) struct AuthWatch {
+    /// The store's tasks, for the plaintext probe.
+    tasks: Tasks,
     /// Why the last connection attempt was refused, if it was.
     refused: Mutex<Option<String>>,
     /// The last connection error of another kind since the last connect.
@@ -52,10 +55,11 @@ const PLAINTEXT_HINT: &str = "the server did not answer in TLS: the port is a pl
      redis:// or the server's tls-port";
 
 impl AuthWatch {
-    /// Starts one listener per client of `pool`. They hold only the
-    /// clients' event receivers, so they end when the pool is dropped.
-    pub(super) fn spawn(pool: &Pool) -> Arc<AuthWatch> {
+    /// Starts one listener per client of `pool` on the store's `tasks`:
+    /// they end when the pool is dropped, or at the store's `quit`.
+    pub(super) fn spawn(pool: &Pool, tasks: &Tasks) -> Arc<AuthWatch> {
         let watch = Arc::new(AuthWatch {
+            tasks: tasks.clone(),
             uses_tls: pool
                 .clients()
                 .iter()
@@ -67,7 +71,7 @@ impl AuthWatch {
             let watch = watch.clone();
             // fred's connection errors name no server: the configured one.
             let configured = client.client_config().server.hosts().into_iter().next();
-            tokio::spawn(async move {
+            tasks.spawn_until_shutdown(async move {
                 loop {
                     tokio::select! {
                         error = errors.recv() => match error {
@@ -121,7 +125,7 @@ impl AuthWatch {
             return;
         }
         let watch = self.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let answer = tokio::time::timeout(Duration::from_millis(500), async {
                 let mut stream = TcpStream::connect((&*server.host, server.port)).await?;
                 stream.write_all(b"PING\r\n").await?;

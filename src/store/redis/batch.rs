@@ -35,10 +35,12 @@ pub(super) struct Job {
 /// A job's operation, owned: what [`Op`] borrows.
 type Owned = (OpKind, Check, Option<LeaseId>, Option<Reservation>);
 
-/// Starts the batcher; it runs until every sender is dropped.
+/// Starts the batcher on the store's tasks; it runs until every sender is
+/// dropped or the store quits, and then finishes the calls it has sent.
 pub(super) fn spawn(inner: Arc<Inner>, window: Duration) -> mpsc::Sender<Job> {
     let (tx, rx) = mpsc::channel(4 * MAX_BATCH);
-    tokio::spawn(run(inner, rx, window));
+    let tasks = inner.tasks.clone();
+    tasks.spawn(run(inner, rx, window));
     tx
 }
 
@@ -68,7 +70,14 @@ pub(super) async fn submit(
 
 async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
     let mut in_flight = JoinSet::new();
-    while let Some(first) = rx.recv().await {
+    let tasks = inner.tasks.clone();
+    // At `quit`, jobs still queued are dropped (their callers are answered
+    // "dropped", by the failure policy); calls already sent are finished.
+    while let Some(first) = tokio::select! {
+        biased;
+        () = tasks.cancelled() => None,
+        job = rx.recv() => job,
+    } {
         while in_flight.try_join_next().is_some() {}
         let mut jobs = vec![first];
         take_queued(&mut rx, &mut jobs);

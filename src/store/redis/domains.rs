@@ -18,11 +18,14 @@ use tokio::sync::broadcast::error::RecvError;
 use tokio::sync::watch;
 
 use super::nodes::Nodes;
+use crate::tasks::Tasks;
 
 /// `(first slot, last slot, domain, primary)`.
 type Range = (u16, u16, u64, Server);
 
 pub(super) struct Domains {
+    /// The store's tasks: a cluster sync is joined at its `quit`.
+    tasks: Tasks,
     routing: Arc<Routing>,
     /// A cluster sync asked for after a MOVED is under way: a burst of
     /// MOVED replies asks for one.
@@ -40,18 +43,19 @@ struct Routing {
 }
 
 impl Domains {
-    /// Starts listening to `pool`'s cluster events; the listeners end when
-    /// this is dropped.
-    pub(super) fn spawn(pool: &Pool, nodes: Nodes) -> Domains {
+    /// Starts listening to `pool`'s cluster events, on the store's `tasks`;
+    /// the listeners end when this is dropped, or at the store's `quit`.
+    pub(super) fn spawn(pool: &Pool, nodes: Nodes, tasks: &Tasks) -> Domains {
         let routing = Arc::new(Routing {
             ranges: RwLock::new(Vec::new()),
             nodes,
         });
         let (alive, _) = watch::channel(());
         for client in pool.clients() {
-            tokio::spawn(listen(client.clone(), routing.clone(), alive.subscribe()));
+            tasks.spawn_until_shutdown(listen(client.clone(), routing.clone(), alive.subscribe()));
         }
         Domains {
+            tasks: tasks.clone(),
             routing,
             syncing: Arc::new(AtomicBool::new(false)),
             _alive: alive,
@@ -90,7 +94,7 @@ impl Domains {
         }
         let client = pool.next().clone();
         let syncing = self.syncing.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let _ = client.sync_cluster().await;
             syncing.store(false, Ordering::Release);
         });

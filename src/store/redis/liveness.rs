@@ -39,9 +39,13 @@ use std::time::Duration;
 
 use fred::prelude::*;
 
+use crate::tasks::Tasks;
+
 /// Probes suspect connections and replaces the dead ones; shared by every
 /// pool of one store (a cluster's node pools included).
 pub(super) struct Liveness {
+    /// The store's tasks: a probe is joined at its `quit`.
+    tasks: Tasks,
     timeout: Duration,
     /// Ids of the clients being probed now.
     probing: Mutex<HashSet<String>>,
@@ -50,8 +54,9 @@ pub(super) struct Liveness {
 }
 
 impl Liveness {
-    pub(super) fn new(timeout: Duration) -> Arc<Liveness> {
+    pub(super) fn new(timeout: Duration, tasks: Tasks) -> Arc<Liveness> {
         Arc::new(Liveness {
+            tasks,
             timeout,
             probing: Mutex::new(HashSet::new()),
             replaced: AtomicU64::new(0),
@@ -84,7 +89,7 @@ impl Liveness {
         }
         let this = self.clone();
         let client = client.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             // Connected still: fred has not noticed anything itself.
             if !this.answers(&client).await && client.state() == ClientState::Connected {
                 this.replaced.fetch_add(1, Ordering::Relaxed);

@@ -54,6 +54,7 @@ use tokio::sync::mpsc;
 
 use super::{Applied, Op, Store, StoreError, StoreStats, scripts};
 use crate::domain::{Check, Clock, Limit, Outcome};
+use crate::tasks::Tasks;
 use client::{build_pool, client_config, reconnect_policy, tcp_config};
 use errors::classify;
 pub use in_flight::DEFAULT_MAX_IN_FLIGHT;
@@ -97,6 +98,9 @@ pub struct RedisStore {
 /// What the batcher task shares with the store.
 pub(super) struct Inner {
     pool: Pool,
+    /// The store's own background tasks (listeners, batcher, probes),
+    /// ended and joined by `quit` before it closes the connections.
+    tasks: Tasks,
     /// The one script (`store::scripts::OPS`).
     script: Script,
     /// The invalidation channel, which every call names.
@@ -139,9 +143,11 @@ impl RedisStore {
         let config = client_config(&options.settings)?;
         let clustered = config.server.is_clustered();
         let pool = build_pool(config.clone(), &options.settings)?;
-        let auth = auth::AuthWatch::spawn(&pool);
+        let tasks = Tasks::new();
+        let auth = auth::AuthWatch::spawn(&pool, &tasks);
         let domains = clustered.then(|| {
-            domains::Domains::spawn(&pool, nodes::Nodes::new(config, options.settings.clone()))
+            let nodes = nodes::Nodes::new(config, options.settings.clone(), tasks.clone());
+            domains::Domains::spawn(&pool, nodes, &tasks)
         });
         // The connection tasks end when `quit` closes the pool.
         drop(pool.connect_pool());
@@ -158,7 +164,8 @@ impl RedisStore {
             clustered,
             auth,
             domains,
-            liveness: liveness::Liveness::new(options.settings.unresponsive_timeout),
+            liveness: liveness::Liveness::new(options.settings.unresponsive_timeout, tasks.clone()),
+            tasks,
             options,
         });
         let batcher = (!window.is_zero()).then(|| batch::spawn(inner.clone(), window));
@@ -189,8 +196,20 @@ impl RedisStore {
         connected
     }
 
-    /// Closes every connection.
+    /// The store's own background tasks still running: its listeners, its
+    /// batcher, and any probe or sync under way. None after [`quit`](Self::quit).
+    pub fn background_tasks(&self) -> usize {
+        self.inner.tasks.len()
+    }
+
+    /// Ends the store's own tasks (its listeners and batcher), waiting up
+    /// to `redis.timeout` for the calls and probes they have under way
+    /// (each bounded by it), then closes every connection.
     pub async fn quit(&self) {
+        self.inner
+            .tasks
+            .shutdown(self.inner.options.settings.timeout)
+            .await;
         if let Some(domains) = &self.inner.domains {
             domains.quit_nodes().await;
         }

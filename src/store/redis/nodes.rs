@@ -15,8 +15,11 @@ use fred::types::config::Server;
 
 use super::{RedisSettings, build_pool};
 use crate::store::StoreError;
+use crate::tasks::Tasks;
 
 pub(super) struct Nodes {
+    /// The store's tasks: closing a gone node's pool is joined at `quit`.
+    tasks: Tasks,
     pools: RwLock<HashMap<Server, Pool>>,
     /// The cluster client's config: credentials, TLS, timeouts.
     template: Config,
@@ -24,8 +27,9 @@ pub(super) struct Nodes {
 }
 
 impl Nodes {
-    pub(super) fn new(template: Config, settings: RedisSettings) -> Nodes {
+    pub(super) fn new(template: Config, settings: RedisSettings, tasks: Tasks) -> Nodes {
         Nodes {
+            tasks,
             pools: RwLock::new(HashMap::new()),
             template,
             settings,
@@ -84,7 +88,7 @@ impl Nodes {
             .collect();
         for server in gone {
             if let Some(pool) = pools.remove(&server) {
-                tokio::spawn(async move {
+                self.tasks.spawn(async move {
                     let _ = pool.quit().await;
                 });
             }
@@ -124,7 +128,7 @@ mod tests {
             legacy_keys: false,
             tls: None,
         };
-        let nodes = Nodes::new(Config::default(), options);
+        let nodes = Nodes::new(Config::default(), options, Tasks::new());
         let gone = Server::new("127.0.0.1", 1);
         assert!(nodes.connected(&gone).is_none());
         assert!(nodes.read().is_empty(), "no pool reconnecting to it");
