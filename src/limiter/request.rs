@@ -130,13 +130,13 @@ mod tests {
     fn adjustments_take_no_check_stage() {
         let c = check();
         let lease = LeaseId::generate();
-        for op in [
-            Op::reset(&c),
-            Op::refund(&c),
-            Op::settle(&c, 1),
-            Op::release(&c, &lease),
-            Op::renew(&c, &lease),
-        ] {
+        for kind in OpKind::ALL.into_iter().filter(|k| *k != OpKind::Check) {
+            let op = Op {
+                kind,
+                check: &c,
+                lease: Some(&lease),
+                reservation: None,
+            };
             let route = Route::of(&Request::new(op).waiting(Duration::from_secs(1)), true);
             assert_eq!(
                 route,
