@@ -27,7 +27,7 @@ impl MemoryStore {
     }
 
     /// Deletes the state of every limit of `check`, then answers like a
-    /// check of cost 0 (see [`OpKind::Reset`](crate::store::OpKind::Reset)).
+    /// check of cost 0 (see [`OpKind::Reset`]).
     pub fn reset_now(&self, check: &Check) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
         let mut shard = self.inner.shard_of(check);
@@ -40,7 +40,7 @@ impl MemoryStore {
 
     /// Gives back up to `cost` on every limit of `check`, then
     /// answers like a check of cost 0 (see
-    /// [`OpKind::Refund`](crate::store::OpKind::Refund)). Expired state is
+    /// [`OpKind::Refund`]). Expired state is
     /// "never seen", as after a Redis TTL: nothing to give back.
     pub fn refund_now(&self, check: &Check, cost: u64) -> Result<Applied, StoreError> {
         let now = self.inner.clock.now_us();
@@ -52,7 +52,7 @@ impl MemoryStore {
 
     /// Gives back up to `check.cost` units that a check of `check`'s limits
     /// counted at store time `at_us`, then answers like a check of cost 0
-    /// (see [`OpKind::GiveBack`](crate::store::OpKind::GiveBack)), through
+    /// (see [`OpKind::GiveBack`]), through
     /// [`give_back_all`]. Expired state is "never seen", as after a Redis
     /// TTL: nothing to give back. The expiry stays, as a look leaves it.
     pub fn give_back_now(&self, check: &Check, at_us: u64) -> Result<Applied, StoreError> {
@@ -90,7 +90,7 @@ impl MemoryStore {
 
     /// Settles the reservation `check.cost` as `actual` on every limit of
     /// `check`, each on its own, then answers like a check of cost 0 (see
-    /// [`OpKind::Settle`](crate::store::OpKind::Settle)): below it a
+    /// [`OpKind::Settle`]): below it a
     /// refund, above it a forced spend ([`State::spend`]), whose state and
     /// expiry are written as a check spending writes them.
     ///
@@ -186,7 +186,7 @@ fn refund_in(map: &mut super::Map, check: &Check, cost: u64, now: u64) {
 impl MemoryStore {
     /// Releases (`renew: false`) or renews `lease` on the concurrency
     /// limit of `check`, then answers like a check of cost 0 (see
-    /// [`OpKind::Release`](crate::store::OpKind::Release)). A release
+    /// [`OpKind::Release`]). A release
     /// keeps the state's expiry (it only shrinks); a renewal lengthens it
     /// to the latest lease's, as `lua/concurrency.lua` sets the key's.
     pub fn lease_now(
