@@ -33,14 +33,27 @@ end
 -- takes 429 as an error) and summed in done().
 local threads = {}
 setup = function(thread) table.insert(threads, thread) end
+-- Denials counted the same way, so that a target that counts nothing shows.
 bad = 0
-response = function(status)
-  if status ~= 200 and status ~= 429 then bad = bad + 1 end
+denied = 0
+response = function(status, headers, body)
+  if status == 429 then
+    denied = denied + 1
+  elseif status ~= 200 then
+    bad = bad + 1
+  elseif string.find(body, '"allowed":false', 1, true) then
+    denied = denied + 1
+  end
 end
 
 done = function(summary, latency, requests)
   local n = summary.errors.connect + summary.errors.read + summary.errors.write + summary.errors.timeout
-  for _, thread in ipairs(threads) do n = n + thread:get("bad") end
-  io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d bad=%d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99), n))
+  local d = 0
+  for _, thread in ipairs(threads) do
+    n = n + thread:get("bad")
+    d = d + thread:get("denied")
+  end
+  io.write(string.format("RESULT rps=%.0f p50_us=%d p99_us=%d requests=%d denied=%d bad=%d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50), latency:percentile(99),
+    summary.requests, d, n))
 end

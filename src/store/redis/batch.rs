@@ -73,10 +73,14 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
     let tasks = inner.tasks.clone();
     // At `quit`, jobs still queued are dropped (their callers are answered
     // "dropped", by the failure policy); calls already sent are finished.
+    // One future for the whole loop, polled only when no job is ready: the
+    // check path pays nothing for it (bench/cost.sh).
+    let stop = tasks.cancelled();
+    tokio::pin!(stop);
     while let Some(first) = tokio::select! {
         biased;
-        () = tasks.cancelled() => None,
         job = rx.recv() => job,
+        () = &mut stop => None,
     } {
         while in_flight.try_join_next().is_some() {}
         let mut jobs = vec![first];
