@@ -184,20 +184,16 @@ impl Decision {
     /// would stand below the `r` a full bucket reports. For every other
     /// algorithm `burst` is `limit`.
     pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
+        use std::fmt::Write as _;
         let secs = |ms: u64| ms.div_ceil(1_000);
-        let policy = self
-            .limits
-            .iter()
-            .map(|l| {
-                format!(
-                    "\"{}\";q={};w={}",
-                    l.name,
-                    l.burst,
-                    secs(l.window_ms).max(1)
-                )
-            })
-            .collect::<Vec<_>>()
-            .join(", ");
+        // One buffer for every limit, not a string each joined after.
+        let mut policy = String::with_capacity(32 * self.limits.len());
+        for (i, l) in self.limits.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            let w = secs(l.window_ms).max(1);
+            // Writing to a String cannot fail.
+            let _ = write!(policy, "{sep}\"{}\";q={};w={w}", l.name, l.burst);
+        }
         let tightest = self.tightest();
         [
             ("ratelimit-policy", policy),

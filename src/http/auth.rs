@@ -330,12 +330,8 @@ fn answer(decision: &Decision, deny_status: StatusCode) -> Response {
         );
         denied
     };
+    super::rate_headers::insert(response.headers_mut(), decision);
     let headers = response.headers_mut();
-    for (name, value) in decision.headers() {
-        if let Ok(value) = HeaderValue::try_from(value) {
-            headers.insert(HeaderName::from_static(name), value);
-        }
-    }
     if decision.degraded {
         // A structured-field boolean (RFC 9651), like the draft's headers.
         headers.insert(

@@ -12,6 +12,7 @@ pub mod openapi;
 mod ops;
 mod policies;
 mod policies_json;
+mod rate_headers;
 mod routes;
 pub mod server;
 mod state;

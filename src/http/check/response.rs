@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderName, HeaderValue};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use serde::Serialize;
 use utoipa::ToSchema;
@@ -214,12 +214,7 @@ impl CheckResponse {
             // Not reachable with these types (no map keys, no floats); as `Json` would.
             Err(_) => Json(self).into_response(),
         };
-        let headers = response.headers_mut();
-        for (name, value) in decision.headers() {
-            if let Ok(value) = HeaderValue::try_from(value) {
-                headers.insert(HeaderName::from_static(name), value);
-            }
-        }
+        crate::http::rate_headers::insert(response.headers_mut(), decision);
         response
     }
 }

@@ -254,12 +254,18 @@ impl Inner {
         // seen", as after a Redis TTL), then store them back. Copies, not
         // states taken out of the map: a panic mid-decision leaves the map
         // as it was, rather than a client's counters reset.
+        // `new`: the limits with no entry at all, counted here rather than
+        // looked up again when making room (one hash per limit fewer).
+        let mut new = 0;
         let mut states: Vec<State> = check
             .limits
             .iter()
             .map(|limit| match shard.map.get(&StateKey::of(check, limit)) {
                 Some(entry) if entry.expires_at_us > now => entry.state.clone(),
-                _ => State::fresh(limit.rule.algorithm),
+                found => {
+                    new += usize::from(found.is_none());
+                    State::fresh(limit.rule.algorithm)
+                }
             })
             .collect();
         let leases_before: usize = states.iter().map(leases_of).sum();
@@ -270,7 +276,7 @@ impl Inner {
         // matters when several rules share a key.
         let writes = cost > 0 && outcomes.iter().all(|o| o.allowed);
         if writes {
-            self.room_for(shard, check, &states, leases_before, now);
+            self.room_for(shard, new, &states, leases_before, now);
         }
         shard.store_back(check, states, &outcomes, now, writes);
         outcomes
@@ -282,16 +288,11 @@ impl Inner {
     fn room_for(
         &self,
         shard: &mut ShardData,
-        check: &Check,
+        new: usize,
         states: &[State],
         leases_before: usize,
         now: u64,
     ) {
-        let new = check
-            .limits
-            .iter()
-            .filter(|l| !shard.map.contains_key(&StateKey::of(check, l)))
-            .count();
         // An acquire grows its key by a lease: room for that too.
         let leases_after: usize = states.iter().map(leases_of).sum();
         let grows = new + leases_after.saturating_sub(leases_before);
