@@ -183,7 +183,7 @@ impl Decision {
     /// buckets that is above `limit` (their rate), and a quota of `limit`
     /// would stand below the `r` a full bucket reports. For every other
     /// algorithm `burst` is `limit`.
-    pub fn headers(&self) -> impl Iterator<Item = (&'static str, String)> {
+    pub fn headers(&self) -> impl Iterator<Item = (&'static str, HeaderText)> {
         use std::fmt::Write as _;
         let secs = |ms: u64| ms.div_ceil(1_000);
         // One buffer for every limit, not a string each joined after.
@@ -195,28 +195,47 @@ impl Decision {
             let _ = write!(policy, "{sep}\"{}\";q={};w={w}", l.name, l.burst);
         }
         let tightest = self.tightest();
+        let reset = secs(tightest.reset_after_ms);
+        let mut ratelimit = String::with_capacity(tightest.name.len() + 32);
+        let _ = write!(
+            ratelimit,
+            "\"{}\";r={};t={reset}",
+            tightest.name, tightest.remaining
+        );
         [
-            ("ratelimit-policy", policy),
+            ("ratelimit-policy", HeaderText::Text(policy)),
+            ("ratelimit", HeaderText::Text(ratelimit)),
+            ("x-ratelimit-limit", HeaderText::Number(tightest.burst)),
             (
-                "ratelimit",
-                format!(
-                    "\"{}\";r={};t={}",
-                    tightest.name,
-                    tightest.remaining,
-                    secs(tightest.reset_after_ms)
-                ),
+                "x-ratelimit-remaining",
+                HeaderText::Number(tightest.remaining),
             ),
-            ("x-ratelimit-limit", tightest.burst.to_string()),
-            ("x-ratelimit-remaining", tightest.remaining.to_string()),
-            (
-                "x-ratelimit-reset",
-                secs(tightest.reset_after_ms).to_string(),
-            ),
+            ("x-ratelimit-reset", HeaderText::Number(reset)),
         ]
         .into_iter()
-        .chain(
-            (!self.allowed).then(|| ("retry-after", secs(self.retry_after_ms).max(1).to_string())),
-        )
+        .chain((!self.allowed).then(|| {
+            let retry = secs(self.retry_after_ms).max(1);
+            ("retry-after", HeaderText::Number(retry))
+        }))
+    }
+}
+
+/// A header's value as [`Decision::headers`] gives it: a whole number
+/// stays one, so a transport that has a cheaper way to write numbers (an
+/// HTTP header value from a `u64`) need not format and re-validate a
+/// string.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HeaderText {
+    Number(u64),
+    Text(String),
+}
+
+impl std::fmt::Display for HeaderText {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderText::Number(n) => write!(f, "{n}"),
+            HeaderText::Text(text) => f.write_str(text),
+        }
     }
 }
 

@@ -38,7 +38,7 @@ pub use check::{
     validate_wait_ms,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
-pub use decision::{Decision, LimitDecision, Outcome};
+pub use decision::{Decision, HeaderText, LimitDecision, Outcome};
 pub use duration::{MAX_WINDOW_US, format_duration_us, parse_duration_us};
 pub use failure::FailurePolicy;
 pub use failure_mode::{BreakerState, FailureMode};

@@ -8,7 +8,7 @@
 
 use axum::http::{HeaderMap, HeaderName, HeaderValue};
 
-use crate::domain::Decision;
+use crate::domain::{Decision, HeaderText};
 
 const RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
 const RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
@@ -33,10 +33,16 @@ fn name(of: &'static str) -> HeaderName {
 /// a valid header value (a limit name with a control character) is left
 /// out rather than failing the answer.
 pub(super) fn insert(headers: &mut HeaderMap, decision: &Decision) {
+    headers.reserve(6);
     for (of, value) in decision.headers() {
-        if let Ok(value) = HeaderValue::try_from(value) {
-            headers.insert(name(of), value);
-        }
+        let value = match value {
+            HeaderText::Number(n) => HeaderValue::from(n),
+            HeaderText::Text(text) => match HeaderValue::try_from(text) {
+                Ok(value) => value,
+                Err(_) => continue,
+            },
+        };
+        headers.insert(name(of), value);
     }
 }
 

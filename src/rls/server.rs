@@ -285,7 +285,7 @@ fn response(
             d.headers()
                 .map(|(k, v)| HeaderValue {
                     key: k.to_string(),
-                    value: v,
+                    value: v.to_string(),
                     ..Default::default()
                 })
                 .collect()
