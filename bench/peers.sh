@@ -39,6 +39,11 @@
 # p99 latency. The last table gives ratekeeper ÷ limitador: throughput at
 # 64 connections, p50 at one.
 #
+# RK_WORKERS=N runs ratekeeper with N runtime worker threads
+# (TOKIO_WORKER_THREADS, read by tokio itself; unset: one per core, the
+# default). On a machine whose cores the load generator and Redis share,
+# fewer workers mean fewer wake-ups between threads (docs/benchmarks.md).
+#
 # The limits file is written in limitador 2.x's form first (conditions and
 # variables are CEL over `descriptors[0]`); 1.x's form (`variables: [key]`),
 # which 2.x validates but matches to no request, only if 2.x's does not
@@ -51,6 +56,7 @@ DURATION=${DURATION:-4s}
 ROUNDS=${ROUNDS:-3}
 CONNECTIONS=${CONNECTIONS:-64}
 SCENARIOS=${SCENARIOS:-"spread flood"}
+RK_WORKERS=${RK_WORKERS:-}
 for tool in wrk redis-server redis-cli curl; do
   command -v "$tool" >/dev/null || { echo "$tool is required (apt-get install wrk redis-server curl)" >&2; exit 1; }
 done
@@ -98,6 +104,7 @@ start() { # name command...
 rk() { # mode
   local batch=100us redis=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
   case $1 in memory) redis=() ;; redis) batch=0us ;; esac
+  [ -z "$RK_WORKERS" ] || export TOKIO_WORKER_THREADS=$RK_WORKERS
   RATEKEEPER_LOG__LEVEL=warn RATEKEEPER_REDIS__BATCH_WINDOW=$batch exec "$RK_BIN" serve \
     --listen "127.0.0.1:$PORT_NOW" --policies "$TMP/policies.toml" "${redis[@]}"
 }
@@ -189,7 +196,7 @@ OUT=bench/results/peers-$(date -u +%Y%m%dT%H%M%SZ).md
   echo
   echo "$(nproc) cores shared by wrk, every server and redis-server $(redis-server --version | awk '{print $3}' | cut -d= -f2);"
   echo "$CONNECTIONS connections, wrk $DURATION per cell, targets interleaved, median of $ROUNDS rounds."
-  echo "Produced by \`bash bench/peers.sh ${PEER_BIN:-(no peer)}\`."
+  echo "Produced by \`${RK_WORKERS:+RK_WORKERS=$RK_WORKERS }bash bench/peers.sh ${PEER_BIN:-(no peer)}\`; ratekeeper's runtime workers: ${RK_WORKERS:-one per core}."
   echo
   echo "Every target first proved that it limits (105 checks on a limit of 100: exactly 5 denied)."
   echo
