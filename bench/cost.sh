@@ -22,6 +22,10 @@
 #             reservation (POST /v1/settle); a build without reservations
 #             ignores the field, so its row is a plain fixed check
 #
+#   policy    the policy form, {"policy": "fixed", "key": K}: the policy
+#             `fixed` holds the `fixed` rule (a policy check against the
+#             same limit inline)
+#
 #   batch     fixed, 10 checks at a time in POST /v1/checks: a row is one
 #             check of a batch (N/10 requests)
 #
@@ -43,6 +47,10 @@ done
 TMP=$(mktemp -d)
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 REDIS_PORT=$(free_port)
+cat > "$TMP/policies.toml" <<'TOML'
+[policies.fixed]
+limits = [{ name = "day", algorithm = "fixed_window", limit = 1000000, window = "1d" }]
+TOML
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null &
 REDIS_PID=$!
 trap 'kill $REDIS_PID 2>/dev/null || true; pkill -INT -f "ratekeeper-calendar-cost" 2>/dev/null || true; rm -rf "$TMP"' EXIT
@@ -77,6 +85,9 @@ if rule == "batch":
         assert all(r["status"] == 200 and r["allowed"] for r in answer["results"]), answer
     sys.exit(0)
 for i in range(n):
+    if rule == "policy":
+        post("/v1/check", {"policy": "fixed", "key": f"policy:{i}"})
+        continue
     body = {"key": f"{rule}:{i}", **rules[rule]}
     answer = post("/v1/check", body)
     if rule == "lease":
@@ -86,7 +97,7 @@ PY
 
 # run STORE BINARY RULE -> "instructions redis_usec_total"
 run() {
-  local out="$TMP/cg" args=(serve --listen "127.0.0.1:$PORT")
+  local out="$TMP/cg" args=(serve --listen "127.0.0.1:$PORT" --policies "$TMP/policies.toml")
   [ "$1" = redis ] && args+=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
   redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
   RATEKEEPER_LOG__LEVEL=warn valgrind --tool=callgrind --callgrind-out-file="$out" \
