@@ -40,8 +40,7 @@
 # 64 connections, p50 at one.
 #
 # RK_WORKERS=N runs ratekeeper with N runtime worker threads
-# (TOKIO_WORKER_THREADS, read by tokio itself; unset: one per core, the
-# default). On a machine whose cores the load generator and Redis share,
+# (server.worker_threads; unset: one per core, the default). On a machine whose cores the load generator and Redis share,
 # fewer workers mean fewer wake-ups between threads (docs/benchmarks.md).
 #
 # The limits file is written in limitador 2.x's form first (conditions and
@@ -104,7 +103,7 @@ start() { # name command...
 rk() { # mode
   local batch=100us redis=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
   case $1 in memory) redis=() ;; redis) batch=0us ;; esac
-  [ -z "$RK_WORKERS" ] || export TOKIO_WORKER_THREADS=$RK_WORKERS
+  [ -z "$RK_WORKERS" ] || export RATEKEEPER_SERVER__WORKER_THREADS=$RK_WORKERS
   RATEKEEPER_LOG__LEVEL=warn RATEKEEPER_REDIS__BATCH_WINDOW=$batch exec "$RK_BIN" serve \
     --listen "127.0.0.1:$PORT_NOW" --policies "$TMP/policies.toml" "${redis[@]}"
 }

@@ -11,7 +11,19 @@ use clap::Parser;
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-#[tokio::main]
-async fn main() -> ExitCode {
-    ratekeeper::cli::run(ratekeeper::cli::Cli::parse()).await
+fn main() -> ExitCode {
+    let cli = ratekeeper::cli::Cli::parse();
+    // The runtime is built here rather than by `#[tokio::main]` so that
+    // `server.worker_threads` can size it; without it, tokio's default.
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = ratekeeper::cli::worker_threads(&cli) {
+        runtime.worker_threads(workers);
+    }
+    match runtime.enable_all().build() {
+        Ok(runtime) => runtime.block_on(ratekeeper::cli::run(cli)),
+        Err(error) => {
+            eprintln!("ratekeeper: cannot start the async runtime: {error}");
+            ExitCode::FAILURE
+        }
+    }
 }

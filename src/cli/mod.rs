@@ -140,6 +140,22 @@ impl ServeArgs {
     }
 }
 
+/// The runtime's worker threads `serve` asks for (`server.worker_threads`),
+/// read before the runtime exists; `None` for tokio's default, for every
+/// other command, and when the settings do not load (then `serve` says why
+/// and exits 64, as ever).
+pub fn worker_threads(cli: &Cli) -> Option<usize> {
+    match &cli.command {
+        Command::Serve(args) => {
+            Settings::load(&args.overrides())
+                .ok()?
+                .server
+                .worker_threads
+        }
+        _ => None,
+    }
+}
+
 /// Runs the parsed command and returns the process exit code.
 pub async fn run(cli: Cli) -> ExitCode {
     match cli.command {

@@ -29,6 +29,9 @@ pub struct ServerSettings {
     /// Peers whose `X-Forwarded-For`/`X-Real-IP` are believed by
     /// `/v1/auth` (empty: nobody's).
     pub trusted_proxies: Vec<IpNet>,
+    /// The runtime's worker threads; `None` (0 in the file): tokio's
+    /// default, one per core it may use (`TOKIO_WORKER_THREADS` if set).
+    pub worker_threads: Option<usize>,
 }
 
 /// `[grpc]`: the Envoy RLS v3 listener.
@@ -99,6 +102,7 @@ pub(super) fn read_server(r: &mut Reader) -> Option<ServerSettings> {
     let write_timeout = r.duration("server.write_timeout");
     let max_connections = r.count("server.max_connections", 1, 10_000_000);
     let trusted_proxies = r.list("server.trusted_proxies", |s| s.parse::<IpNet>());
+    let worker_threads = r.count("server.worker_threads", 0, 1024);
     Some(ServerSettings {
         listen: listen?,
         shutdown_timeout: shutdown_timeout?,
@@ -108,6 +112,7 @@ pub(super) fn read_server(r: &mut Reader) -> Option<ServerSettings> {
         write_timeout: write_timeout?,
         max_connections: max_connections?,
         trusted_proxies: trusted_proxies?,
+        worker_threads: worker_threads.map(|n| (n > 0).then_some(n))?,
     })
 }
 

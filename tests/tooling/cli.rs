@@ -332,3 +332,39 @@ fn a_trace_log_in_the_watched_directory_does_not_log_its_own_writes() {
         "an idle service logged {grown} bytes in 2 s at trace"
     );
 }
+
+/// The runtime's worker threads (tokio names them `tokio-rt-worker`) of
+/// the process `pid`.
+fn runtime_workers(pid: u32) -> usize {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.trim() == "tokio-rt-worker")
+        .count()
+}
+
+/// Issue 29: `server.worker_threads` sizes the runtime (the main thread
+/// drives the accept loop; the workers run the requests), the service
+/// answers checks on one worker, and a value out of range exits 64 naming
+/// the key.
+#[test]
+fn server_worker_threads_sizes_the_runtime() {
+    for workers in [1, 3] {
+        let n = workers.to_string();
+        let (child, addr) =
+            support::binary::serve(&[("RATEKEEPER_SERVER__WORKER_THREADS", n.as_str())]);
+        assert_eq!(runtime_workers(child.0.id()), workers);
+        let body = r#"{"key":"workers","limit":5,"window":"1h"}"#;
+        let (status, answer) = support::raw_http(&addr, "POST", "/v1/check", body).unwrap();
+        assert_eq!(status, 200, "{answer}");
+        assert!(answer.contains(r#""allowed":true"#), "{answer}");
+    }
+    let out = ratekeeper()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_SERVER__WORKER_THREADS", "2000")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert!(stderr.contains("server.worker_threads"), "{stderr}");
+}
