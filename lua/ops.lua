@@ -46,9 +46,9 @@ while a < argc do
       ok, result = pcall(reserve, KEYS[k + n + 1], rsv, reply, m + 3, n)
     end
   else
-    -- Every other operation is adjust.lua's, found by its code.
-    local adjust = ADJUST[op]
-    if adjust == nil then
+    -- Every other operation is adjust.lua's, found by its code; an unknown
+    -- code fails its own operation only, under the same pcall.
+    local adjust = ADJUST[op] or function()
       error('unknown operation ' .. tostring(op))
     end
     ok, result, live = pcall(adjust, k, a + OP_ARGS, n, now, cost, pad_ms, lease, rsv)

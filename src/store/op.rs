@@ -206,7 +206,8 @@ impl<'a> Op<'a> {
     }
 
     /// This operation with `reservation`: a check recording it, a settle
-    /// naming it.
+    /// naming it. No other operation carries one: `wire.rs` reads the
+    /// second value of an adjustment that does as its record's answer.
     pub fn reserving(self, reservation: Option<&'a Reservation>) -> Op<'a> {
         Op {
             reservation,

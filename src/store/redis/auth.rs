@@ -125,7 +125,7 @@ impl AuthWatch {
             return;
         }
         let watch = self.clone();
-        self.tasks.spawn(async move {
+        self.tasks.spawn_until_shutdown(async move {
             let answer = tokio::time::timeout(Duration::from_millis(500), async {
                 let mut stream = TcpStream::connect((&*server.host, server.port)).await?;
                 stream.write_all(b"PING\r\n").await?;

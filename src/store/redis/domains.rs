@@ -94,7 +94,7 @@ impl Domains {
         }
         let client = pool.next().clone();
         let syncing = self.syncing.clone();
-        self.tasks.spawn(async move {
+        self.tasks.spawn_until_shutdown(async move {
             let _ = client.sync_cluster().await;
             syncing.store(false, Ordering::Release);
         });

@@ -89,7 +89,9 @@ impl Liveness {
         }
         let this = self.clone();
         let client = client.clone();
-        self.tasks.spawn(async move {
+        // Cut at `quit`: a probe writes nothing, and must not reconnect a
+        // pool being closed.
+        self.tasks.spawn_until_shutdown(async move {
             // Connected still: fred has not noticed anything itself.
             if !this.answers(&client).await && client.state() == ClientState::Connected {
                 this.replaced.fetch_add(1, Ordering::Relaxed);

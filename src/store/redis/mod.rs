@@ -197,19 +197,20 @@ impl RedisStore {
     }
 
     /// The store's own background tasks still running: its listeners, its
-    /// batcher, and any probe or sync under way. None after [`quit`](Self::quit).
+    /// batcher, and any probe or sync under way. None after
+    /// [`quit`](Self::quit), unless a batch call outlived its bound there.
     pub fn background_tasks(&self) -> usize {
         self.inner.tasks.len()
     }
 
-    /// Ends the store's own tasks (its listeners and batcher), waiting up
-    /// to `redis.timeout` for the calls and probes they have under way
-    /// (each bounded by it), then closes every connection.
+    /// Ends the store's own tasks, then closes every connection. Listeners,
+    /// probes and syncs write nothing and are cut at once; the batcher
+    /// finishes the calls it has sent, each bounded by twice `redis.timeout`
+    /// (a wait for room under `redis.max_in_flight`, then the call), which
+    /// is how long this waits for them.
     pub async fn quit(&self) {
-        self.inner
-            .tasks
-            .shutdown(self.inner.options.settings.timeout)
-            .await;
+        let calls = self.inner.options.settings.timeout.saturating_mul(2);
+        self.inner.tasks.shutdown(calls).await;
         if let Some(domains) = &self.inner.domains {
             domains.quit_nodes().await;
         }
