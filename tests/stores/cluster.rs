@@ -12,6 +12,7 @@
 
 use crate::support;
 use crate::support::StoreExt;
+use crate::support::stores::redis_settings;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use std::time::{Duration, Instant};
 use ratekeeper::domain::{Algorithm, Check, ManualClock};
 use ratekeeper::store::Store;
 use ratekeeper::store::memory::MemoryStore;
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{RedisOptions, RedisSettings, RedisStore};
 use serde_json::json;
 use support::{
     Load, Outage, RedisCluster, TestApp, assert_answered_throughout, cached_scripts,
@@ -43,17 +44,9 @@ async fn batches_and_limits(cluster: &RedisCluster) {
     let clock = ManualClock::new(1_767_225_600_000_000);
     let redis = RedisStore::connect(RedisOptions {
         settings: RedisSettings {
-            url: cluster.url(),
-            key_prefix: "rk:".into(),
             timeout: Duration::from_secs(5),
-            pool_size: 1,
             reconnect_max_delay: Duration::from_millis(200),
-            unresponsive_timeout: Duration::from_millis(500),
-            probe_interval: Duration::from_millis(250),
-            batch_window: Duration::ZERO,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            legacy_keys: false,
-            tls: None,
+            ..redis_settings(cluster.url())
         },
         clock: Some(Arc::new(clock.clone())),
         ttl_pad_ms: 600_000,
@@ -127,17 +120,11 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
     let mut stores = Vec::new();
     for _ in 0..2 {
         let store = RedisStore::connect(RedisSettings {
-            url: cluster.url(),
-            key_prefix: "rk:".into(),
             timeout: Duration::from_secs(5),
             pool_size: 2,
             reconnect_max_delay: Duration::from_millis(200),
-            unresponsive_timeout: Duration::from_millis(500),
-            probe_interval: Duration::from_millis(250),
             batch_window: Duration::from_micros(200),
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            legacy_keys: false,
-            tls: None,
+            ..redis_settings(cluster.url())
         })
         .unwrap();
         assert!(store.wait_connected(Duration::from_secs(10)).await);

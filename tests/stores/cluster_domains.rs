@@ -5,6 +5,7 @@
 
 use crate::support;
 use crate::support::StoreExt;
+use crate::support::stores::redis_settings;
 use ratekeeper::domain::Window;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -13,7 +14,7 @@ use std::time::Duration;
 use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{RedisSettings, RedisStore};
 use support::{RedisCluster, RedisServer};
 
 fn check(key: &str) -> Check {
@@ -31,17 +32,10 @@ fn check(key: &str) -> Check {
 
 fn options(url: String) -> RedisSettings {
     RedisSettings {
-        url,
-        key_prefix: "rk:".into(),
         timeout: Duration::from_secs(5),
         pool_size: 2,
         reconnect_max_delay: Duration::from_millis(200),
-        unresponsive_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(250),
-        batch_window: Duration::ZERO,
-        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-        legacy_keys: false,
-        tls: None,
+        ..redis_settings(url)
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::support;
 use crate::support::StoreExt;
+use crate::support::stores::redis_settings;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -124,7 +125,7 @@ mod multi_limit {
     use ratekeeper::domain::{Algorithm, Check, Limit, Rule};
     use ratekeeper::store::Store;
     use ratekeeper::store::memory::MemoryStore;
-    use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
+    use ratekeeper::store::redis::{RedisSettings, RedisStore};
 
     const TIGHT: u64 = 100;
     const LOOSE: u64 = 150;
@@ -204,17 +205,10 @@ mod multi_limit {
         let mut stores: Vec<Arc<dyn Store>> = Vec::new();
         for _ in 0..2 {
             let store = RedisStore::connect(RedisSettings {
-                url: redis.url(),
-                key_prefix: "rk:".into(),
                 timeout: Duration::from_secs(5),
                 pool_size: 4,
-                reconnect_max_delay: Duration::from_millis(100),
-                unresponsive_timeout: Duration::from_millis(500),
-                probe_interval: Duration::from_millis(250),
                 batch_window,
-                max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-                legacy_keys: false,
-                tls: None,
+                ..redis_settings(redis.url())
             })
             .unwrap();
             store.ping().await.unwrap();

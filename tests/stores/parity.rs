@@ -9,6 +9,7 @@
 //! at every step.
 
 use crate::support;
+use crate::support::stores::redis_settings;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -19,7 +20,7 @@ use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use ratekeeper::domain::algorithms::State;
 use ratekeeper::domain::{Algorithm, Check, ManualClock, Outcome, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{RedisOptions, RedisSettings, RedisStore};
 use support::ops::{Op, ops, ops_giving_back};
 use support::{RedisServer, unique_key};
 
@@ -204,17 +205,10 @@ fn simulated_redis(
     runtime.block_on(async {
         let store = RedisStore::connect(RedisOptions {
             settings: RedisSettings {
-                url,
                 key_prefix: prefix.into(),
                 timeout: Duration::from_secs(5),
-                pool_size: 1,
                 reconnect_max_delay: Duration::from_millis(200),
-                unresponsive_timeout: Duration::from_millis(500),
-                probe_interval: Duration::from_millis(250),
-                batch_window: Duration::ZERO,
-                max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-                legacy_keys: false,
-                tls: None,
+                ..redis_settings(url)
             },
             clock: Some(Arc::new(clock.clone())),
             // Simulated time runs ahead of and behind real time; keep keys

@@ -4,6 +4,7 @@
 
 use crate::support;
 use crate::support::StoreExt;
+use crate::support::stores::redis_settings;
 use ratekeeper::domain::Window;
 
 use std::sync::Arc;
@@ -11,7 +12,7 @@ use std::time::Duration;
 
 use ratekeeper::domain::{Algorithm, Check, Limit, ManualClock, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{RedisSettings, RedisStore};
 use ratekeeper::store::scripts;
 
 use support::binary::ratekeeper;
@@ -161,17 +162,9 @@ async fn reset_and_refund_survive_a_flushed_script_cache() {
 async fn reset_and_refund_of_several_limits_on_a_cluster() {
     let cluster = RedisCluster::start(3);
     let store = RedisStore::connect(RedisSettings {
-        url: cluster.url(),
-        key_prefix: "rk:".into(),
         timeout: Duration::from_secs(5),
-        pool_size: 1,
         reconnect_max_delay: Duration::from_millis(200),
-        unresponsive_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(250),
-        batch_window: Duration::ZERO,
-        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-        legacy_keys: false,
-        tls: None,
+        ..redis_settings(cluster.url())
     })
     .unwrap();
     assert!(store.wait_connected(Duration::from_secs(10)).await);

@@ -6,29 +6,15 @@
 
 use crate::support;
 use crate::support::StoreExt;
-
-use std::time::Duration;
+use crate::support::stores::redis_settings;
 
 use ratekeeper::domain::{Algorithm, Check};
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
+use ratekeeper::store::redis::RedisStore;
 use ratekeeper::store::{Store, StoreError};
 use support::{RedisServer, unique_key};
 
 fn store(url: String) -> RedisStore {
-    RedisStore::connect(RedisSettings {
-        url,
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(2),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        unresponsive_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(250),
-        batch_window: Duration::ZERO,
-        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-        legacy_keys: false,
-        tls: None,
-    })
-    .unwrap()
+    RedisStore::connect(redis_settings(url)).unwrap()
 }
 
 /// Two fresh keys per algorithm, so every check writes.

@@ -5,12 +5,13 @@
 
 use crate::support;
 use crate::support::StoreExt;
+use crate::support::stores::redis_settings;
 
 use std::time::Duration;
 
 use fred::prelude::*;
 use ratekeeper::domain::{Algorithm, Check, ManualClock};
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{RedisSettings, RedisStore};
 use ratekeeper::store::{Store, StoreError};
 use support::stores::redis_options;
 use support::{RedisServer, check, unique_key};
@@ -154,17 +155,9 @@ async fn the_sliding_log_dos_request_leaves_a_small_key_and_runs_fast() {
 /// A batching store under concurrent load on a real clock.
 fn batching_store(server: &RedisServer) -> RedisStore {
     RedisStore::connect(RedisSettings {
-        url: server.url(),
-        key_prefix: "rk:".into(),
-        timeout: Duration::from_secs(2),
         pool_size: 2,
-        reconnect_max_delay: Duration::from_millis(100),
-        unresponsive_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(250),
         batch_window: Duration::from_micros(200),
-        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-        legacy_keys: false,
-        tls: None,
+        ..redis_settings(server.url())
     })
     .unwrap()
 }
@@ -319,17 +312,9 @@ impl PasswordServer {
 
     fn store(&self, credentials: &str) -> RedisStore {
         RedisStore::connect(RedisSettings {
-            url: format!("redis://{credentials}127.0.0.1:{}", self.port),
-            key_prefix: "rk:".into(),
             timeout: Duration::from_millis(200),
             pool_size: 2,
-            reconnect_max_delay: Duration::from_millis(100),
-            unresponsive_timeout: Duration::from_millis(500),
-            probe_interval: Duration::from_millis(250),
-            batch_window: Duration::ZERO,
-            max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-            legacy_keys: false,
-            tls: None,
+            ..redis_settings(format!("redis://{credentials}127.0.0.1:{}", self.port))
         })
         .unwrap()
     }

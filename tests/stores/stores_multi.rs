@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use ratekeeper::domain::{Algorithm, Check, Limit, ManualClock, Outcome, Rule};
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisSettings, RedisStore};
-use support::stores::{redis_options, stores};
+use ratekeeper::store::redis::{RedisSettings, RedisStore};
+use support::stores::{redis_options, redis_settings, stores};
 use support::{RedisServer, unique_key};
 
 for_each_store!(
@@ -157,17 +157,9 @@ async fn a_denied_check_leaves_a_sliding_log_as_it_was(store: Arc<dyn Store>, cl
 #[tokio::test]
 async fn the_keys_of_one_check_share_a_cluster_slot() {
     let store = RedisStore::connect(RedisSettings {
-        url: "redis://127.0.0.1:1".into(),
-        key_prefix: "rk:".into(),
         timeout: Duration::from_millis(10),
-        pool_size: 1,
         reconnect_max_delay: Duration::from_millis(10),
-        unresponsive_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(250),
-        batch_window: Duration::ZERO,
-        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-        legacy_keys: false,
-        tls: None,
+        ..redis_settings("redis://127.0.0.1:1")
     })
     .unwrap();
     let limits = [

@@ -2,6 +2,7 @@
 //! each with its own Redis clients, for the invalidation tests.
 
 use super::limiter_ext::LimiterExt;
+use super::stores::redis_settings;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -31,17 +32,8 @@ impl Drop for Instance {
 
 pub fn options(url: String) -> RedisSettings {
     RedisSettings {
-        url,
-        key_prefix: "rk:".into(),
         timeout: Duration::from_secs(1),
-        pool_size: 1,
-        reconnect_max_delay: Duration::from_millis(100),
-        unresponsive_timeout: Duration::from_millis(500),
-        probe_interval: Duration::from_millis(250),
-        batch_window: Duration::ZERO,
-        max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-        legacy_keys: false,
-        tls: None,
+        ..redis_settings(url)
     }
 }
 

@@ -1,6 +1,7 @@
 //! Random multi-limit checks for the property tests of `multi_parity.rs`,
 //! and the stores they run on.
 
+use crate::support::stores::redis_settings;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +12,7 @@ use ratekeeper::domain::{
     Algorithm, Check, CheckInput, Limit, ManualClock, Outcome, Rule, RuleInput, WindowInput,
 };
 use ratekeeper::store::Store;
-use ratekeeper::store::redis::{DEFAULT_MAX_IN_FLIGHT, RedisOptions, RedisSettings, RedisStore};
+use ratekeeper::store::redis::{RedisOptions, RedisSettings, RedisStore};
 
 use crate::support::RedisServer;
 use crate::support::ops::{Op, ops, ops_giving_back};
@@ -220,17 +221,10 @@ pub fn simulated_redis(
     runtime.block_on(async {
         let store = RedisStore::connect(RedisOptions {
             settings: RedisSettings {
-                url: server.url(),
                 key_prefix: prefix.into(),
                 timeout: Duration::from_secs(5),
-                pool_size: 1,
                 reconnect_max_delay: Duration::from_millis(200),
-                unresponsive_timeout: Duration::from_millis(500),
-                probe_interval: Duration::from_millis(250),
-                batch_window: Duration::ZERO,
-                max_in_flight: DEFAULT_MAX_IN_FLIGHT,
-                legacy_keys: false,
-                tls: None,
+                ..redis_settings(server.url())
             },
             clock: Some(Arc::new(clock.clone())),
             // Simulated time runs ahead of and behind real time: keep keys
