@@ -118,7 +118,7 @@ run() {
   echo "$total ${usec:-0}"
 }
 
-OUT=bench/results/cost-$(date -u +%Y%m%dT%H%M%SZ).md
+OUT=${OUT:-bench/results/cost-$(date -u +%Y%m%dT%H%M%SZ).md}
 {
   echo "# Cost per check in instructions and Redis time, $(date -u +%F)"
   echo
@@ -135,6 +135,8 @@ for store in memory redis; do
     for rule in $RULES; do
       read -r i u < <(run "$store" "$bin" "$rule")
       [ -z "$base_i" ] && base_i=$i base_u=$u
+      # TSV=FILE: each row's raw totals too, for bench/guard.sh.
+      if [ -n "${TSV:-}" ]; then printf '%s\t%s\t%s\t%s\t%s\n' "$store" "$rule" "$N" "$i" "$u" >>"$TSV"; fi
       awk -v s="$store" -v b="$bin" -v r="$rule" -v i="$i" -v u="$u" -v bi="$base_i" -v bu="$base_u" -v n="$N" 'BEGIN {
         ru = (s == "redis") ? sprintf("%.2f | %.2f", u / n, bu ? u / bu : 0) : "- | -"
         printf "| %s | `%s` | %s | %.0f | %.2f | %s |\n", s, b, r, i / n, i / bi, ru }' | tee -a "$OUT"

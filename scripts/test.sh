@@ -30,6 +30,9 @@
 #    Redis 7.0 (unless RATEKEEPER_TEST_SERVER says otherwise); the Docker
 #    tests (`--test containers`) after the others, in a phase of their own,
 #    as their latency bounds leave little room for other tests' load;
+#    then the cost guard (bench/guard.sh): the image's binary's instructions
+#    per check under valgrind's callgrind, against bench/cost-guard.tsv
+#    (5 % over it fails; valgrind is installed with apt-get);
 # 4. the server matrix: the store suite (`--test stores`: Lua-vs-Rust
 #    parity, exactness, FCALL and its EVALSHA fallback, Cluster, Sentinel)
 #    and the fault suite (`--test faults`) again on each server of
@@ -110,6 +113,7 @@ if ! $quick; then
   need jq "command -v jq" jq
   need debootstrap "command -v debootstrap || [ -x /usr/sbin/debootstrap ]" debootstrap
   need "docker compose" "docker compose version || command -v docker-compose" docker-compose
+  need valgrind "command -v valgrind && command -v callgrind_annotate" valgrind
 
   if ! docker info >/dev/null 2>&1; then
     cat >&2 <<'MSG'
@@ -196,6 +200,9 @@ else
       cargo nextest run --locked --no-fail-fast -E 'not binary_id(ratekeeper::containers)'
     phase "the Docker tests on $main_server, alone" env RATEKEEPER_TEST_SERVER="$main_server" \
       cargo nextest run --locked --no-fail-fast --test containers
+    # The image the Docker tests built holds the shipped binary: counted
+    # under callgrind against bench/cost-guard.tsv, it compiles nothing more.
+    phase "the cost guard (bench/guard.sh)" bash bench/guard.sh
   else
     phase "every test on $main_server" env RATEKEEPER_TEST_SERVER="$main_server" \
       cargo nextest run --locked --no-fail-fast "${args[@]}"

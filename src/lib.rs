@@ -70,6 +70,8 @@ pub mod rls;
 pub mod store;
 pub mod tasks;
 pub mod telemetry;
+pub mod tenants;
+pub mod tls;
 pub mod tokens;
 pub mod watch;
 

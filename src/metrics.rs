@@ -37,6 +37,7 @@ mod reloads;
 mod rls;
 mod series;
 mod store;
+mod tenants;
 mod top;
 mod waiting;
 
@@ -48,11 +49,12 @@ pub use deny_cache::DenyCacheMetrics;
 pub use family::SyncedCounter;
 pub use invalidations::InvalidationMetrics;
 pub use leases::LeaseMetrics;
-pub use listeners::{ListenerMetrics, Listeners, TimedOut};
+pub use listeners::{ListenerMetrics, Listeners, TimedOut, TlsFailures};
 pub use redis::RedisMetrics;
 pub use reloads::{ReloadMetrics, Reloads};
 pub use rls::{RlsAnswer, RlsMetrics, RlsRequestError};
 pub use store::StoreMetrics;
+pub use tenants::{ACTIONS as TENANT_ACTIONS, TenantMetrics};
 pub use top::TopMetrics;
 pub use waiting::WaitMetrics;
 
@@ -86,6 +88,8 @@ pub struct Metrics {
     pub listeners: Listeners,
     /// Loads of the watched files.
     pub reloads: Reloads,
+    /// Runtime overrides, blocks and exemptions.
+    pub tenants: TenantMetrics,
 }
 
 impl Metrics {
@@ -107,6 +111,7 @@ impl Metrics {
             leases: LeaseMetrics::register(&registry),
             listeners: Listeners::register(&registry),
             reloads: Reloads::register(&registry),
+            tenants: TenantMetrics::register(&registry),
             decisions,
             store,
             top,

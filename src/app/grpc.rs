@@ -79,7 +79,8 @@ pub(super) fn spawn_grpc(
     } = grpc;
     let domains = config.load().domains.len();
     let bearer_auth = auth.tokens.is_some();
-    info!(grpc_addr = %addr, domains, bearer_auth, "Envoy RLS gRPC listening on {addr}");
+    let tls = super::tls_mode(settings.grpc.tls.as_deref());
+    info!(grpc_addr = %addr, tls, domains, bearer_auth, "Envoy RLS gRPC listening on {addr}");
     // The HTTP listener's rule: without tokens, a port reachable from other
     // hosts lets anyone spend (or exhaust) any client's quota.
     if !bearer_auth && !addr.ip().is_loopback() {

@@ -47,6 +47,9 @@ pub enum StartError {
     /// `auth.tokens_file` is wrong (the CLI exits with EX_USAGE).
     #[error(transparent)]
     Tokens(#[from] crate::tokens::TokensError),
+    /// `tenants.file` cannot be read (the CLI exits with EX_USAGE).
+    #[error(transparent)]
+    Tenants(#[from] crate::tenants::TenantsError),
 }
 
 /// How long startup waits for Redis before serving degraded.
@@ -104,7 +107,7 @@ impl Application {
 
         let tasks = Tasks::new();
         spawn::watch_files(&tasks, &settings, &files, &metrics);
-        let (limiter, redis) = spawn::start_limiter(
+        let (limiter, redis, tenants) = spawn::start_limiter(
             &tasks,
             backend,
             &settings,
@@ -124,7 +127,7 @@ impl Application {
         log_listening(addr, &limiter, &settings);
         warn_if_waits_outlast_shutdown(&settings);
         let connections = metrics.listeners.http.clone();
-        let router = build_router(&settings, limiter.clone(), metrics, &files);
+        let router = build_router(&settings, limiter.clone(), tenants, metrics, &files);
         Ok(Application {
             listener,
             router,
@@ -243,8 +246,10 @@ async fn bind_http(addr: SocketAddr) -> Result<(TcpListener, SocketAddr), StartE
 
 /// The one line that says the service is up, and on what.
 fn log_listening(addr: SocketAddr, limiter: &Limiter, settings: &Settings) {
+    let tls = tls_mode(settings.server.tls.as_deref());
     info!(
         %addr,
+        tls,
         store = limiter.store_name(),
         ready = limiter.is_ready(),
         failure_mode = settings.failure.mode.as_str(),
@@ -253,10 +258,20 @@ fn log_listening(addr: SocketAddr, limiter: &Limiter, settings: &Settings) {
     );
 }
 
+/// What a listener's startup line says of its TLS: "off", "tls" or "mtls".
+fn tls_mode(tls: Option<&crate::tls::server::ServerTls>) -> &'static str {
+    match tls {
+        None => "off",
+        Some(tls) if tls.asks_client_certificates() => "mtls",
+        Some(_) => "tls",
+    }
+}
+
 /// The HTTP API over `limiter`, behind the bearer-token check.
 fn build_router(
     settings: &Settings,
     limiter: Arc<Limiter>,
+    tenants: Arc<crate::tenants::Tenants>,
     metrics: Arc<Metrics>,
     files: &spawn::Files,
 ) -> axum::Router {
@@ -268,6 +283,7 @@ fn build_router(
     http::router(AppState::new(Shared {
         bearer,
         limiter,
+        tenants,
         metrics,
         bounds: settings.limits.bounds,
         max_batch: settings.limits.max_batch,

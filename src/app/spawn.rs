@@ -18,9 +18,10 @@ use super::{Backend, tls};
 use crate::config::Settings;
 use crate::domain::PolicySet;
 use crate::limiter::Limiter;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, ReloadMetrics};
 use crate::store::redis::RedisStore;
 use crate::tasks::Tasks;
+use crate::tenants::Tenants;
 use crate::tokens::Tokens;
 use crate::watch::{self, Reload};
 
@@ -63,7 +64,7 @@ pub(super) fn load_files(
     })
 }
 
-/// Watches the hot files (and the `[redis.tls]` files) until shutdown.
+/// Watches the hot files (and the TLS files) until shutdown.
 /// SIGHUP is caught either way: its default action would end the process.
 pub(super) fn watch_files(
     tasks: &Tasks,
@@ -80,8 +81,22 @@ pub(super) fn watch_files(
     if let Some(reloader) = &files.auth.reloader {
         watch_file(tasks, settings, reloader.clone());
     }
-    if let Some(tls) = settings.redis.as_ref().and_then(|r| r.tls.as_ref()) {
-        for reloader in tls::reloaders(tls, metrics) {
+    let reloads = &metrics.reloads;
+    let mut sets: Vec<(Arc<dyn tls::TlsSet>, tls::Named, &ReloadMetrics)> = Vec::new();
+    if let Some(client) = settings.redis.as_ref().and_then(|r| r.tls.as_ref()) {
+        sets.push((client.clone(), tls::REDIS, &reloads.tls));
+    }
+    for (server, files) in [
+        (&settings.server.tls, &reloads.server_tls),
+        (&settings.grpc.tls, &reloads.grpc_tls),
+    ] {
+        if let Some(server) = server {
+            let named = tls::listener(server.listener());
+            sets.push((server.clone(), named, files));
+        }
+    }
+    for (set, named, files) in sets {
+        for reloader in tls::reloaders(set, named, files) {
             watch_file(tasks, settings, reloader);
         }
     }
@@ -105,7 +120,7 @@ pub(super) async fn start_limiter(
     probe_interval: Duration,
     metrics: &Arc<Metrics>,
     policies: &Arc<ArcSwap<PolicySet>>,
-) -> Result<(Arc<Limiter>, Option<RedisStore>), StartError> {
+) -> Result<(Arc<Limiter>, Option<RedisStore>, Arc<Tenants>), StartError> {
     let Stores {
         store,
         redis,
@@ -114,8 +129,21 @@ pub(super) async fn start_limiter(
         sweepers,
     } = stores::open_stores(backend, settings).await;
     sweepers.into_iter().for_each(|s| adopt(tasks, s));
+    let tenants = Tenants::open(
+        &settings.tenants,
+        redis.clone(),
+        policies.clone(),
+        settings.limits.bounds,
+        metrics.clone(),
+    )
+    .await?;
+    tenants.spawn(tasks);
     let limiter = stores::build_limiter(store, local, settings, probe_interval, metrics);
-    let limiter = Arc::new(limiter.with_tasks(tasks.clone()));
+    let limiter = Arc::new(
+        limiter
+            .with_tasks(tasks.clone())
+            .with_tenants(tenants.clone()),
+    );
     if let Some(redis) = &redis {
         let task =
             stores::listen_for_invalidations(redis, &limiter, redis_connected, probe_interval);
@@ -128,7 +156,7 @@ pub(super) async fn start_limiter(
     limiter.probe().await;
     limiter.spawn_prober(probe_interval);
     limiter.spawn_lease_sweeper(policies.clone());
-    Ok((limiter, redis))
+    Ok((limiter, redis, tenants))
 }
 
 /// Ties a loop spawned elsewhere (by a store, which knows no [`Tasks`]) to

@@ -155,7 +155,7 @@ pub async fn show(args: ShowArgs) -> Result<u8, RemoteError> {
     Ok(0)
 }
 
-fn print(answer: &Value, json: bool, table: impl Fn(&Value) -> String) {
+pub(super) fn print(answer: &Value, json: bool, table: impl Fn(&Value) -> String) {
     if json {
         println!(
             "{}",
@@ -298,7 +298,7 @@ fn policies(a: &Value) -> String {
 }
 
 /// Columns padded to their widest cell.
-fn grid<const W: usize>(head: [&str; W], rows: Vec<[String; W]>) -> String {
+pub(super) fn grid<const W: usize>(head: [&str; W], rows: Vec<[String; W]>) -> String {
     let mut widths = head.map(str::len);
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

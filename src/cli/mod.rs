@@ -1,10 +1,12 @@
-//! The command line: `ratekeeper serve`, `openapi`, `script`,
+//! The command line: `ratekeeper serve`, `openapi`, `script`, `override`, `block`, `unblock`, `audit`,
 //! `policies check` and `healthcheck`; and the operator's client
 //! subcommands for a running instance ([`remote`]): `check`, `reset`,
 //! `policies show` and `top`.
 
 mod client;
+mod healthcheck;
 pub mod remote;
+mod tenants;
 mod top;
 
 use std::path::PathBuf;
@@ -75,6 +77,19 @@ pub enum Command {
     /// Reset a key's limits on a running instance (POST /v1/reset; the
     /// admin scope when tokens are on).
     Reset(client::ResetArgs),
+    /// A key's runtime override of a policy's limits on a running instance
+    /// (/v1/overrides; the admin scope when tokens are on).
+    Override {
+        #[command(subcommand)]
+        command: tenants::OverrideCommand,
+    },
+    /// Block a key on a running instance: every check of it denied
+    /// (PUT /v1/blocks; the admin scope when tokens are on).
+    Block(tenants::BlockArgs),
+    /// Unblock a key (DELETE /v1/blocks).
+    Unblock(tenants::UnblockArgs),
+    /// The last changes to overrides, blocks and exemptions (GET /v1/audit).
+    Audit(tenants::AuditArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -167,6 +182,10 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Top(args) => remote_exit(top::run(args).await.map(|()| 0)),
         Command::Check(args) => remote_exit(client::check(args).await),
         Command::Reset(args) => remote_exit(client::reset(args).await),
+        Command::Override { command } => remote_exit(tenants::run_override(command).await),
+        Command::Block(args) => remote_exit(tenants::block(args).await),
+        Command::Unblock(args) => remote_exit(tenants::unblock(args).await),
+        Command::Audit(args) => remote_exit(tenants::audit(args).await),
         Command::Policies {
             command: PoliciesCommand::Show(args),
         } => remote_exit(client::show(args).await),
@@ -180,28 +199,7 @@ pub async fn run(cli: Cli) -> ExitCode {
         Command::Policies {
             command: PoliciesCommand::Check { file, config },
         } => check_policies(&file, config),
-        Command::Healthcheck { config, url } => {
-            let url = match url {
-                Some(url) => url,
-                None => match Settings::listen_address(&Overrides {
-                    config_file: config,
-                    ..Overrides::default()
-                }) {
-                    Ok(listen) => healthz_url(listen),
-                    Err(error) => {
-                        eprintln!("ratekeeper: {error}");
-                        return ExitCode::from(EX_USAGE);
-                    }
-                },
-            };
-            match healthcheck(&url).await {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(reason) => {
-                    eprintln!("ratekeeper: unhealthy: {reason}");
-                    ExitCode::FAILURE
-                }
-            }
-        }
+        Command::Healthcheck { config, url } => healthcheck::run(config, url).await,
     }
 }
 
@@ -249,51 +247,6 @@ fn check_policies(file: &std::path::Path, config: Option<PathBuf>) -> ExitCode {
     }
 }
 
-/// Where the service answers /healthz from inside its own host or
-/// container: a wildcard listen address is reached over loopback.
-fn healthz_url(listen: std::net::SocketAddr) -> String {
-    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-    let ip = match listen.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => IpAddr::V4(Ipv4Addr::LOCALHOST),
-        IpAddr::V6(ip) if ip.is_unspecified() => IpAddr::V6(Ipv6Addr::LOCALHOST),
-        ip => ip,
-    };
-    format!("http://{}/healthz", SocketAddr::new(ip, listen.port()))
-}
-
-/// A minimal HTTP/1.1 GET: the image has no curl, and this is all a probe needs.
-async fn healthcheck(url: &str) -> Result<(), String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or("only http:// URLs are supported")?;
-    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-    let path = if path.is_empty() { "/" } else { path };
-    let probe = async {
-        let mut stream = tokio::net::TcpStream::connect(host)
-            .await
-            .map_err(|e| e.to_string())?;
-        let request = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n");
-        stream
-            .write_all(request.as_bytes())
-            .await
-            .map_err(|e| e.to_string())?;
-        let mut head = [0u8; 12];
-        stream
-            .read_exact(&mut head)
-            .await
-            .map_err(|e| e.to_string())?;
-        if &head[9..12] == b"200" {
-            Ok(())
-        } else {
-            Err(format!("status {}", String::from_utf8_lossy(&head[9..12])))
-        }
-    };
-    tokio::time::timeout(std::time::Duration::from_secs(2), probe)
-        .await
-        .map_err(|_| "no answer within 2 s".to_string())?
-}
-
 async fn serve(args: ServeArgs) -> ExitCode {
     let settings = match Settings::load(&args.overrides()) {
         Ok(settings) => settings,
@@ -317,17 +270,13 @@ async fn serve(args: ServeArgs) -> ExitCode {
     }
     let app = match Application::build(settings).await {
         Ok(app) => app,
-        Err(StartError::Policies(error)) => {
-            tracing::error!(%error, "cannot start: {error}");
-            eprintln!("ratekeeper: {error}");
-            return ExitCode::from(EX_USAGE);
-        }
-        Err(StartError::Tokens(error)) => {
-            tracing::error!(%error, "cannot start: {error}");
-            eprintln!("ratekeeper: {error}");
-            return ExitCode::from(EX_USAGE);
-        }
-        Err(StartError::Rls(error)) => {
+        // The configuration names a file that is wrong: EX_USAGE.
+        Err(
+            error @ (StartError::Policies(_)
+            | StartError::Tokens(_)
+            | StartError::Rls(_)
+            | StartError::Tenants(_)),
+        ) => {
             tracing::error!(%error, "cannot start: {error}");
             eprintln!("ratekeeper: {error}");
             return ExitCode::from(EX_USAGE);

@@ -28,6 +28,28 @@ pub struct Remote {
     /// echoed.
     #[arg(long, value_name = "FILE", env = "RATEKEEPER_TOKEN_FILE")]
     pub token_file: Option<PathBuf>,
+    /// With an `https://` URL: the CA that signed the instance's
+    /// certificate (`[server.tls]`). Required for `https://`.
+    #[arg(long, value_name = "FILE", env = "RATEKEEPER_CA_FILE")]
+    pub ca_file: Option<PathBuf>,
+    /// With an `https://` URL to a listener with mTLS
+    /// (`server.tls.client_ca_file`): this client's certificate, with
+    /// `--key-file`.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "RATEKEEPER_CLIENT_CERT_FILE",
+        requires = "key_file"
+    )]
+    pub cert_file: Option<PathBuf>,
+    /// The key of `--cert-file`. Read, never echoed.
+    #[arg(
+        long,
+        value_name = "FILE",
+        env = "RATEKEEPER_CLIENT_KEY_FILE",
+        requires = "cert_file"
+    )]
+    pub key_file: Option<PathBuf>,
     /// How long to wait for an answer.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = duration)]
     pub timeout: Duration,
@@ -70,14 +92,31 @@ pub struct Client {
 impl Client {
     pub fn new(remote: &Remote) -> Result<Client, RemoteError> {
         let base = remote.url.trim_end_matches('/').to_string();
-        if !base.starts_with("http://") {
-            return Err(RemoteError::Usage(format!(
-                "--url {base}: only http:// is supported (put a TLS proxy's plain side here)"
-            )));
-        }
         let token = remote.token_file.as_deref().map(read_token).transpose()?;
-        let http = reqwest::Client::builder()
+        // No redirect is followed: one to http:// would resend the token in
+        // the clear.
+        let builder = reqwest::Client::builder()
             .timeout(remote.timeout)
+            .redirect(reqwest::redirect::Policy::none());
+        let builder = if base.starts_with("https://") {
+            builder
+                .use_preconfigured_tls(tls_config(remote)?)
+                .https_only(true)
+        } else if base.starts_with("http://") {
+            // TLS material given for a plaintext URL means the operator
+            // meant TLS: refuse rather than send the token in the clear.
+            if remote.ca_file.is_some() || remote.cert_file.is_some() {
+                return Err(RemoteError::Usage(format!(
+                    "--url {base} is plaintext, but --ca-file or --cert-file is given: use https://"
+                )));
+            }
+            builder
+        } else {
+            return Err(RemoteError::Usage(format!(
+                "--url {base}: must start with http:// or https://"
+            )));
+        };
+        let http = builder
             .build()
             .map_err(|e| RemoteError::Usage(e.to_string()))?;
         Ok(Client { base, token, http })
@@ -100,6 +139,18 @@ impl Client {
         self.send(request).await
     }
 
+    /// `PUT path` with a JSON body, answered with a JSON body.
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, RemoteError> {
+        let request = self.http.put(format!("{}{path}", self.base)).json(body);
+        self.send(request).await
+    }
+
+    /// `DELETE path`: `null` for its 204.
+    pub async fn delete(&self, path: &str) -> Result<Value, RemoteError> {
+        self.send(self.http.delete(format!("{}{path}", self.base)))
+            .await
+    }
+
     async fn send(&self, request: reqwest::RequestBuilder) -> Result<Value, RemoteError> {
         let request = match &self.token {
             Some(token) => request.bearer_auth(token),
@@ -111,6 +162,9 @@ impl Client {
         };
         let response = request.send().await.map_err(unreachable)?;
         let status = response.status().as_u16();
+        if status == 204 {
+            return Ok(Value::Null);
+        }
         let body: Value = response.json().await.map_err(unreachable)?;
         if status < 400 {
             return Ok(body);
@@ -128,6 +182,19 @@ impl Client {
             hint,
         })
     }
+}
+
+/// The TLS client for an `https://` URL, from `--ca-file` (and
+/// `--cert-file`, `--key-file`).
+fn tls_config(remote: &Remote) -> Result<rustls::ClientConfig, RemoteError> {
+    let Some(ca) = &remote.ca_file else {
+        return Err(RemoteError::Usage(
+            "an https:// --url needs --ca-file, the CA that signed the instance's certificate"
+                .into(),
+        ));
+    };
+    let pair = remote.cert_file.as_deref().zip(remote.key_file.as_deref());
+    crate::tls::client::config(ca, pair).map_err(|e| RemoteError::Usage(e.to_string()))
 }
 
 /// The innermost cause: "connection refused", not reqwest's outer "error
@@ -178,4 +245,20 @@ fn read_token(path: &Path) -> Result<String, RemoteError> {
 /// A duration flag: `2s`, `500ms`, `1m`.
 pub fn duration(text: &str) -> Result<Duration, String> {
     crate::domain::parse_duration_us(text).map(Duration::from_micros)
+}
+
+/// `text` as one path segment: every byte but RFC 3986's unreserved ones
+/// percent-encoded, so a client key with `/`, `?` or spaces stays one
+/// segment.
+pub fn segment(text: &str) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
 }

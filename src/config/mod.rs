@@ -15,6 +15,7 @@ use std::path::PathBuf;
 use config::{Config, Environment, File, FileFormat};
 
 mod limits;
+mod listener_tls;
 mod reader;
 mod redis;
 mod sections;
@@ -23,6 +24,7 @@ mod tests;
 
 pub use crate::store::redis::RedisSettings;
 pub use crate::store::redis::settings::redact_url;
+pub use crate::tenants::TenantsSettings;
 pub use limits::{DenyCacheSettings, LimitsSettings, MemorySettings, TopSettings};
 use reader::Reader;
 pub use sections::{
@@ -44,6 +46,7 @@ pub struct Settings {
     pub policies: PoliciesSettings,
     pub grpc: GrpcSettings,
     pub rls: RlsSettings,
+    pub tenants: TenantsSettings,
     /// `None` runs the embedded store.
     pub redis: Option<RedisSettings>,
     pub failure: FailurePolicy,
@@ -105,16 +108,28 @@ impl Settings {
         Ok(settings)
     }
 
-    /// Only `server.listen`, from the same layers as [`load`](Self::load):
-    /// what `ratekeeper healthcheck` needs. It reads nothing else, so a
-    /// probe does not fail over a secret it has no business reading (a
-    /// `redis.password_file` mounted only for the service, say).
-    pub fn listen_address(overrides: &Overrides) -> Result<SocketAddr, ConfigError> {
+    /// Where `ratekeeper healthcheck` probes: `server.listen`, and how the
+    /// listener speaks ([`ProbeTls`]), from the same layers as
+    /// [`load`](Self::load). It reads nothing else (not even the
+    /// certificate), so a probe does not fail over a secret it has no
+    /// business reading (a `redis.password_file` mounted only for the
+    /// service, say).
+    pub fn probe_target(overrides: &Overrides) -> Result<(SocketAddr, ProbeTls), ConfigError> {
         let config = layers(overrides, process_env().0)?;
         let mut r = Reader::new(&config);
         let listen = r.parse("server.listen", sections::parse_listen);
+        let cert = r.path("server.tls.cert_file");
+        let client_ca = r.path("server.tls.client_ca_file");
         // No check for unknown keys: every other key was left unasked.
-        listen.ok_or_else(|| r.problems_only())
+        let (Some(listen), Some(cert), Some(client_ca)) = (listen, cert, client_ca) else {
+            return Err(r.problems_only());
+        };
+        let tls = match (cert, client_ca) {
+            (None, _) => ProbeTls::Off,
+            (Some(_), None) => ProbeTls::Tls,
+            (Some(_), Some(_)) => ProbeTls::Mutual,
+        };
+        Ok((listen, tls))
     }
 
     /// Loads with an explicit environment (tests pass a map).
@@ -147,6 +162,7 @@ fn read_settings(r: &mut Reader) -> Option<Settings> {
     let policies = sections::read_policies(r);
     let grpc = sections::read_grpc(r);
     let rls = sections::read_rls(r);
+    let tenants = sections::read_tenants(r);
     let redis = redis::read_redis(r);
     let failure = limits::read_failure(r);
     let breaker = limits::read_breaker(r);
@@ -161,6 +177,7 @@ fn read_settings(r: &mut Reader) -> Option<Settings> {
         policies: policies?,
         grpc: grpc?,
         rls: rls?,
+        tenants: tenants?,
         redis: redis?,
         failure: failure?,
         breaker: breaker?,
@@ -204,6 +221,15 @@ fn layers(overrides: &Overrides, env: Environment) -> Result<Config, ConfigError
     }
     let config = builder.build().map_err(|e| fail(e.to_string()))?;
     Ok(config)
+}
+
+/// How the HTTP listener speaks, for the healthcheck.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeTls {
+    Off,
+    Tls,
+    /// TLS with `client_ca_file`: the probe has no client certificate.
+    Mutual,
 }
 
 /// The process's `RATEKEEPER_<SECTION>__<KEY>` variables as a config

@@ -6,8 +6,12 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use std::sync::Arc;
+
 use super::reader::Reader;
 use crate::domain::forward::IpNet;
+use crate::tenants::TenantsSettings;
+use crate::tls::server::{Listener, ServerTls};
 
 /// `[server]`: the HTTP listener.
 #[derive(Debug, Clone)]
@@ -32,6 +36,8 @@ pub struct ServerSettings {
     /// The runtime's worker threads; `None` (0 in the file): tokio's
     /// default, one per core it may use (`TOKIO_WORKER_THREADS` if set).
     pub worker_threads: Option<usize>,
+    /// `[server.tls]`; `None`: plaintext.
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 /// `[grpc]`: the Envoy RLS v3 listener.
@@ -45,6 +51,8 @@ pub struct GrpcSettings {
     pub handshake_timeout: Duration,
     /// A connection with no call in progress is closed after this.
     pub idle_timeout: Duration,
+    /// `[grpc.tls]`; `None`: plaintext.
+    pub tls: Option<Arc<ServerTls>>,
 }
 
 /// `[policies]`: the named policies.
@@ -103,6 +111,7 @@ pub(super) fn read_server(r: &mut Reader) -> Option<ServerSettings> {
     let max_connections = r.count("server.max_connections", 1, 10_000_000);
     let trusted_proxies = r.list("server.trusted_proxies", |s| s.parse::<IpNet>());
     let worker_threads = r.count("server.worker_threads", 0, 1024);
+    let tls = super::listener_tls::read(r, Listener::Http);
     Some(ServerSettings {
         listen: listen?,
         shutdown_timeout: shutdown_timeout?,
@@ -113,6 +122,7 @@ pub(super) fn read_server(r: &mut Reader) -> Option<ServerSettings> {
         max_connections: max_connections?,
         trusted_proxies: trusted_proxies?,
         worker_threads: worker_threads.map(|n| (n > 0).then_some(n))?,
+        tls: tls?,
     })
 }
 
@@ -128,11 +138,13 @@ pub(super) fn read_grpc(r: &mut Reader) -> Option<GrpcSettings> {
     let max_connections = r.count("grpc.max_connections", 1, 10_000_000);
     let handshake_timeout = r.duration("grpc.handshake_timeout");
     let idle_timeout = r.duration("grpc.idle_timeout");
+    let tls = super::listener_tls::read(r, Listener::Grpc);
     Some(GrpcSettings {
         listen: listen?,
         max_connections: max_connections?,
         handshake_timeout: handshake_timeout?,
         idle_timeout: idle_timeout?,
+        tls: tls?,
     })
 }
 
@@ -141,6 +153,28 @@ pub(super) fn read_policies(r: &mut Reader) -> Option<PoliciesSettings> {
     let poll_interval = r.duration("policies.poll_interval");
     Some(PoliciesSettings {
         file: file?,
+        poll_interval: poll_interval?,
+    })
+}
+
+pub(super) fn read_tenants(r: &mut Reader) -> Option<TenantsSettings> {
+    let file = r.path("tenants.file");
+    let max_entries = r.count("tenants.max_entries", 1, 1_000_000);
+    let max_per_policy = r.count("tenants.max_per_policy", 1, 1_000_000);
+    let poll_interval = r.duration("tenants.poll_interval");
+    if let Some(interval) = poll_interval
+        && !(Duration::from_millis(10)..=Duration::from_secs(1)).contains(&interval)
+    {
+        r.problem(
+            "tenants.poll_interval",
+            "must be 10ms to 1s: a change must reach every instance within a second",
+        );
+        return None;
+    }
+    Some(TenantsSettings {
+        file: file?,
+        max_entries: max_entries?,
+        max_per_policy: max_per_policy?,
         poll_interval: poll_interval?,
     })
 }

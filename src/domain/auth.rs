@@ -55,8 +55,17 @@ impl Scope {
 /// A problem in a tokens file. Messages name the line, never the token.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TokenFileError {
-    #[error("line {line}: expected `<scope> <token>` (scope check or admin)")]
+    #[error(
+        "line {line}: expected `<scope> <token>` or `<scope> <name> <token>` (scope check or admin)"
+    )]
     Shape { line: usize },
+    /// A token's name is shown in the audit trail and the logs.
+    #[error(
+        "line {line}: a token's name is 1 to 15 of A-Z a-z 0-9 _ . -, or an e-mail address \
+         of up to 64 (never as long as a token, so a token in the name's place is refused \
+         rather than shown in the audit trail)"
+    )]
+    Name { line: usize },
     #[error("line {line}: unknown scope (expected check or admin)")]
     UnknownScope { line: usize },
     #[error(
@@ -86,6 +95,22 @@ pub enum TokenFileError {
 struct Entry {
     digest: [u8; 32],
     scope: Scope,
+    /// `admin alice <token>`: who the audit trail says made a change.
+    name: Option<std::sync::Arc<str>>,
+}
+
+/// A token's name as the audit trail shows it: nothing a log line or a
+/// JSON string must escape, and shorter than a token (or an e-mail
+/// address, which no token is: `@` is outside b64token), so that a line
+/// with the token and something after it (`admin <token> note`) is refused
+/// instead of showing the token as a name.
+fn is_token_name(name: &str) -> bool {
+    let chars = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b"_.@-".contains(&b));
+    let short = name.len() < MIN_TOKEN_BYTES;
+    let email = name.contains('@') && name.len() <= 64;
+    !name.is_empty() && chars && (short || email)
 }
 
 /// The tokens in force.
@@ -119,8 +144,9 @@ pub fn is_b64token(token: &str) -> bool {
 }
 
 impl TokenSet {
-    /// Parses a tokens file: one `<scope> <token>` per line, separated by
-    /// spaces or tabs; blank lines and lines starting with `#` are skipped.
+    /// Parses a tokens file: one `<scope> <token>` or `<scope> <name>
+    /// <token>` per line, separated by spaces or tabs; blank lines and
+    /// lines starting with `#` are skipped.
     /// Every problem is reported by line number only.
     pub fn parse(text: &str) -> Result<TokenSet, TokenFileError> {
         let mut entries: Vec<Entry> = Vec::new();
@@ -132,10 +158,17 @@ impl TokenSet {
                 continue;
             }
             let mut fields = content.split_ascii_whitespace();
-            let (Some(scope), Some(token), None) = (fields.next(), fields.next(), fields.next())
-            else {
-                return Err(TokenFileError::Shape { line });
+            let (scope, name, token) = match (fields.next(), fields.next(), fields.next()) {
+                (_, _, Some(_)) if fields.next().is_some() => {
+                    return Err(TokenFileError::Shape { line });
+                }
+                (Some(scope), Some(name), Some(token)) => (scope, Some(name), token),
+                (Some(scope), Some(token), None) => (scope, None, token),
+                _ => return Err(TokenFileError::Shape { line }),
             };
+            if name.is_some_and(|n| !is_token_name(n)) {
+                return Err(TokenFileError::Name { line });
+            }
             let scope = match scope {
                 "check" => Scope::Check,
                 "admin" => Scope::Admin,
@@ -159,7 +192,12 @@ impl TokenSet {
                 let first = lines_of[i];
                 return Err(TokenFileError::Duplicate { line, first });
             }
-            entries.push(Entry { digest, scope });
+            let name = name.map(std::sync::Arc::from);
+            entries.push(Entry {
+                digest,
+                scope,
+                name,
+            });
             lines_of.push(line);
         }
         if entries.is_empty() {
@@ -179,6 +217,20 @@ impl TokenSet {
     /// Tokens of exactly this scope.
     pub fn count(&self, scope: Scope) -> usize {
         self.entries.iter().filter(|e| e.scope == scope).count()
+    }
+
+    /// The name of the presented token (`admin alice <token>`), if it is
+    /// one of ours and has one: for the audit trail of admin calls. The
+    /// match is found in constant time, as in [`scope_of`](Self::scope_of).
+    pub fn name_of(&self, presented: &[u8]) -> Option<std::sync::Arc<str>> {
+        let presented = digest(presented);
+        let mut index = u64::MAX;
+        for (i, entry) in self.entries.iter().enumerate() {
+            let hit = entry.digest.ct_eq(&presented);
+            index = u64::conditional_select(&index, &(i as u64), hit);
+        }
+        let entry = self.entries.get(usize::try_from(index).ok()?)?;
+        entry.name.clone()
     }
 
     /// The scope of the presented token, if it is one of ours. Every

@@ -69,9 +69,60 @@ pub struct Decision {
     /// store took one (every limit allowed a cost above 0), never in a
     /// failure policy's answer.
     pub lease: Option<Lease>,
+    /// A runtime block that denied the check, or an exemption that let it
+    /// through (`/v1/blocks`, `/v1/exemptions`).
+    pub tenant: Option<TenantMark>,
 }
 
+/// What a block or an exemption did to a check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantMark {
+    /// Denied without asking the store: nothing spent.
+    Blocked {
+        reason: Option<Arc<str>>,
+        /// `None`: until the block is deleted.
+        expires_in_ms: Option<u64>,
+    },
+    /// Decided and spent as usual, answered allowed.
+    Exempt,
+}
+
+/// The `retry_after_ms` of a block that never expires: long enough that a
+/// client honouring it does not hammer, short enough to notice an unblock.
+pub const BLOCKED_RETRY_MS: u64 = 3_600_000;
+
 impl Decision {
+    /// The denial of a blocked check: every limit denied with nothing
+    /// spent, whatever the policy's shadow mode says, the wait until the
+    /// block ends.
+    pub fn blocked(check: &Check, reason: Option<Arc<str>>, expires_in_ms: Option<u64>) -> Self {
+        let wait_ms = expires_in_ms.unwrap_or(BLOCKED_RETRY_MS).max(1);
+        let outcome = Outcome {
+            allowed: false,
+            remaining: 0,
+            retry_after_us: wait_ms.saturating_mul(1_000),
+            reset_after_us: 0,
+        };
+        let outcomes = vec![outcome; check.limits.len()];
+        let mut decision = Decision::from_outcomes(check, &outcomes);
+        decision.allowed = false;
+        decision.shadow = false;
+        decision.retry_after_ms = wait_ms;
+        decision.tenant = Some(TenantMark::Blocked {
+            reason,
+            expires_in_ms,
+        });
+        decision
+    }
+
+    /// An exempt key's decision: allowed, with what the limits said kept
+    /// in `limits`.
+    pub fn exempt(&mut self) {
+        self.allowed = true;
+        self.retry_after_ms = 0;
+        self.tenant = Some(TenantMark::Exempt);
+    }
+
     /// Combines one outcome per limit of `check` (same order) into the
     /// check's decision. A shadow check that was denied is answered allowed
     /// with `shadow: true`; its `limits` keep the real decisions.
@@ -124,6 +175,7 @@ impl Decision {
             most_restrictive,
             limits,
             lease: None,
+            tenant: None,
         }
     }
 

@@ -30,6 +30,7 @@ pub mod rls;
 mod rule;
 mod rule_validation;
 pub mod state_key;
+pub mod tenants;
 mod window;
 mod window_input;
 
@@ -38,7 +39,7 @@ pub use check::{
     validate_wait_ms,
 };
 pub use clock::{Clock, ManualClock, MonotonicClock, SystemClock};
-pub use decision::{Decision, HeaderText, LimitDecision, Outcome};
+pub use decision::{BLOCKED_RETRY_MS, Decision, HeaderText, LimitDecision, Outcome, TenantMark};
 pub use duration::{MAX_WINDOW_US, format_duration_us, parse_duration_us};
 pub use failure::FailurePolicy;
 pub use failure_mode::{BreakerState, FailureMode};

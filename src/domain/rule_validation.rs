@@ -3,7 +3,10 @@
 //! the rule's types import nothing of their validation.
 
 use super::duration::MAX_WINDOW_US;
-use super::rule::{Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, invalid};
+use super::rule::{
+    Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, invalid,
+};
+use super::window::Window;
 use super::window_input::window_of;
 
 impl Rule {
@@ -17,27 +20,67 @@ impl Rule {
             Algorithm::SlidingWindow
         });
         let limit = input.limit;
-        if !(1..=MAX_LIMIT).contains(&limit) {
-            return Err(invalid(
-                "limit",
-                format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
-            ));
-        }
-        if algorithm == Algorithm::SlidingLog && limit > bounds.max_sliding_log_limit {
-            return Err(invalid(
-                "limit",
-                format!(
-                    "sliding_log's limit is capped at {} (limits.max_sliding_log_limit), got {limit}; \
-                     use sliding_window for large limits",
-                    bounds.max_sliding_log_limit
-                ),
-            ));
-        }
-
+        check_limit(algorithm, limit, bounds)?;
         let window = window_of(input, algorithm, bounds)?;
         let window_us = window.nominal_us();
 
-        let burst = burst(input.burst, algorithm, limit, window_us)?;
+        let burst = burst_of(input.burst, algorithm, limit, window_us)?;
+        Ok(Rule {
+            algorithm,
+            limit,
+            window,
+            burst,
+        })
+    }
+
+    /// This rule with a runtime override's changes (`/v1/overrides`): a new
+    /// `limit`, and for the buckets a `burst`. The algorithm and the window
+    /// stay (a `window` may be given only as the policy's own): they name
+    /// the counter, so the units already spent are the same counters, read
+    /// against the new numbers. A `burst` not given is the new limit, as
+    /// everywhere else.
+    pub fn changed(
+        &self,
+        limit: u64,
+        burst: Option<u64>,
+        window: Option<&WindowInput>,
+        bounds: &Bounds,
+    ) -> Result<Rule, ValidationError> {
+        let algorithm = self.algorithm;
+        check_limit(algorithm, limit, bounds)?;
+        let window = match (window, self.window) {
+            (None, window) => window,
+            (Some(_), _) if algorithm == Algorithm::Concurrency => {
+                return Err(invalid("window", "a concurrency limit has no window"));
+            }
+            (Some(_), Window::Calendar(_)) => {
+                return Err(invalid(
+                    "window",
+                    "a calendar limit keeps its calendar: an override changes its limit",
+                ));
+            }
+            (Some(w), Window::Length(length)) => {
+                let input = RuleInput {
+                    limit,
+                    window: Some(w.clone()),
+                    algorithm: Some(algorithm),
+                    ..RuleInput::default()
+                };
+                let window = window_of(&input, algorithm, bounds)?;
+                // The window is part of where the counter lives: another
+                // one would start a fresh count, a budget nobody granted.
+                if window.nominal_us() != length {
+                    return Err(invalid(
+                        "window",
+                        "an override keeps the policy's window (it names the counter: another \
+                         window would start counting afresh); change limit and burst, or the \
+                         policy's window in the policies file",
+                    ));
+                }
+                window
+            }
+        };
+        let burst = burst_of(burst, algorithm, limit, window.nominal_us())?;
         Ok(Rule {
             algorithm,
             limit,
@@ -47,9 +90,30 @@ impl Rule {
     }
 }
 
+/// A limit's own bounds: its range, and sliding_log's cap.
+fn check_limit(algorithm: Algorithm, limit: u64, bounds: &Bounds) -> Result<(), ValidationError> {
+    if !(1..=MAX_LIMIT).contains(&limit) {
+        return Err(invalid(
+            "limit",
+            format!("must be between 1 and {MAX_LIMIT}, got {limit}"),
+        ));
+    }
+    if algorithm == Algorithm::SlidingLog && limit > bounds.max_sliding_log_limit {
+        return Err(invalid(
+            "limit",
+            format!(
+                "sliding_log's limit is capped at {} (limits.max_sliding_log_limit), got {limit}; \
+                 use sliding_window for large limits",
+                bounds.max_sliding_log_limit
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// A rule's `burst` (default `limit`), for buckets only, with the bucket
 /// bounds that involve it and the window.
-fn burst(
+fn burst_of(
     burst: Option<u64>,
     algorithm: Algorithm,
     limit: u64,

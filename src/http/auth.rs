@@ -192,8 +192,7 @@ fn prepare(
     };
     // From anyone but a trusted proxy the header is the client's: ignored.
     let cost = if from_proxy { cost(headers)? } else { None };
-    let check = policy
-        .check(key, cost, &state.bounds)
+    let (check, _) = super::check::policy_for_key(state, policy, key, cost)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
     // Before any store call: no lease is taken that nobody could release.
     if let Some(limit) = check.concurrency() {

@@ -14,10 +14,13 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::ApiError;
+// Its own file: the tenants' handlers read it, and this file imports
+// the route table, which imports them.
+pub use super::caller::Caller;
 // Kept with the state, which holds it, so that the state does not import
 // the middleware (and through its route table, every handler).
 pub use super::state::Bearer;
-use crate::domain::auth::Scope;
+use crate::domain::auth::{Presented, Scope, presented};
 use crate::metrics::AuthFailure;
 
 /// What every other path under `/v1` needs.
@@ -57,6 +60,15 @@ pub async fn require(State(bearer): State<Bearer>, mut request: Request, next: N
             .auth
             .record_failure(AuthFailure::from(&refusal));
         return ApiError::from(refusal).into_response();
+    }
+    if required == Scope::Admin {
+        // Who makes a change, for the audit trail: the token's name.
+        let values = request.headers().get_all(header::AUTHORIZATION).iter();
+        let name = match presented(values.map(|v| v.as_bytes())) {
+            Presented::Token(token) => tokens.load().name_of(token),
+            _ => None,
+        };
+        request.extensions_mut().insert(Caller::Token(name));
     }
     request.headers_mut().remove(header::AUTHORIZATION);
     next.run(request).await

@@ -80,6 +80,16 @@ pub enum ApiError {
     /// which would pretend it happened. The detail goes to the log.
     #[error("the store is unavailable; the {0} may not have been applied, retry it")]
     StoreUnavailable(&'static str, #[source] LimiterError),
+    /// No override, block or exemption there.
+    #[error("{0}")]
+    NoEntry(String),
+    /// A cap on runtime entries (`tenants.max_entries`, `max_per_policy`).
+    #[error("{0}")]
+    CapReached(String),
+    /// The runtime entries' store (Redis, or the embedded store's file)
+    /// could not record a change; nothing changed.
+    #[error("{0}")]
+    NotRecorded(String),
 }
 
 /// The body of every error response.
@@ -99,7 +109,8 @@ pub struct ErrorDetail {
     /// insufficient_scope (403), and invalid_request with status 400 for a
     /// malformed `Authorization` header, with bearer authentication;
     /// unknown_reservation (404) and reservation_settled (409) from
-    /// `POST /v1/settle`.
+    /// `POST /v1/settle`; cap_reached (409) from a runtime override, block
+    /// or exemption beyond `tenants.max_entries` or `max_per_policy`.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
     /// What is wrong and what is allowed.
@@ -129,9 +140,11 @@ impl ApiError {
             ApiError::InvalidToken => (StatusCode::UNAUTHORIZED, "invalid_token"),
             ApiError::InsufficientScope(_) => (StatusCode::FORBIDDEN, "insufficient_scope"),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal"),
-            ApiError::StoreUnavailable(..) => {
+            ApiError::StoreUnavailable(..) | ApiError::NotRecorded(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "store_unavailable")
             }
+            ApiError::NoEntry(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::CapReached(_) => (StatusCode::CONFLICT, "cap_reached"),
         }
     }
 }
@@ -296,6 +309,21 @@ impl<S: Send + Sync> FromRequest<S> for JsonBody {
     }
 }
 
+/// Every body and part of one we take is a JSON object, but serde's
+/// derived struct also takes an array of its fields in order (`[null,
+/// null]` for `{}`): refused as serde words a wrong type, naming `T`.
+fn object<T>(json: &[u8]) -> Result<(), ApiError> {
+    if json.trim_ascii_start().first() == Some(&b'{') {
+        return Ok(());
+    }
+    let name = std::any::type_name::<T>();
+    let name = name.split('<').next().unwrap_or(name);
+    let name = name.rsplit("::").next().unwrap_or(name);
+    Err(ApiError::InvalidRequest(format!(
+        "invalid type: sequence, expected struct {name}"
+    )))
+}
+
 /// `json` (a whole body, or a part of one) as a `T`; a wrong type or a
 /// missing field is a 422 naming the field's path. Errors come from the
 /// bytes, not from an intermediate `Value`, so they keep their line and
@@ -305,7 +333,7 @@ pub fn parse_json<'de, T: serde::Deserialize<'de>>(json: &'de [u8]) -> Result<T,
     // error needs it: parse without it first (the same result, trailing
     // bytes refused alike), and again with it only to word a refusal.
     if let Ok(value) = serde_json::from_slice(json) {
-        return Ok(value);
+        return object::<T>(json).map(|()| value);
     }
     let mut deserializer = serde_json::Deserializer::from_slice(json);
     let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|error| {
@@ -326,6 +354,7 @@ pub fn parse_json<'de, T: serde::Deserialize<'de>>(json: &'de [u8]) -> Result<T,
     deserializer
         .end()
         .map_err(|e| ApiError::InvalidJson(e.to_string()))?;
+    object::<T>(json)?;
     Ok(value)
 }
 

@@ -4,6 +4,7 @@
 mod auth;
 pub mod bearer;
 mod body_limit;
+mod caller;
 mod check;
 mod endpoint;
 mod error;
@@ -16,6 +17,7 @@ mod rate_headers;
 mod routes;
 pub mod server;
 mod state;
+mod tenants;
 mod top;
 
 use axum::Router;

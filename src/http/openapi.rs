@@ -29,6 +29,7 @@ use super::ops::Health;
     tags(
         (name = "limits", description = "Rate-limit decisions"),
         (name = "operations", description = "Health, readiness and metrics"),
+        (name = "tenants", description = "Overrides, blocks and exemptions set at runtime, and their audit trail"),
     )
 )]
 struct ApiDoc;

@@ -31,6 +31,9 @@ struct PoliciesDoc;
 #[utoipa::path(get, path = "/v1/policies", tag = "limits",
     responses((status = 200, description = "The policies in force", body = PoliciesResponse)))]
 pub async fn policies(State(state): State<AppState>) -> Response {
-    let body = state.policies_json.body(&state.policies.load_full());
+    let version = state.tenants.view().version;
+    let body = state
+        .policies_json
+        .body(&state.policies.load_full(), version);
     ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }

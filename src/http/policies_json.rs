@@ -23,6 +23,10 @@ pub struct PoliciesResponse {
     /// When the set was loaded (RFC 3339, UTC); null without a file.
     #[schema(example = "2026-01-01T12:00:00.250Z")]
     pub loaded_at: Option<String>,
+    /// The version of the runtime overrides, blocks and exemptions this
+    /// instance applies (`/v1/overrides`): with Redis, its change counter,
+    /// the same on every instance once a change reached them all.
+    pub overrides_version: u64,
     /// In name order.
     pub policies: Vec<PolicyView>,
 }
@@ -74,24 +78,25 @@ pub struct PolicyLimitView {
 pub(crate) struct PoliciesJson {
     /// The set the body was rendered from. Holding it weakly keeps its
     /// allocation, so no later set can take its address while it is here.
-    cached: Mutex<Option<(Weak<PolicySet>, Bytes)>>,
+    /// And the runtime entries' version it shows.
+    cached: Mutex<Option<(Weak<PolicySet>, u64, Bytes)>>,
 }
 
 impl PoliciesJson {
-    pub(crate) fn body(&self, set: &Arc<PolicySet>) -> Bytes {
+    pub(crate) fn body(&self, set: &Arc<PolicySet>, overrides_version: u64) -> Bytes {
         let mut cached = self.cached.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some((rendered, body)) = &*cached
+        if let Some((rendered, version, body)) = &*cached
             && std::ptr::eq(rendered.as_ptr(), Arc::as_ptr(set))
+            && *version == overrides_version
         {
             return body.clone();
         }
         // Rendering under the lock: concurrent first requests for a new set
         // wait for one rendering instead of each making their own.
-        let body = Bytes::from(
-            serde_json::to_vec(&PoliciesResponse::from(&**set))
-                .expect("the policies view serializes"),
-        );
-        *cached = Some((Arc::downgrade(set), body.clone()));
+        let mut view = PoliciesResponse::from(&**set);
+        view.overrides_version = overrides_version;
+        let body = Bytes::from(serde_json::to_vec(&view).expect("the policies view serializes"));
+        *cached = Some((Arc::downgrade(set), overrides_version, body.clone()));
         body
     }
 }
@@ -102,6 +107,7 @@ impl From<&PolicySet> for PoliciesResponse {
             file: set.source.clone(),
             sha256: set.sha256.clone(),
             loaded_at: set.loaded_at.map(rfc3339),
+            overrides_version: 0,
             policies: set.iter().map(|p| PolicyView::from(&**p)).collect(),
         }
     }
@@ -185,12 +191,12 @@ mod tests {
     fn renders_once_per_set() {
         let json = PoliciesJson::default();
         let first = Arc::new(PolicySet::empty());
-        let a = json.body(&first);
-        let b = json.body(&first);
+        let a = json.body(&first, 0);
+        let b = json.body(&first, 0);
         // The same bytes, not a second rendering.
         assert_eq!(a.as_ptr(), b.as_ptr());
         let second = Arc::new(PolicySet::empty());
-        let c = json.body(&second);
+        let c = json.body(&second, 0);
         assert_ne!(a.as_ptr(), c.as_ptr());
         assert_eq!(a, c, "equal sets render equal bodies");
         let view: serde_json::Value = serde_json::from_slice(&c).unwrap();

@@ -13,6 +13,7 @@ pub(super) fn endpoints() -> impl Iterator<Item = &'static Endpoint> {
         .iter()
         .chain(super::auth::ENDPOINTS)
         .chain([&super::policies::ENDPOINT, &super::top::ENDPOINT])
+        .chain(super::tenants::ENDPOINTS)
 }
 
 #[cfg(test)]

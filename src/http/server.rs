@@ -7,7 +7,9 @@
 //! the handler as a request extension ([`BodyDeadline`]), and on shutdown
 //! hyper's `graceful_shutdown` (idle keep-alive connections close at once,
 //! in-flight requests finish). Per process: at most `max_connections`;
-//! beyond it a canned 503 is written without reading the request, except
+//! beyond it a canned 503 is written without reading the request (with
+//! `[server.tls]`, only a close: a plaintext 503 means nothing to a TLS
+//! client), except
 //! on [`PROBE_RESERVE`] more connections, which answer only the probe
 //! paths (`/healthz`, `/readyz`, `/metrics`; anything else gets the same
 //! 503), one request each: an orchestrator and a scraper still see the
@@ -45,7 +47,9 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::config::ServerSettings;
-use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts, refuse};
+use crate::listener::{
+    Acceptor, Activity, Handshake, Kind, MaybeTls, OpenConnection, TimedIo, Timeouts, refuse,
+};
 use crate::metrics::{ListenerMetrics, TimedOut};
 
 /// When the body of the request carrying it must have arrived whole.
@@ -113,7 +117,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) -> io::Result<()> {
     let (stage_tx, stage_rx) = watch::channel(Stage::Serving);
-    let connection = ConnectionConfig::new(router, settings, metrics.timed_out.clone());
+    let connection = ConnectionConfig::new(router, settings, &metrics);
     let max = i64::try_from(settings.max_connections).unwrap_or(i64::MAX);
     let mut shutdown = std::pin::pin!(shutdown);
     let mut acceptor = Acceptor::new(
@@ -134,7 +138,8 @@ pub async fn serve(
         } else if reserved < PROBE_RESERVE as i64 {
             Some(OpenConnection::new(&in_reserve))
         } else {
-            refuse(&stream, OVERLOADED, &metrics.refused);
+            let answer = (!connection.handshake.is_tls()).then_some(OVERLOADED);
+            refuse(&stream, answer, &metrics.refused);
             continue;
         };
         let guard = OpenConnection::new(&metrics.open);
@@ -178,6 +183,8 @@ struct ConnectionConfig {
     timeouts: Timeouts,
     timed_out: TimedOut,
     body_timeout: Duration,
+    /// `[server.tls]`'s handshake, or none.
+    handshake: Handshake,
 }
 
 impl ConnectionConfig {
@@ -188,11 +195,7 @@ impl ConnectionConfig {
         stream: TcpStream,
         peer: SocketAddr,
         probes_only: Option<IntCounter>,
-    ) -> (
-        TokioIo<TimedIo<TcpStream>>,
-        ConnectionService,
-        Arc<Activity>,
-    ) {
+    ) -> (TimedIo<TcpStream>, ConnectionService, Arc<Activity>) {
         // Responses are written whole; don't let Nagle hold the last segment.
         let _ = stream.set_nodelay(true);
         let activity = Arc::new(Activity::default());
@@ -200,12 +203,7 @@ impl ConnectionConfig {
         if probes_only.is_some() {
             timeouts.header = timeouts.header.min(PROBE_HEAD_TIMEOUT);
         }
-        let io = TokioIo::new(TimedIo::new(
-            stream,
-            activity.clone(),
-            timeouts,
-            self.timed_out,
-        ));
+        let io = TimedIo::new(stream, activity.clone(), timeouts, self.timed_out);
         let service = ConnectionService {
             inner: self.service,
             activity: activity.clone(),
@@ -217,10 +215,11 @@ impl ConnectionConfig {
         (io, service, activity)
     }
 
-    fn new(router: Router, settings: &ServerSettings, timed_out: TimedOut) -> ConnectionConfig {
+    fn new(router: Router, settings: &ServerSettings, metrics: &ListenerMetrics) -> Self {
         ConnectionConfig {
             service: TowerToHyperService::new(router),
-            timed_out,
+            timed_out: metrics.timed_out.clone(),
+            handshake: Handshake::new(settings.tls.clone(), metrics.tls_failed.clone()),
             timeouts: Timeouts {
                 kind: Kind::Http1,
                 header: settings.header_read_timeout,
@@ -242,7 +241,21 @@ impl ConnectionConfig {
         mut stage: watch::Receiver<Stage>,
         probes_only: Option<IntCounter>,
     ) {
+        let handshake = self.handshake.clone();
         let (io, service, activity) = self.prepare(stream, peer, probes_only);
+        // Under the head timeout, as the first request's head is (the
+        // timed stream's clock runs from the connection's start).
+        let io = tokio::select! {
+            // A plaintext connection is ready at once: never dropped here.
+            biased;
+            io = handshake.accept(io) => io,
+            // Nothing was promised to a connection still shaking hands.
+            _ = stage.wait_for(|stage| *stage != Stage::Serving) => None,
+        };
+        let Some(io) = io else {
+            return;
+        };
+        let io: TokioIo<MaybeTls<TimedIo<TcpStream>>> = TokioIo::new(io);
         // hyper's own header timer is left off: it restarts whenever the
         // connection goes idle, which would make the keep-alive timeout the
         // header timeout (see timed_io).

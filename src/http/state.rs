@@ -44,6 +44,8 @@ impl std::ops::Deref for AppState {
 /// What [`AppState`] shares.
 pub struct Shared {
     pub limiter: Arc<Limiter>,
+    /// Runtime overrides, blocks and exemptions.
+    pub tenants: Arc<crate::tenants::Tenants>,
     pub metrics: Arc<Metrics>,
     pub bounds: Bounds,
     /// Most checks in one batch (`limits.max_batch`).

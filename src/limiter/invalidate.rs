@@ -82,13 +82,14 @@ impl Limiter {
     /// What the store's invalidation listener reports to: `None` without a
     /// deny cache or leases (nothing to invalidate).
     pub fn invalidation_sink(&self) -> Option<Arc<dyn InvalidationSink>> {
-        if self.deny_cache.is_none() && self.leases.is_none() {
+        if self.deny_cache.is_none() && self.leases.is_none() && self.tenants.is_none() {
             return None;
         }
         Some(Arc::new(CacheSink {
             cache: self.deny_cache.clone(),
             leases: self.leases.clone(),
             waiters: self.waiting.waiters.clone(),
+            tenants: self.tenants.clone(),
             metrics: self.metrics.clone(),
         }))
     }
@@ -106,6 +107,8 @@ struct CacheSink {
     leases: Option<Arc<Leases>>,
     /// Woken too: a head sleeping out a denial that a reset ended.
     waiters: Arc<Waiters>,
+    /// Told to reload when another instance changed an entry.
+    tenants: Option<Arc<crate::tenants::Tenants>>,
     metrics: Arc<Metrics>,
 }
 
@@ -129,6 +132,12 @@ impl InvalidationSink for CacheSink {
         self.metrics.invalidations.received.inc();
     }
 
+    fn tenants_changed(&self) {
+        if let Some(tenants) = &self.tenants {
+            tenants.wake();
+        }
+    }
+
     fn invalidated_all(&self) {
         if let Some(cache) = &self.cache {
             cache.clear();
@@ -144,6 +153,11 @@ impl InvalidationSink for CacheSink {
     fn subscribed(&self, up: bool) {
         if let Some(leases) = &self.leases {
             leases.subscribed(up);
+        }
+        if self.cache.is_none() && self.leases.is_none() {
+            // Subscribed for the runtime entries alone, which their poll
+            // backs up: the metric stays about the deny cache, as documented.
+            return;
         }
         if up {
             if let Some(cache) = &self.cache {

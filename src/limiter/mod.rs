@@ -41,6 +41,7 @@ mod leasing;
 mod pipeline;
 mod request;
 mod stages;
+mod tenants;
 pub mod top;
 pub mod wait;
 
@@ -92,6 +93,8 @@ pub struct Limiter {
     /// Stage 8: who is being checked and denied (see [`top`]); `None`:
     /// not counted.
     top: Option<Arc<Top>>,
+    /// Runtime blocks and exemptions (`tenants.rs`, stage 0).
+    tenants: Option<Arc<crate::tenants::Tenants>>,
     /// What the prober and the checks saw of the store (`health.rs`).
     health: health::Health,
     /// Where the limiter's own tasks run (a lease's release, a waiter's
@@ -145,6 +148,7 @@ impl Limiter {
             },
             waiting,
             top: None,
+            tenants: None,
             health: health::Health::default(),
             tasks: Tasks::new(),
         }
@@ -200,6 +204,12 @@ impl Limiter {
     }
 
     /// Counts every answered check in `top`'s sketches.
+    /// Blocks and exemptions set at runtime apply to every check.
+    pub fn with_tenants(mut self, tenants: Arc<crate::tenants::Tenants>) -> Limiter {
+        self.tenants = Some(tenants);
+        self
+    }
+
     pub fn with_top(mut self, top: Arc<Top>) -> Limiter {
         self.top = Some(top);
         self

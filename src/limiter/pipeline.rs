@@ -4,6 +4,9 @@
 //! renew are lists too. Each stage is a function over the list's steps
 //! that leaves alone the steps it does not apply to ([`Route`] says which
 //! those are) and those already answered:
+//! 0. runtime blocks (`tenants.rs`): a blocked key's check is denied at
+//!    once, without the store (and after stage 5, an exempt key's check is
+//!    answered allowed);
 //! 1. the deny cache (`stages.rs`): a recorded denial answers a check
 //!    without the store;
 //! 2. hot-key leasing (`leasing.rs`): this instance's chunk of a hot key
@@ -157,6 +160,7 @@ impl Limiter {
     /// check is counted once, not at each try).
     pub(super) async fn decide(&self, steps: &mut [Step<'_, '_>]) {
         for step in steps.iter_mut() {
+            self.blocked(step);
             self.deny_cached(step);
         }
         if let [step] = steps
@@ -171,6 +175,7 @@ impl Limiter {
         self.call_store(steps).await;
         for step in steps.iter_mut() {
             self.fall_back(step);
+            self.exempted(step);
         }
     }
 

@@ -3,7 +3,7 @@
 //! pause when out of file descriptors (`Acceptor`), counting open
 //! connections under a cap (`OpenConnection`), read and write deadlines
 //! (`TimedIo`), and fitting both caps under the open-files limit
-//! ([`fds`]).
+//! ([`fds`]), and the TLS handshake of a listener with TLS (`tls.rs`).
 //!
 //! Each listener has its own cap, so a flood on one (idle gRPC connections,
 //! say) cannot take the other's connections, and the caps together leave
@@ -11,6 +11,7 @@
 
 pub mod fds;
 mod timed_io;
+mod tls;
 
 use std::future::Future;
 use std::io;
@@ -27,6 +28,7 @@ use tracing::warn;
 use crate::telemetry::LogThrottle;
 
 pub(crate) use timed_io::{Activity, Kind, TimedIo, Timeouts};
+pub(crate) use tls::{Handshake, MaybeTls};
 
 /// Accepts connections on one listener. Errors that belong to one
 /// connection (reset before accept) are skipped; running out of file
@@ -102,11 +104,13 @@ impl Acceptor {
 
 /// Refuses a connection over a cap: writes `answer` (a canned response
 /// that fits a fresh socket's empty send buffer, so this never waits) and
-/// lets the caller drop the stream. Whatever of the client's request has
+/// lets the caller drop the stream. A TLS listener passes no answer: a
+/// plaintext one would be garbage to its client's TLS stack, so the close
+/// alone refuses. Whatever of the client's request has
 /// arrived is read off first, without waiting for more: closing a socket
 /// with unread data sends a reset, which can reach the client before the
 /// answer and throw it away.
-pub(crate) fn refuse(stream: &TcpStream, answer: &[u8], refused: &IntCounter) {
+pub(crate) fn refuse(stream: &TcpStream, answer: Option<&[u8]>, refused: &IntCounter) {
     refused.inc();
     let mut sink = [0u8; 4096];
     for _ in 0..4 {
@@ -115,7 +119,9 @@ pub(crate) fn refuse(stream: &TcpStream, answer: &[u8], refused: &IntCounter) {
         }
     }
     // If it cannot write, the close alone still refuses.
-    let _ = stream.try_write(answer);
+    if let Some(answer) = answer {
+        let _ = stream.try_write(answer);
+    }
 }
 
 /// Counts one open connection for as long as it lives.

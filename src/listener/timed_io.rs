@@ -237,6 +237,15 @@ impl<T> TimedIo<T> {
         in_flight
     }
 
+    /// When the request head being waited for is due; at the start, the
+    /// clock a TLS handshake runs under too. `None` while idle.
+    pub(crate) fn head_deadline(&self) -> Option<Instant> {
+        match self.phase {
+            Phase::Head(since) => Some(since + self.timeouts.header),
+            Phase::Idle(_) => None,
+        }
+    }
+
     fn deadline(&self) -> Instant {
         if let Some(since) = self.ending_since {
             return since + GOAWAY_GRACE;

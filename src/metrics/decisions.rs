@@ -4,9 +4,9 @@
 
 use std::sync::OnceLock;
 
-use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, Registry};
+use prometheus::{Histogram, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Registry};
 
-use super::family::{LATENCY_BUCKETS, counter_vec, gauge, histogram};
+use super::family::{LATENCY_BUCKETS, counter_vec, gauge, gauge_vec, histogram};
 use crate::domain::{Algorithm, Check, Decision, FailureMode, PolicySet};
 
 /// The `limit` label of an inline check's limit: its position (the
@@ -41,6 +41,8 @@ pub struct DecisionMetrics {
     pub batch_duration: Histogram,
     /// Policies in force.
     pub policies_loaded: IntGauge,
+    /// `ratekeeper_policies_file_info{sha256}`: the file in force.
+    policies_file: IntGaugeVec,
 }
 
 impl DecisionMetrics {
@@ -82,7 +84,21 @@ impl DecisionMetrics {
                 "ratekeeper_policies_loaded",
                 "Policies in force, from the last good load of the policies file.",
             ),
+            policies_file: gauge_vec(
+                registry,
+                "ratekeeper_policies_file_info",
+                "1 for the sha256 of the policies file in force (one series; none without a file): equal on every instance once a rollout reached them all.",
+                &["sha256"],
+            ),
         }
+    }
+
+    /// The policies file in force: its sha256 the one series of
+    /// `ratekeeper_policies_file_info`, and its count of policies.
+    pub fn policies_in_force(&self, set: &PolicySet) {
+        self.policies_file.reset();
+        self.policies_file.with_label_values(&[&set.sha256]).set(1);
+        self.policies_loaded.set(set.len() as i64);
     }
 
     /// Counts one check. Every label is bounded: policy and limit names

@@ -19,6 +19,21 @@ pub struct TimedOut {
     pub write: IntCounter,
 }
 
+/// TLS handshakes of one listener that failed, by why.
+#[derive(Clone)]
+pub struct TlsFailures {
+    /// mTLS: no client certificate, or one the client CA did not sign.
+    pub client_certificate: IntCounter,
+    /// The client closed or reset the connection during the handshake.
+    pub closed: IntCounter,
+    /// No handshake within the head timeout (counted in
+    /// `ratekeeper_connections_timed_out_total` too).
+    pub timeout: IntCounter,
+    /// Anything else: not TLS (plain HTTP to a TLS port), no common
+    /// version or cipher, our certificate refused by the client.
+    pub protocol: IntCounter,
+}
+
 /// One listener's connection metrics.
 #[derive(Clone)]
 pub struct ListenerMetrics {
@@ -26,6 +41,7 @@ pub struct ListenerMetrics {
     pub refused: IntCounter,
     pub accept_errors: IntCounter,
     pub timed_out: TimedOut,
+    pub tls_failed: TlsFailures,
 }
 
 /// Both listeners' metrics.
@@ -65,9 +81,20 @@ impl Listeners {
             "Failures to accept a connection, by listener (http, grpc), other than a client's reset: mostly running out of file descriptors (EMFILE). Each pauses that listener's accepting for 50 ms.",
             &["listener"],
         );
-        let of = |listener: &str| {
-            ListenerMetrics::of(listener, &open, &refused, &timed_out, &accept_errors)
+        let tls_failed = counter_vec(
+            registry,
+            "ratekeeper_tls_handshake_failures_total",
+            "TLS handshakes that failed on a listener with TLS ([server.tls], [grpc.tls]), by listener (http, grpc) and reason: client_certificate (mTLS: none, or not signed by client_ca_file), closed (the client hung up), timeout (no handshake within the head timeout), protocol (anything else: plaintext to a TLS port, no common version or cipher, our certificate refused).",
+            &["listener", "reason"],
+        );
+        let families = Families {
+            open,
+            refused,
+            timed_out,
+            accept_errors,
+            tls_failed,
         };
+        let of = |listener: &str| families.of(listener);
         Listeners {
             http: of("http"),
             grpc: of("grpc"),
@@ -75,23 +102,34 @@ impl Listeners {
     }
 }
 
-impl ListenerMetrics {
+/// The families every listener has its handles in.
+struct Families {
+    open: IntGaugeVec,
+    refused: IntCounterVec,
+    timed_out: IntCounterVec,
+    accept_errors: IntCounterVec,
+    tls_failed: IntCounterVec,
+}
+
+impl Families {
     /// The handles of `listener` in each family.
-    fn of(
-        listener: &str,
-        open: &IntGaugeVec,
-        refused: &IntCounterVec,
-        timed_out: &IntCounterVec,
-        accept_errors: &IntCounterVec,
-    ) -> ListenerMetrics {
+    fn of(&self, listener: &str) -> ListenerMetrics {
+        let timed_out = |timeout| self.timed_out.with_label_values(&[listener, timeout]);
+        let tls = |reason| self.tls_failed.with_label_values(&[listener, reason]);
         ListenerMetrics {
-            open: open.with_label_values(&[listener]),
-            refused: refused.with_label_values(&[listener]),
-            accept_errors: accept_errors.with_label_values(&[listener]),
+            open: self.open.with_label_values(&[listener]),
+            refused: self.refused.with_label_values(&[listener]),
+            accept_errors: self.accept_errors.with_label_values(&[listener]),
             timed_out: TimedOut {
-                head: timed_out.with_label_values(&[listener, "head"]),
-                idle: timed_out.with_label_values(&[listener, "idle"]),
-                write: timed_out.with_label_values(&[listener, "write"]),
+                head: timed_out("head"),
+                idle: timed_out("idle"),
+                write: timed_out("write"),
+            },
+            tls_failed: TlsFailures {
+                client_certificate: tls("client_certificate"),
+                closed: tls("closed"),
+                timeout: tls("timeout"),
+                protocol: tls("protocol"),
             },
         }
     }

@@ -1,6 +1,6 @@
 //! Loads of the watched files: the policies file, `rls.config` and
-//! `auth.tokens_file` and the `[redis.tls]` files. One pair of metrics with a `file` label, so one
-//! query or alert covers all three and a fourth file is one more label.
+//! `auth.tokens_file`, and the TLS files (`[redis.tls]`, `[server.tls]`, `[grpc.tls]`). One pair
+//! of metrics with a `file` label, so one query or alert covers all and a new file is one more label.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -41,17 +41,21 @@ impl crate::watch::hot::CountLoads for ReloadMetrics {
     }
 }
 
-/// The three watched files' metrics.
+/// The watched files' metrics.
 pub struct Reloads {
     pub policies: ReloadMetrics,
     pub rls: ReloadMetrics,
     pub tokens: ReloadMetrics,
     /// The `[redis.tls]` files, as one.
     pub tls: ReloadMetrics,
+    /// The `[server.tls]` files, as one.
+    pub server_tls: ReloadMetrics,
+    /// The `[grpc.tls]` files, as one.
+    pub grpc_tls: ReloadMetrics,
 }
 
 /// The `file` label of each watched file.
-pub const FILES: [&str; 4] = ["policies", "rls", "tokens", "tls"];
+pub const FILES: [&str; 6] = ["policies", "rls", "tokens", "tls", "server_tls", "grpc_tls"];
 
 impl Reloads {
     pub fn register(registry: &Registry) -> Reloads {
@@ -59,7 +63,7 @@ impl Reloads {
             registry,
             "ratekeeper_reloads_total",
             "Loads of a watched file (the first at startup counts), by file (policies: the \
-             policies file; rls: rls.config; tokens: auth.tokens_file; tls: the [redis.tls] files) and result: ok, or error \
+             policies file; rls: rls.config; tokens: auth.tokens_file; tls: the [redis.tls] files; server_tls, grpc_tls: the [server.tls] and [grpc.tls] files) and result: ok, or error \
              (the new version was rejected whole and the one in force stayed).",
             &["file", "result"],
         );
@@ -75,12 +79,14 @@ impl Reloads {
             error: loads.with_label_values(&[file, "error"]),
             last: last.with_label_values(&[file]),
         };
-        let [policies, rls, tokens, tls] = FILES.map(of);
+        let [policies, rls, tokens, tls, server_tls, grpc_tls] = FILES.map(of);
         Reloads {
             policies,
             rls,
             tokens,
             tls,
+            server_tls,
+            grpc_tls,
         }
     }
 }

@@ -37,7 +37,7 @@ mod conventions {
 
     /// Every label name in use. A new one is a decision: reuse one of
     /// these when it means the same thing.
-    const LABELS: [&str; 18] = [
+    const LABELS: [&str; 19] = [
         "policy",
         "limit",
         "algorithm",
@@ -57,6 +57,8 @@ mod conventions {
         "revision",
         // Where a leased unit went (ratekeeper_lease_units_total).
         "outcome",
+        // What an operator did to a runtime entry (ratekeeper_tenant_changes_total).
+        "action",
     ];
 
     #[test]

@@ -163,7 +163,7 @@ impl Parse for PolicyFile {
 
     fn installed(&self, path: &Path, set: &PolicySet, _: &FileRead) {
         let (n, sha) = (set.len(), &set.sha256);
-        self.metrics.decisions.policies_loaded.set(n as i64);
+        self.metrics.decisions.policies_in_force(set);
         info!(
             file = %path.display(),
             policies = n,

@@ -1,6 +1,6 @@
 //! The gRPC listener's connections, bounded like the HTTP API's: at most
 //! `grpc.max_connections` open (beyond it a GOAWAY and a close, without
-//! reading), a first call within `grpc.handshake_timeout`, a close after
+//! reading; with `[grpc.tls]` only the close), a first call within `grpc.handshake_timeout`, a close after
 //! `grpc.idle_timeout` without a call, and a pause in accepting when out
 //! of file descriptors. The pieces are the HTTP listener's
 //! ([`crate::listener`]).
@@ -36,7 +36,9 @@ use tonic::codegen::tokio_stream::Stream;
 use tonic::transport::server::{Connected, TcpConnectInfo};
 
 use crate::config::GrpcSettings;
-use crate::listener::{Acceptor, Activity, Kind, OpenConnection, TimedIo, Timeouts, refuse};
+use crate::listener::{
+    Acceptor, Activity, Handshake, Kind, MaybeTls, OpenConnection, TimedIo, Timeouts, refuse,
+};
 use crate::metrics::ListenerMetrics;
 
 /// A client that reads nothing of a response for this long is dropped
@@ -58,6 +60,8 @@ pub struct Incoming {
     max: i64,
     timeouts: Timeouts,
     metrics: ListenerMetrics,
+    /// `[grpc.tls]`'s handshake, or none.
+    handshake: Handshake,
 }
 
 impl Incoming {
@@ -75,6 +79,7 @@ impl Incoming {
                 keepalive: settings.idle_timeout,
                 write: WRITE_TIMEOUT,
             },
+            handshake: Handshake::new(settings.tls.clone(), metrics.tls_failed.clone()),
             metrics,
         }
     }
@@ -82,16 +87,17 @@ impl Incoming {
 
 impl Incoming {
     /// The next connection under the cap; those over it are refused here.
-    async fn next(&mut self) -> Conn {
+    async fn next(&mut self) -> Accepted {
         std::future::poll_fn(|cx| self.poll_next(cx)).await
     }
 
-    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Conn> {
+    fn poll_next(&mut self, cx: &mut Context<'_>) -> Poll<Accepted> {
         let this = self;
         loop {
             let (stream, _) = std::task::ready!(this.acceptor.poll_accept(cx));
             if this.metrics.open.get() >= this.max {
-                refuse(&stream, REFUSED, &this.metrics.refused);
+                let answer = (!this.handshake.is_tls()).then_some(REFUSED);
+                refuse(&stream, answer, &this.metrics.refused);
                 continue;
             }
             // Responses are written whole; don't let Nagle hold them.
@@ -107,11 +113,12 @@ impl Incoming {
                 this.timeouts,
                 this.metrics.timed_out.clone(),
             );
-            return Poll::Ready(Conn {
+            return Poll::Ready(Accepted {
                 io,
                 activity,
                 addresses,
-                _open: OpenConnection::new(&this.metrics.open),
+                open: OpenConnection::new(&this.metrics.open),
+                handshake: this.handshake.clone(),
             });
         }
     }
@@ -144,7 +151,7 @@ pub async fn serve<F, Fut>(
         live.retain(|a| a.strong_count() > 0);
         live.push(Arc::downgrade(&conn.activity));
         let ended = Ended(conn.activity.clone());
-        let served = serve_one(Single(Some(conn)), ended);
+        let served = serve_one(Single::new(conn), ended);
         connections.spawn(async move {
             if let Err(error) = served.await {
                 tracing::debug!(%error, "gRPC connection ended with an error");
@@ -158,18 +165,69 @@ pub async fn serve<F, Fut>(
     while connections.join_next().await.is_some() {}
 }
 
-/// One connection as the stream of connections tonic serves. It never
-/// ends: an ended stream would shut the server down at once.
-pub struct Single(Option<Conn>);
+/// One connection as the stream of connections tonic serves, its TLS
+/// handshake (if any) run as tonic first polls it, in the connection's own
+/// task. It never ends: an ended stream would shut the server down at
+/// once. A failed handshake ends the connection's server through
+/// [`Ended`]; one past `grpc.handshake_timeout` is ended the same way by
+/// the timed stream, which drops the handshake.
+pub struct Single(Option<Handshaking>);
+
+type Handshaking = Pin<Box<dyn Future<Output = Option<Conn>> + Send>>;
+
+impl Single {
+    fn new(accepted: Accepted) -> Single {
+        Single(Some(Box::pin(accepted.handshake())))
+    }
+}
 
 impl Stream for Single {
     type Item = io::Result<Conn>;
 
-    fn poll_next(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        match self.get_mut().0.take() {
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let Some(handshaking) = &mut this.0 else {
+            return Poll::Pending;
+        };
+        let conn = std::task::ready!(handshaking.as_mut().poll(cx));
+        this.0 = None;
+        match conn {
             Some(conn) => Poll::Ready(Some(Ok(conn))),
             None => Poll::Pending,
         }
+    }
+}
+
+/// A connection under the cap, before its handshake.
+pub struct Accepted {
+    io: TimedIo<TcpStream>,
+    activity: Arc<Activity>,
+    addresses: TcpConnectInfo,
+    open: OpenConnection,
+    handshake: Handshake,
+}
+
+impl Accepted {
+    /// The connection after its handshake; `None` (and its server told to
+    /// end) when that failed.
+    async fn handshake(self) -> Option<Conn> {
+        let Accepted {
+            io,
+            activity,
+            addresses,
+            open,
+            handshake,
+        } = self;
+        let Some(io) = handshake.accept(io).await else {
+            activity.end();
+            return None;
+        };
+        Some(Conn {
+            io,
+            activity,
+            addresses,
+            _open: open,
+        })
     }
 }
 
@@ -185,7 +243,7 @@ impl Ended {
 
 /// One accepted gRPC connection: counted while it lives, with deadlines.
 pub struct Conn {
-    io: TimedIo<TcpStream>,
+    io: MaybeTls<TimedIo<TcpStream>>,
     activity: Arc<Activity>,
     /// What tonic's own TCP connect info would say (see [`Calls`]).
     addresses: TcpConnectInfo,

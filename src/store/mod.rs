@@ -87,6 +87,8 @@ pub trait InvalidationSink: Send + Sync + 'static {
     fn freed(&self, key: &str) {
         self.invalidated(key);
     }
+    /// The runtime overrides, blocks or exemptions changed: reload them now.
+    fn tenants_changed(&self) {}
     /// Something changed that cannot be told apart (a message that is no
     /// client key, messages dropped because the listener fell behind).
     fn invalidated_all(&self);

@@ -1,4 +1,4 @@
-//! The HTTP API, black box: the check forms, batches of checks, reset and refund, forward-auth, bearer tokens, waiting, /v1/top, the OpenAPI document, metrics at startup, slow clients, and the policies file reloading.
+//! The HTTP API, black box: the runtime overrides, blocks and exemptions, the check forms, batches of checks, reset and refund, forward-auth, bearer tokens, waiting, /v1/top, the OpenAPI document, metrics at startup, slow clients, and the policies file reloading.
 //!
 //! One test binary (see docs/development.md): each module below was a test file of its own.
 
@@ -31,6 +31,8 @@ mod settle;
 mod settle_abuse;
 mod settle_refused;
 mod slow_clients;
+mod tenants;
+mod tenants_store;
 mod top;
 mod wait;
 mod wait_wake;

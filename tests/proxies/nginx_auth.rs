@@ -131,6 +131,62 @@ async fn nginx_auth_request_on_redis() {
     keyed_by_api_key_and_by_client_address(Some(&redis.url())).await;
 }
 
+/// Issue 30 through a real nginx: a block set by API denies the key's
+/// requests at once (the upstream sees none), its deletion lets them
+/// through, and an override set by API is the limit nginx's clients meet.
+/// A forward-auth key is the one the policy's `key_from` makes
+/// (`h:x-api-key=<value>`).
+#[tokio::test]
+async fn blocks_and_overrides_set_by_api_apply_behind_nginx() {
+    let redis = RedisServer::start();
+    let (app, upstream, nginx) = setup(Some(&redis.url())).await;
+    let client = client_from("127.0.0.1");
+    let url = format!("http://127.0.0.1:{}/page", nginx.port);
+    let get = |key: &str| client.get(&url).header("x-api-key", key).send();
+    let put =
+        |path: String, body: serde_json::Value| app.http.put(app.url(&path)).json(&body).send();
+    let blocked = unique_key("nginx-blocked");
+    let status = put(
+        format!("/v1/blocks/h:x-api-key={blocked}"),
+        serde_json::json!({"reason": "abuse"}),
+    )
+    .await
+    .unwrap()
+    .status();
+    assert_eq!(status, 201);
+    for _ in 0..2 {
+        assert_eq!(get(&blocked).await.unwrap().status(), 429);
+    }
+    assert_eq!(
+        upstream.seen(),
+        0,
+        "a blocked key's request reached the upstream"
+    );
+    let path = app.url(&format!("/v1/blocks/h:x-api-key={blocked}"));
+    assert_eq!(app.http.delete(path).send().await.unwrap().status(), 204);
+    assert_eq!(get(&blocked).await.unwrap().status(), 200);
+    // Nothing was spent while blocked: N - 1 more pass.
+    for _ in 1..N {
+        assert_eq!(get(&blocked).await.unwrap().status(), 200);
+    }
+    assert_eq!(get(&blocked).await.unwrap().status(), 429);
+
+    let raised = unique_key("nginx-raised");
+    let body = serde_json::json!({"limits": [{"name": "l", "limit": N + 2}]});
+    let status = put(format!("/v1/overrides/api/h:x-api-key={raised}"), body)
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 201);
+    for i in 0..N + 2 {
+        let response = get(&raised).await.unwrap();
+        assert_eq!(response.status(), 200, "request {i}");
+    }
+    let response = get(&raised).await.unwrap();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["ratelimit-policy"], "\"l\";q=5;w=86400");
+}
+
 /// `examples/nginx/README.md`'s trial, as a newcomer runs it: the real
 /// binary with the example's `ratekeeper.toml` (which names its
 /// `policies.toml`), `python3 -m http.server` as the application, and nginx
@@ -202,4 +258,87 @@ async fn the_example_runs_as_its_readme_says() {
     // the example trusts nginx) has its own budget.
     let other = client_from("127.0.0.2").get(&url).send().await.unwrap();
     assert_eq!(other.status(), 200);
+}
+
+/// `examples/nginx/ratekeeper-tls.conf`: the subrequest to a ratekeeper
+/// with `[server.tls]` and client certificates goes over https://, nginx
+/// presenting its own certificate; limits apply as in plaintext. Without
+/// nginx's certificate, the handshake fails and nginx answers 500: nothing
+/// passes unchecked.
+#[tokio::test]
+async fn nginx_auth_request_to_https_forward_auth_with_a_client_certificate() {
+    use ratekeeper::tls::server::{Listener, ServerTls, ServerTlsFiles};
+    use support::tls::Certs;
+    let certs = Certs::new("nginx-tls");
+    let mut config = settings(None);
+    config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
+    let files = ServerTlsFiles {
+        cert_file: certs.crt("server"),
+        key_file: certs.key("server"),
+        client_ca_file: Some(certs.crt("ca")),
+    };
+    let tls = ServerTls::load(Listener::Http, files).unwrap();
+    config.server.tls = Some(std::sync::Arc::new(tls));
+    let app = TestApp::spawn(config).await;
+    let mut api = policy(
+        "api",
+        vec![limit("l", Algorithm::FixedWindow, N as u64, "1d", None)],
+    );
+    api.forward.deny_status = 403;
+    install(&app, vec![api]);
+    let upstream = Upstream::start().await;
+    let ratekeeper: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
+    let file = |path: std::path::PathBuf| support::path_str(&path).to_string();
+    let mut pairs = vec![
+        (
+            "proxy_ssl_name ratekeeper.internal;",
+            "proxy_ssl_name localhost;".to_string(),
+        ),
+        ("/etc/nginx/ratekeeper/ca.crt", file(certs.crt("ca"))),
+        (
+            "/etc/nginx/ratekeeper/client.crt",
+            file(certs.crt("client")),
+        ),
+        (
+            "/etc/nginx/ratekeeper/client.key",
+            file(certs.key("client")),
+        ),
+    ];
+    let tls_example = proxies::nginx::TLS_EXAMPLE;
+    let nginx = Nginx::start_from(tls_example, ratekeeper, upstream.addr, &pairs);
+    let local = client_from("127.0.0.1");
+    spend(&nginx, &local, &[("x-api-key", &unique_key("nginx-tls"))]).await;
+    assert_eq!(upstream.seen(), N);
+
+    // nginx without its client certificate: refused at the handshake.
+    pairs.truncate(2);
+    let uncertified = "        proxy_ssl_certificate /etc/nginx/ratekeeper/client.crt;
+        proxy_ssl_certificate_key /etc/nginx/ratekeeper/client.key;
+";
+    pairs.insert(0, (uncertified, String::new()));
+    let bare = Nginx::start_from(tls_example, ratekeeper, upstream.addr, &pairs);
+    let url = format!("http://127.0.0.1:{}/page", bare.port);
+    let response = local
+        .get(url)
+        .header("x-api-key", "k")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 500, "nginx let it through unchecked");
+    assert_eq!(upstream.seen(), N);
+    // ...and it was ratekeeper that refused it, for its missing certificate.
+    let (ca, cert, key) = (certs.crt("ca"), certs.crt("client"), certs.key("client"));
+    let addr = ratekeeper.to_string();
+    let mut scrape = support::tls::TlsConnection::open(&addr, &ca, Some((&cert, &key)))
+        .await
+        .unwrap();
+    let (status, body) = scrape.get("/metrics").await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let series =
+        r#"ratekeeper_tls_handshake_failures_total{listener="http",reason="client_certificate"} "#;
+    let refused: f64 = body
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0);
+    assert!(refused >= 1.0, "{body}");
 }

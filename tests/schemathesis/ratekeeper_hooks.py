@@ -82,6 +82,7 @@ def before_call(context, case, **kwargs):
         policy = case.body.get("policy")
         if isinstance(policy, str) and POLICY_NAME.fullmatch(policy):
             case.body["policy"] = POLICY
+    _tenants_call(case)
     if (
         _positive(case)
         and case.operation.path == "/v1/settle"
@@ -353,3 +354,60 @@ def _rule(body):
         return burst if _int(burst, 1, MAX_LIMIT) else None
     return limit
 
+
+
+# The runtime overrides, blocks and exemptions (tag `tenants`): a policy in
+# the path or the body is valid only if loaded (the run's one policy), an
+# override names one of its limits (`daily`, fixed_window, no burst), a ttl
+# is above 0 and at most 366 days, an expiry in the future, and not both;
+# a key and a reason are capped in bytes, which the schema's lengths count
+# in characters.
+TENANT_PATHS = ("/v1/overrides", "/v1/blocks", "/v1/exemptions")
+MAX_REASON_BYTES = 256
+
+
+def _trim_bytes(text, most):
+    while len(text.encode("utf-8")) > most:
+        text = text[:-1]
+    return text
+
+
+def _tenants_call(case):
+    if not case.operation.path.startswith(TENANT_PATHS):
+        return
+    params = case.path_parameters or {}
+    policy = params.get("policy")
+    if isinstance(policy, str) and POLICY_NAME.fullmatch(policy):
+        params["policy"] = POLICY
+    key = params.get("key")
+    if isinstance(key, str) and key:
+        params["key"] = _trim_bytes(key, MAX_KEY_BYTES) or "k"
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    if isinstance(body.get("policy"), str) and POLICY_NAME.fullmatch(body["policy"]):
+        body["policy"] = POLICY
+    if not _positive(case):
+        return
+    if isinstance(body.get("reason"), str):
+        body["reason"] = _trim_bytes(body["reason"], MAX_REASON_BYTES)
+    ttl = body.get("ttl")
+    if isinstance(ttl, str):
+        us = _window_us(ttl)
+        if us is None or not 1_000 <= us <= MAX_WINDOW_US:
+            body["ttl"] = "1h"
+        body.pop("expires_at", None)
+    elif isinstance(body.get("expires_at"), str):
+        body["expires_at"] = _in_an_hour()
+    limits = body.get("limits")
+    if isinstance(limits, list) and limits and isinstance(limits[0], dict):
+        limit = limits[0].get("limit")
+        limit = int(limit) if _int(limit, 1, MAX_LIMIT) else 1
+        body["limits"] = [{"name": "daily", "limit": limit}]
+
+
+def _in_an_hour():
+    import datetime
+
+    later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1)
+    return later.strftime("%Y-%m-%dT%H:%M:%SZ")

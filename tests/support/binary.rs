@@ -56,6 +56,12 @@ impl Served {
     }
 }
 
+/// `ratekeeper serve` on free loopback ports with `env` added, its log
+/// lines kept; returns once it has logged that it listens.
+pub fn serve_logged(env: &[(&str, &str)]) -> Served {
+    start(ratekeeper(), env)
+}
+
 /// `ratekeeper serve` on free loopback ports under an open-files limit of
 /// `nofile` (soft and hard, so the service cannot raise it), with `env`
 /// added; returns once it has logged that it listens.

@@ -193,3 +193,129 @@ pub fn settings_for(url: &str, certs: &Certs, client: bool) -> Settings {
     }
     tls_settings(url, &vars).expect("valid TLS settings")
 }
+
+/// An HTTP/1.1 connection over TLS to one of our listeners, kept open
+/// across requests (to show a rotation does not drop it), with the
+/// certificate the server presented.
+pub struct TlsConnection {
+    stream: tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+    /// The server's leaf certificate, DER.
+    pub peer: Vec<u8>,
+}
+
+impl TlsConnection {
+    /// Connects to `addr` trusting `ca`, presenting `client` (certificate
+    /// and key) when given; `Err` names what failed (the handshake's
+    /// error).
+    pub async fn open(
+        addr: &str,
+        ca: &Path,
+        client: Option<(&Path, &Path)>,
+    ) -> Result<TlsConnection, String> {
+        let stream = handshake(addr, ca, client, None).await?;
+        let peer = stream.get_ref().1.peer_certificates().unwrap()[0].to_vec();
+        // TLS 1.3: a refused client certificate shows at the first read.
+        let mut connection = TlsConnection { stream, peer };
+        connection.get("/healthz").await?;
+        Ok(connection)
+    }
+
+    /// `GET path` on this connection: its status and body.
+    pub async fn get(&mut self, path: &str) -> Result<(u16, String), String> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let request = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\n\r\n");
+        let stream = &mut self.stream;
+        stream
+            .write_all(request.as_bytes())
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            let n = stream.read(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("closed by the server".into());
+            }
+            got.extend_from_slice(&buf[..n]);
+            if let Some(answer) = whole_response(&got) {
+                return Ok(answer);
+            }
+        }
+    }
+}
+
+/// A whole HTTP/1.1 response with a content-length, once it is all there.
+fn whole_response(got: &[u8]) -> Option<(u16, String)> {
+    let text = std::str::from_utf8(got).ok()?;
+    let (head, body) = text.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    let length: usize = head
+        .lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length")
+                .then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0);
+    (body.len() >= length).then(|| (status, body.to_string()))
+}
+
+/// A PEM certificate file's first certificate, DER.
+pub fn der_of(crt: &Path) -> Vec<u8> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::from_pem_file(crt).unwrap().to_vec()
+}
+
+/// The leaf certificate (DER) a TLS listener at `addr` presents now, from a
+/// handshake alone, trusting `ca` and offering ALPN `h2` (the gRPC
+/// listener's); nothing is sent after it.
+pub async fn peer_of(addr: &str, ca: &Path) -> Result<Vec<u8>, String> {
+    let stream = handshake(addr, ca, None, Some(b"h2")).await?;
+    Ok(stream.get_ref().1.peer_certificates().unwrap()[0].to_vec())
+}
+
+/// A TLS handshake with `addr` as `localhost`, trusting `ca`, presenting
+/// `client` (certificate and key) and offering `alpn` when given; `Err`
+/// names what failed.
+async fn handshake(
+    addr: &str,
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+    alpn: Option<&[u8]>,
+) -> Result<tokio_rustls::client::TlsStream<tokio::net::TcpStream>, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    // ring, as the service uses (its post-quantum deprecation is moot here).
+    #[allow(deprecated)]
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots);
+    let mut config = match client {
+        Some((cert, key)) => {
+            let chain = CertificateDer::pem_file_iter(cert)
+                .unwrap()
+                .map(Result::unwrap)
+                .collect();
+            let key = PrivateKeyDer::from_pem_file(key).unwrap();
+            builder.with_client_auth_cert(chain, key).unwrap()
+        }
+        None => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = alpn.map(<[u8]>::to_vec).into_iter().collect();
+    let connector = tokio_rustls::TlsConnector::from(std::sync::Arc::new(config));
+    let tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| e.to_string())?;
+    let name = ServerName::try_from("localhost").unwrap();
+    connector
+        .connect(name, tcp)
+        .await
+        .map_err(|e| e.to_string())
+}

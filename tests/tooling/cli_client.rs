@@ -158,11 +158,18 @@ fn top_says_when_the_instance_cannot_be_reached() {
     assert_eq!(code, 69, "{err}");
     assert!(err.contains("cannot reach http://127.0.0.1:1"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
+    // https:// needs the CA that signed the instance's certificate; any
+    // other scheme is refused. Both before anything is sent.
     let mut https = ratekeeper();
     https.args(["top", "--once", "--url", "https://127.0.0.1:1"]);
     let (code, _, err) = run(&mut https);
     assert_eq!(code, 64, "{err}");
-    assert!(err.contains("only http://"), "{err}");
+    assert!(err.contains("needs --ca-file"), "{err}");
+    let mut ftp = ratekeeper();
+    ftp.args(["top", "--once", "--url", "ftp://127.0.0.1:1"]);
+    let (code, _, err) = run(&mut ftp);
+    assert_eq!(code, 64, "{err}");
+    assert!(err.contains("must start with http:// or https://"), "{err}");
 }
 
 fn set_private(path: &Path) {
@@ -266,4 +273,122 @@ fn reset_gives_the_units_back_and_policies_show_lists_the_file() {
     let json: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(json["policies"].as_array().unwrap().len(), 1);
     assert_eq!(json["policies"][0]["name"], "export");
+}
+
+/// Issue 30: `override set|get|ls|rm`, `block`, `unblock` and `audit`
+/// against a live instance with tokens on: tables, `--json`, the admin
+/// token's name in the audit trail, a key that needs encoding, and the
+/// exit codes of a refusal and a usage error.
+#[test]
+fn the_tenant_commands_set_list_and_audit_overrides_and_blocks() {
+    let dir = fresh_dir("cli-tenants");
+    let policies = dir.join("policies.toml");
+    std::fs::write(
+        &policies,
+        "[policies.api]\nlimits = [{ name = \"daily\", limit = 100, window = \"1d\" }]\n",
+    )
+    .unwrap();
+    let tokens = dir.join("tokens");
+    std::fs::write(&tokens, "admin alice tka_cli_0123456789abcdef\n").unwrap();
+    set_private(&tokens);
+    let (_server, base) = serve(&[
+        ("RATEKEEPER_AUTH__TOKENS_FILE", tokens.to_str().unwrap()),
+        ("RATEKEEPER_POLICIES__FILE", policies.to_str().unwrap()),
+    ]);
+    let cli = |args: &[&str]| {
+        let mut command = ratekeeper();
+        command
+            .args(args)
+            .args(["--url", &format!("http://{base}")])
+            .args(["--token-file", tokens.to_str().unwrap()]);
+        run(&mut command)
+    };
+    let key = "user/7 x";
+    let (code, out, err) = cli(&[
+        "override", "set", "--policy", "api", "--key", key, "--limit", "daily=7", "--ttl", "1h",
+        "--reason", "INC-1",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("override  api     user/7 x  daily=7"), "{out}");
+    let (code, out, _) = cli(&["override", "get", "--policy", "api", "--key", key, "--json"]);
+    assert_eq!(code, 0);
+    let entry: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (entry["key"].as_str(), entry["set_by"].as_str()),
+        (Some(key), Some("alice"))
+    );
+    let (_, out, _) = cli(&["override", "ls", "--policy", "api"]);
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (code, _, _) = cli(&["block", "--key", "abuser", "--reason", "spam"]);
+    assert_eq!(code, 0);
+    let answer = support::raw_http(
+        &base,
+        "POST",
+        "/v1/check",
+        r#"{"key": "abuser", "limit": 5, "window": "1d"}"#,
+    );
+    // The instance wants a token for a check too: its refusal says so.
+    assert!(matches!(answer, Ok((401, _))), "{answer:?}");
+    let (code, out, _) = cli(&["audit", "--limit", "2"]);
+    assert_eq!(code, 0);
+    let rows: Vec<&str> = out.lines().collect();
+    assert!(
+        rows[1].contains("alice") && rows[1].contains("block.set"),
+        "{out}"
+    );
+    assert!(
+        rows[2].contains("override.set") && rows[2].contains("INC-1"),
+        "{out}"
+    );
+    assert!(!out.contains("tka_cli"), "no token is printed: {out}");
+    assert_eq!(cli(&["unblock", "--key", "abuser"]).0, 0);
+    let (code, _, err) = cli(&["unblock", "--key", "abuser"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("404: not_found"), "{err}");
+    let (code, _, err) = cli(&[
+        "override", "set", "--policy", "api", "--key", "k", "--limit", "daily",
+    ]);
+    assert_eq!(code, 64, "{err}");
+    assert_eq!(
+        cli(&["override", "rm", "--policy", "api", "--key", key]).0,
+        0
+    );
+}
+
+/// A redirect is not followed: the token it would carry elsewhere (to a
+/// plaintext URL, say) is never sent there. The redirecting "instance" is
+/// a bare socket that answers 307; the place it points to counts who
+/// comes.
+#[test]
+fn the_client_follows_no_redirect() {
+    use std::io::Write;
+    let target = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let target_addr = target.local_addr().unwrap();
+    target.set_nonblocking(true).unwrap();
+    let redirector = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = redirector.local_addr().unwrap().to_string();
+    let answer = format!(
+        "HTTP/1.1 307 Temporary Redirect\r\nlocation: http://{target_addr}/v1/top\r\n\
+         content-length: 0\r\nconnection: close\r\n\r\n"
+    );
+    let serving = std::thread::spawn(move || {
+        let (mut stream, _) = redirector.accept().unwrap();
+        let mut head = [0u8; 4096];
+        let _ = stream.read(&mut head);
+        stream.write_all(answer.as_bytes()).unwrap();
+    });
+    let dir = fresh_dir("cli-redirect");
+    let token = dir.join("token");
+    std::fs::write(&token, "tka_cli_0123456789abcdef\n").unwrap();
+    set_private(&token);
+    let (code, _, err) = run(&mut top(
+        &base,
+        &["--once", "--token-file", token.to_str().unwrap()],
+    ));
+    serving.join().unwrap();
+    assert_ne!(code, 0, "a 307 is not an answer: {err}");
+    assert!(
+        matches!(target.accept(), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the redirect was followed"
+    );
 }

@@ -22,6 +22,7 @@ mod kubernetes_pod;
 mod policies_cli;
 mod prometheus_live;
 mod prometheus_rules;
+mod prometheus_tls;
 mod readme_errors;
 mod readme_examples;
 mod schemathesis;

@@ -124,6 +124,45 @@ fn default_keys() -> BTreeMap<String, String> {
     keys
 }
 
+/// The TLS variants of the Envoy and nginx examples are the examples plus
+/// their TLS lines (comments aside), so a change to one cannot leave the
+/// other behind.
+#[test]
+fn the_tls_variants_are_the_examples_plus_their_tls_lines() {
+    let lines = |path| -> Vec<String> {
+        let text = read(path);
+        let code = text.lines().filter(|l| !code(l).is_empty());
+        code.map(str::to_string).collect()
+    };
+    // Envoy: the cluster's transport_socket block, appended to the file.
+    let plain = lines("examples/envoy/ratelimit.yaml");
+    let tls = lines("examples/envoy/ratelimit-tls.yaml");
+    let at = tls
+        .iter()
+        .position(|l| l.trim() == "transport_socket:")
+        .expect("a transport_socket block");
+    assert_eq!(
+        tls[..at],
+        plain[..],
+        "ratelimit-tls.yaml drifted from ratelimit.yaml"
+    );
+    assert!(tls[at..].iter().any(|l| l.contains("UpstreamTlsContext")));
+    // nginx: https:// in proxy_pass, and the proxy_ssl_* lines.
+    let plain = lines("examples/nginx/ratekeeper.conf");
+    let tls = lines("examples/nginx/ratekeeper-tls.conf");
+    let rest: Vec<String> = tls
+        .iter()
+        .filter(|l| !l.trim().starts_with("proxy_ssl_"))
+        .map(|l| l.replace("https://ratekeeper", "http://ratekeeper"))
+        .collect();
+    assert_eq!(
+        rest, plain,
+        "ratekeeper-tls.conf drifted from ratekeeper.conf"
+    );
+    let ssl = tls.iter().filter(|l| l.trim().starts_with("proxy_ssl_"));
+    assert_eq!(ssl.count(), 7);
+}
+
 #[test]
 fn the_configuration_page_lists_every_key_with_its_variable_and_default() {
     let page = read("docs/configuration.md");
@@ -177,9 +216,15 @@ fn every_json_answer_shown_is_one_the_api_can_give() {
                 let schema = if value.get("error").is_some() {
                     serde_json::json!({"$ref": "#/components/schemas/ErrorBody"})
                 } else {
+                    let path = templated(&api, &path);
                     let operations = api["paths"][path.as_str()].as_object();
                     let operations = operations.unwrap_or_else(|| panic!("{at}: no path {path}"));
-                    let operation = operations.values().next().unwrap();
+                    // A path of several methods: its GET's answer (the
+                    // entry a PUT also answers with).
+                    let operation = operations
+                        .get("get")
+                        .or(operations.values().next())
+                        .unwrap();
                     operation["responses"]["200"]["content"]["application/json"]["schema"].clone()
                 };
                 violations(
@@ -198,6 +243,30 @@ fn every_json_answer_shown_is_one_the_api_can_give() {
         checked >= 20,
         "only {checked} answers found: is the reader broken?"
     );
+}
+
+/// The document's path that `path` (`/v1/blocks/k1`) is an instance of
+/// (`/v1/blocks/{key}`): itself when the document has it.
+fn templated(api: &serde_json::Value, path: &str) -> String {
+    let Some(paths) = api["paths"].as_object() else {
+        return path.to_string();
+    };
+    if paths.contains_key(path) {
+        return path.to_string();
+    }
+    let segments: Vec<&str> = path.split('/').collect();
+    paths
+        .keys()
+        .find(|template| {
+            let parts: Vec<&str> = template.split('/').collect();
+            parts.len() == segments.len()
+                && parts
+                    .iter()
+                    .zip(&segments)
+                    .all(|(t, s)| t == s || (t.starts_with('{') && t.ends_with('}')))
+        })
+        .cloned()
+        .unwrap_or_else(|| path.to_string())
 }
 
 #[test]

@@ -154,3 +154,72 @@ fn the_tls_example_runs() {
     assert!(stdout.contains(r#""allowed":true"#), "{stdout}\n{log}");
     assert!(stdout.contains(r#""degraded":false"#), "{stdout}\n{log}");
 }
+
+/// `[server.tls]` and `[grpc.tls]`: what cannot be served stops startup
+/// (exit 64) naming the key, never a listener silently in plaintext; a key
+/// file's bytes are never printed.
+#[test]
+fn listener_tls_that_cannot_be_served_is_refused_naming_the_key() {
+    let certs = Certs::new("cfg-listener");
+    let other = Certs::new("cfg-listener-other");
+    let (crt, key, ca) = (certs.crt("server"), certs.key("server"), certs.crt("ca"));
+    let missing = certs.dir.join("missing.pem");
+    let other_key = other.key("server");
+    for section in ["SERVER", "GRPC"] {
+        let var = |k: &str| format!("RATEKEEPER_{section}__TLS__{k}");
+        let name = |k: &str| format!("{}.tls.{k}", section.to_lowercase());
+        let (cert_var, key_var, ca_var) =
+            (var("CERT_FILE"), var("KEY_FILE"), var("CLIENT_CA_FILE"));
+        let grpc: &[(&str, &Path)] = if section == "GRPC" {
+            &[("RATEKEEPER_GRPC__LISTEN", Path::new("127.0.0.1:0"))]
+        } else {
+            &[]
+        };
+        fn joined<'a>(
+            a: &[(&'a str, &'a Path)],
+            b: &[(&'a str, &'a Path)],
+        ) -> Vec<(&'a str, &'a Path)> {
+            [a, b].concat()
+        }
+        let only_cert = joined(grpc, &[(&cert_var, &crt)]);
+        refused(
+            &[],
+            &only_cert,
+            &name("key_file"),
+            "must be set with cert_file",
+        );
+        let only_key = joined(grpc, &[(&key_var, &key)]);
+        refused(
+            &[],
+            &only_key,
+            &name("cert_file"),
+            "must be set with key_file",
+        );
+        let only_ca = joined(grpc, &[(&ca_var, &ca)]);
+        refused(
+            &[],
+            &only_ca,
+            &name("client_ca_file"),
+            "needs cert_file and key_file",
+        );
+        let wrong_key = joined(grpc, &[(&cert_var, &crt), (&key_var, &other_key)]);
+        let stderr = refused(&[], &wrong_key, &name("key_file"), "is not the key of");
+        let secret = std::fs::read_to_string(other.key("server")).unwrap();
+        let body = secret.lines().nth(1).unwrap();
+        assert!(!stderr.contains(body), "a key's bytes were printed");
+        let cert_as_key = joined(grpc, &[(&cert_var, &crt), (&key_var, &crt)]);
+        refused(
+            &[],
+            &cert_as_key,
+            &name("key_file"),
+            "holds no PEM private key",
+        );
+        let gone = joined(grpc, &[(&cert_var, &missing), (&key_var, &key)]);
+        refused(&[], &gone, &name("cert_file"), "cannot read");
+        let bad_ca = joined(
+            grpc,
+            &[(&cert_var, &crt), (&key_var, &key), (&ca_var, &key)],
+        );
+        refused(&[], &bad_ca, &name("client_ca_file"), "no PEM CERTIFICATE");
+    }
+}

@@ -52,7 +52,8 @@ fn errors_name_the_line_never_the_token() {
             format!("check {CHECK}\nwrite {secret}"),
             "line 2: unknown scope",
         ),
-        (format!("check {secret} extra"), "line 1: expected"),
+        (format!("check {secret} extra"), "line 1: a token's name"),
+        (format!("check a b {secret}"), "line 1: expected"),
         (secret.to_string(), "line 1: expected"),
         (
             "check short_s3cr3t".to_string(),
@@ -153,4 +154,29 @@ fn authorize_by_scope() {
         Err(Refusal::Malformed(Malformed::NoToken))
     );
     assert_eq!(set.authorize([], Scope::Check), Err(Refusal::Missing));
+}
+
+/// Issue 30: `<scope> <name> <token>` names a token for the audit trail;
+/// the two-field form stays valid and unnamed.
+#[test]
+fn a_token_may_carry_a_name_for_the_audit_trail() {
+    let alice = "a".repeat(32);
+    let bare = "b".repeat(32);
+    let set = TokenSet::parse(&format!("admin alice {alice}\ncheck {bare}\n")).unwrap();
+    assert_eq!(set.name_of(alice.as_bytes()).as_deref(), Some("alice"));
+    assert_eq!(set.scope_of(alice.as_bytes()), Some(Scope::Admin));
+    assert_eq!(set.name_of(bare.as_bytes()), None);
+    assert_eq!(set.name_of(b"not-a-token-at-all-1234"), None);
+    let bad = TokenSet::parse(&format!("admin al\"ice {alice}\n")).unwrap_err();
+    assert_eq!(bad, TokenFileError::Name { line: 1 });
+    let four = TokenSet::parse(&format!("admin alice x {alice}\n")).unwrap_err();
+    assert_eq!(four, TokenFileError::Shape { line: 1 });
+    let mail = TokenSet::parse(&format!("admin alice.smith@example.com {alice}\n")).unwrap();
+    assert_eq!(
+        mail.name_of(alice.as_bytes()).as_deref(),
+        Some("alice.smith@example.com")
+    );
+    // A token where the name goes, with a note after it: refused.
+    let swapped = TokenSet::parse(&format!("admin {alice} my-note-about-it\n")).unwrap_err();
+    assert_eq!(swapped, TokenFileError::Name { line: 1 });
 }

@@ -23,6 +23,24 @@ use std::time::SystemTime;
 use super::forward::ForwardAuth;
 use super::{Bounds, Check, FailureMode, LeaseMode, Limit, ValidationError};
 
+/// Which limits a policy check ran on, when not the policy's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overridden {
+    /// An override set by API (`/v1/overrides`).
+    Api,
+    /// An override in the policies file.
+    File,
+}
+
+impl Overridden {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Overridden::Api => "api",
+            Overridden::File => "file",
+        }
+    }
+}
+
 /// One named policy, validated.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Policy {
@@ -57,12 +75,32 @@ impl Policy {
         cost: Option<u64>,
         bounds: &Bounds,
     ) -> Result<Check, ValidationError> {
-        let limits = self.limits_for(&key).clone();
+        self.check_overridden(key, cost, bounds, None)
+            .map(|(check, _)| check)
+    }
+
+    /// [`check`](Self::check), where `api` is the key's override set at
+    /// runtime, if any: it comes before the file's override, which comes
+    /// before the policy's limits. Also says which of them applied.
+    pub fn check_overridden(
+        &self,
+        key: String,
+        cost: Option<u64>,
+        bounds: &Bounds,
+        api: Option<&Arc<[Limit]>>,
+    ) -> Result<(Check, Option<Overridden>), ValidationError> {
+        let (limits, overridden) = match api {
+            Some(limits) => (limits.clone(), Some(Overridden::Api)),
+            None => match self.overrides.get(&key) {
+                Some(limits) => (limits.clone(), Some(Overridden::File)),
+                None => (self.limits.clone(), None),
+            },
+        };
         let mut check = Check::for_policy(key, self.name.clone(), limits, cost, bounds)?;
         check.shadow = self.shadow;
         check.failure_mode = self.failure_mode;
         check.lease = self.lease;
-        Ok(check)
+        Ok((check, overridden))
     }
 }
 

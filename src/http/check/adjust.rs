@@ -112,6 +112,7 @@ async fn adjust(state: &AppState, kind: OpKind, request: Request) -> Result<Resp
         has_cost,
         wait_ms,
         reservation,
+        ..
     } = parse(state, request).await?;
     if reservation.is_some() {
         return Err(ApiError::InvalidRequest(format!(

@@ -44,6 +44,7 @@ use super::response::ReservationResponse;
 use super::{Form, body_for, parse_check};
 use crate::domain::Check;
 use crate::domain::auth::Scope;
+use crate::domain::tenants::Overridden;
 use crate::http::MAX_BODY_BYTES;
 use crate::http::endpoint::Endpoint;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
@@ -135,7 +136,7 @@ async fn decide_items(state: &AppState, kept: Vec<&RawValue>) -> Vec<BatchItem> 
     let mut reservations = Vec::new();
     let mut granted = Vec::new();
     for raw in kept {
-        forms.push(item(state, raw).map(|(form, check, ask)| {
+        forms.push(item(state, raw).map(|(form, overridden, check, ask)| {
             valid.push(check);
             if let Some(ask) = ask {
                 let (reservation, id) = ask.reservation();
@@ -144,7 +145,7 @@ async fn decide_items(state: &AppState, kept: Vec<&RawValue>) -> Vec<BatchItem> 
                 granted.resize(valid.len() - 1, None);
                 granted.push(Some((id, ask.ttl_ms)));
             }
-            form
+            (form, overridden)
         }));
     }
     let runs: Vec<Run> = valid
@@ -160,13 +161,15 @@ async fn decide_items(state: &AppState, kept: Vec<&RawValue>) -> Vec<BatchItem> 
     forms
         .into_iter()
         .map(|form| {
-            let answer = form.and_then(|form| {
+            let answer = form.and_then(|(form, overridden)| {
                 let reserved = granted.next().flatten();
                 let decision = decided
                     .next()
                     .expect("one answer per valid check")?
                     .decision;
                 let mut body = body_for(form, &decision);
+                // As a check alone says it: which override applied.
+                body.overridden = overridden.map(Overridden::as_str);
                 if let Some((id, ttl_ms)) = reserved {
                     body.reservation = ReservationResponse::granted(&decision, id, ttl_ms);
                 }
@@ -181,8 +184,10 @@ async fn decide_items(state: &AppState, kept: Vec<&RawValue>) -> Vec<BatchItem> 
 }
 
 /// One item: the check it asks, in the form it was asked in (the shape of
-/// its answer).
-fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check, Option<Ask>), ApiError> {
+/// its answer), and the override it runs under, if any.
+type Item = (Form, Option<Overridden>, Check, Option<Ask>);
+
+fn item(state: &AppState, raw: &RawValue) -> Result<Item, ApiError> {
     // No item larger than a body POST /v1/check takes: parsing one costs
     // a few times its size, and the batch's own cap is many times more.
     if raw.get().len() > MAX_BODY_BYTES {
@@ -196,7 +201,12 @@ fn item(state: &AppState, raw: &RawValue) -> Result<(Form, Check, Option<Ask>), 
                 .into(),
         ));
     }
-    Ok((parsed.form, parsed.check, parsed.reservation))
+    Ok((
+        parsed.form,
+        parsed.overridden,
+        parsed.check,
+        parsed.reservation,
+    ))
 }
 
 /// The request body, as parsed. Named as the schema names it, since
@@ -208,17 +218,9 @@ struct BatchRequest<'a> {
 }
 
 impl<'a> BatchRequest<'a> {
-    /// The envelope, which must be an object: serde's derived struct also
-    /// takes an array of its fields in order, so `[[]]` would be a batch of
-    /// none, answered 200, where the schema allows only an object.
+    /// The envelope; an array in its place is refused by [`parse_json`].
     fn parse(json: &'a [u8]) -> Result<BatchRequest<'a>, ApiError> {
-        let parsed = parse_json(json)?;
-        if json.trim_ascii_start().first() != Some(&b'{') {
-            return Err(ApiError::InvalidRequest(
-                "invalid type: sequence, expected struct BatchRequest".into(),
-            ));
-        }
-        Ok(parsed)
+        parse_json(json)
     }
 }
 

@@ -111,7 +111,7 @@ impl CalendarName {
 /// A window: `"250ms"`, `"10s"`, `"1m"`, `"1h"`, `"1d"`, or an integer
 /// number of seconds. From 1 ms to 366 days.
 #[derive(Debug, Clone)]
-pub struct WindowSpec(pub(super) WindowInput);
+pub struct WindowSpec(pub(crate) WindowInput);
 
 impl<'de> Deserialize<'de> for WindowSpec {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {

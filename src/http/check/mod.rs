@@ -43,7 +43,8 @@ use super::AppState;
 use super::endpoint::Endpoint;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::auth::Scope;
-use crate::domain::{Check, Decision, PolicySet, validate_wait_ms};
+use crate::domain::tenants::Overridden;
+use crate::domain::{Check, Decision, Policy, PolicySet, ValidationError, validate_wait_ms};
 use crate::limiter::Request as Run;
 use crate::store::Op;
 
@@ -133,15 +134,18 @@ async fn decide(state: &AppState, request: Request) -> Result<(Response, Duratio
         check,
         wait_ms,
         reservation,
+        overridden,
         ..
     } = parse(state, request).await?;
     let wait_ms = validate_wait_ms(wait_ms, &state.bounds)?;
+    let overridden = overridden.map(Overridden::as_str);
     if let Some(ask) = reservation {
         // Never waits (`reserve::ask` refuses wait_ms with it).
         let (reservation, id) = ask.reservation();
         let op = Op::check(&check).reserving(Some(&reservation));
         let decision = state.limiter.run_one(Run::new(op)).await?.decision;
         let mut response = body_for(form, &decision);
+        response.overridden = overridden;
         response.reservation = ReservationResponse::granted(&decision, id, ask.ttl_ms);
         return Ok((response.into_response_for(&decision), Duration::ZERO));
     }
@@ -149,6 +153,7 @@ async fn decide(state: &AppState, request: Request) -> Result<(Response, Duratio
     let waited = state.limiter.run_one(run).await?;
     let decision = waited.decision;
     let mut response = body_for(form, &decision);
+    response.overridden = overridden;
     // Only for requests that asked to wait: the others' bodies stay as
     // they were (the single-rule form's byte for byte).
     if wait_ms > 0 {
@@ -169,6 +174,8 @@ pub(super) struct Parsed {
     /// The reservation `reservation_ttl` asked for (only a check takes
     /// one).
     pub reservation: Option<reserve::Ask>,
+    /// A policy check's override, when one applied.
+    pub overridden: Option<Overridden>,
 }
 
 pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, ApiError> {
@@ -184,6 +191,7 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
     let fields = Present::of(json);
     let has_cost = fields.is_some_and(|f| f.has("cost"));
     let form = Form::of(fields).map_err(ApiError::MixedForms)?;
+    let mut overridden = None;
     let (check, wait_ms, ttl) = match form {
         Form::SingleRule => {
             let mut request: CheckRequest = parse_json(json)?;
@@ -199,7 +207,9 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
         Form::Policy => {
             let mut request: PolicyCheckRequest = parse_json(json)?;
             let (wait_ms, ttl) = (request.wait_ms, request.reservation_ttl.take());
-            (policy_check(state, request)?, wait_ms, ttl)
+            let (check, applied) = policy_check(state, request)?;
+            overridden = applied;
+            (check, wait_ms, ttl)
         }
     };
     let reservation = match fields.is_some_and(|f| f.has("reservation_ttl")) {
@@ -212,6 +222,7 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
         has_cost,
         wait_ms,
         reservation,
+        overridden,
     })
 }
 
@@ -231,7 +242,10 @@ pub(super) fn body_for(form: Form, decision: &Decision) -> CheckResponse {
 /// The policy form's check, under the policy set in force now. The set is
 /// loaded once; the check holds its own references to the limits, so a
 /// reload during the store call changes nothing for this request.
-fn policy_check(state: &AppState, request: PolicyCheckRequest) -> Result<Check, ApiError> {
+fn policy_check(
+    state: &AppState,
+    request: PolicyCheckRequest,
+) -> Result<(Check, Option<Overridden>), ApiError> {
     let set = state.policies.load();
     let Some(policy) = set.get(&request.policy) else {
         return Err(ApiError::UnknownPolicy(unknown_policy(
@@ -239,7 +253,23 @@ fn policy_check(state: &AppState, request: PolicyCheckRequest) -> Result<Check, 
             &request.policy,
         )));
     };
-    Ok(policy.check(request.key, request.cost, &state.bounds)?)
+    Ok(policy_for_key(state, policy, request.key, request.cost)?)
+}
+
+/// A check of `policy` for `key`: its runtime override first, then the
+/// file's, then the policy's limits; and which applied. Every HTTP front
+/// end builds a policy check here.
+pub(super) fn policy_for_key(
+    state: &AppState,
+    policy: &Policy,
+    key: String,
+    cost: Option<u64>,
+) -> Result<(Check, Option<Overridden>), ValidationError> {
+    let view = state.tenants.view();
+    let api = view
+        .rules(&key)
+        .and_then(|rules| rules.override_for(&policy.name, crate::tenants::now_ms()));
+    policy.check_overridden(key, cost, &state.bounds, api)
 }
 
 /// Room for the list of loaded names in an `unknown_policy` message.

@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::request::AlgorithmName;
-use crate::domain::{Decision, LimitDecision};
+use crate::domain::{Decision, LimitDecision, TenantMark};
 
 /// The decision. Sent with status 200 whether allowed or not.
 ///
@@ -90,6 +90,32 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub reservation: Option<ReservationResponse>,
+    /// A policy check whose key has an override: `api` when one set by
+    /// `PUT /v1/overrides` applied (it comes first), `file` when the
+    /// policies file's did. Absent when the policy's own limits applied.
+    #[serde(rename = "override", skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false, value_type = Option<String>, example = "api")]
+    pub overridden: Option<&'static str>,
+    /// The key is blocked (`PUT /v1/blocks`): denied without counting
+    /// anything.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub blocked: Option<BlockedResponse>,
+    /// The key is exempt (`PUT /v1/exemptions`): allowed whatever its
+    /// limits said, and counted as usual (`limits` shows what they said).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub exempt: Option<bool>,
+}
+
+/// Why a check was blocked.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct BlockedResponse {
+    /// The block's `reason`, if it gave one.
+    pub reason: Option<String>,
+    /// Milliseconds until the block expires; null when it has no expiry
+    /// (then `retry_after_ms` is an hour).
+    pub expires_in_ms: Option<u64>,
 }
 
 /// A reservation: what `POST /v1/settle` names to settle the check's cost.
@@ -186,6 +212,18 @@ impl CheckResponse {
             released: None,
             renewed: None,
             reservation: None,
+            overridden: None,
+            blocked: match &d.tenant {
+                Some(TenantMark::Blocked {
+                    reason,
+                    expires_in_ms,
+                }) => Some(BlockedResponse {
+                    reason: reason.as_deref().map(str::to_owned),
+                    expires_in_ms: *expires_in_ms,
+                }),
+                _ => None,
+            },
+            exempt: matches!(d.tenant, Some(TenantMark::Exempt)).then_some(true),
         }
     }
 

@@ -66,6 +66,12 @@ const CHECK_PREFIX: &str = "\0rk-subscription-check:";
 /// answers it again).
 pub const FREED_PREFIX: &str = "\0rk-freed:";
 
+/// The message a change to the runtime overrides, blocks and exemptions
+/// publishes (`store/redis/tenants.rs`): every instance reloads them at
+/// once, rather than at its next poll of their version. A client key of
+/// that exact text reset on another instance only makes them reload.
+pub const TENANTS_MESSAGE: &str = "\0rk-tenants";
+
 /// Messages fred buffers for the listener before it counts as behind.
 const MESSAGE_BUFFER: usize = 4_096;
 
@@ -325,11 +331,13 @@ impl Listener {
 }
 
 /// Hands one message of the channel to `sink`: a subscription check is
-/// nobody's, a give-back's goes to `freed`, a client key to `invalidated`;
+/// nobody's, a give-back's goes to `freed`, a change of the runtime
+/// entries to `tenants_changed`, a client key to `invalidated`;
 /// anything else (too long, not UTF-8) says only that something changed.
 fn deliver(sink: &dyn InvalidationSink, message: Option<&[u8]>) {
     match message.map(std::str::from_utf8) {
         Some(Ok(check)) if check.starts_with(CHECK_PREFIX) => {}
+        Some(Ok(TENANTS_MESSAGE)) => sink.tenants_changed(),
         Some(Ok(text)) => match text.strip_prefix(FREED_PREFIX) {
             Some(key) if key.len() <= MAX_MESSAGE_BYTES => sink.freed(key),
             None if text.len() <= MAX_MESSAGE_BYTES => sink.invalidated(text),

@@ -40,6 +40,7 @@ mod keys;
 mod liveness;
 mod nodes;
 pub mod settings;
+pub mod tenants;
 pub mod tls;
 pub mod wire;
 

@@ -9,27 +9,21 @@
 //! through an `ArcSwap`, so a connection made after a swap uses the new
 //! files, and connections already open keep working.
 //!
-//! Why rustls with ring: it builds with only a C compiler, and the
-//! distroless image has no OpenSSL to link against.
-//!
-//! Files are read by the watched files' reader (regular files only,
-//! capped). A file that does not parse keeps the last good material; at
-//! startup it stops the service (exit 64, naming the key).
+//! How the files are read and judged is `crate::tls`'s, shared with our
+//! own listeners.
 
-use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::{ResolvesClientCert, WebPkiServerVerifier};
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme};
 
-use crate::watch::read::{MAX_FILE_BYTES, read_regular};
+use crate::tls::{LastRead, PairKeys, ca_roots, certified_key, hash_of, problem, provider};
+pub use crate::tls::{Reloaded, TlsFileError};
 
 /// The `[redis.tls]` settings: paths, and the name to verify.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -56,21 +50,6 @@ impl TlsFiles {
         .into_iter()
         .filter_map(|(key, path)| path.as_deref().map(|p| (key, p)))
         .collect()
-    }
-}
-
-/// A file that cannot be used, named by its key.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{key}: {message}")]
-pub struct TlsFileError {
-    pub key: &'static str,
-    pub message: String,
-}
-
-fn problem(key: &'static str, message: impl Into<String>) -> TlsFileError {
-    TlsFileError {
-        key,
-        message: message.into(),
     }
 }
 
@@ -110,26 +89,8 @@ pub struct TlsClient {
     files: TlsFiles,
     current: Arc<Current>,
     config: Arc<ClientConfig>,
-    /// A hash of the bytes last swapped in, and of the bytes last
-    /// refused, so an unchanged file is neither re-parsed nor re-reported.
-    loaded: Mutex<(u64, Option<u64>)>,
-}
-
-/// What a re-read did.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Reloaded {
-    Unchanged,
-    Swapped,
-    /// The same bad bytes as last time: already reported.
-    StillRefused,
-}
-
-/// ring (see the module doc). rustls 0.23.48 deprecates its default
-/// provider for lacking post-quantum key exchange; Redis 7's OpenSSL 3.0
-/// offers none either, so nothing is lost yet.
-#[allow(deprecated)]
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    /// What was last read, to skip unchanged bytes.
+    loaded: LastRead,
 }
 
 impl TlsClient {
@@ -161,7 +122,7 @@ impl TlsClient {
             files,
             current,
             config: Arc::new(config),
-            loaded: Mutex::new((hash, None)),
+            loaded: LastRead::new(hash),
         })
     }
 
@@ -181,40 +142,14 @@ impl TlsClient {
     /// Re-reads the files; swaps in changed ones that parse. `forced`
     /// re-judges bytes already refused. Blocking IO.
     pub fn reload(&self, forced: bool) -> Result<Reloaded, TlsFileError> {
-        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
-        let (bytes, hash) = match read_files(&self.files) {
-            Ok(read) => read,
-            // A file gone or unreadable: reported once, like bad bytes,
-            // not at every poll while it stays so.
-            Err(e) => {
-                let hash = hash_of(&e.to_string());
-                if loaded.1 == Some(hash) && !forced {
-                    return Ok(Reloaded::StillRefused);
-                }
-                loaded.1 = Some(hash);
-                return Err(e);
-            }
-        };
-        if hash == loaded.0 {
-            loaded.1 = None;
-            return Ok(Reloaded::Unchanged);
-        }
-        if loaded.1 == Some(hash) && !forced {
-            return Ok(Reloaded::StillRefused);
-        }
-        match parse(&self.files, &bytes) {
-            // The paths are fixed at startup, so a client certificate is
-            // there after a reload exactly when it was before.
-            Ok(material) => {
-                self.current.material.store(Arc::new(material));
-                *loaded = (hash, None);
-                Ok(Reloaded::Swapped)
-            }
-            Err(e) => {
-                loaded.1 = Some(hash);
-                Err(e)
-            }
-        }
+        // The paths are fixed at startup, so a client certificate is
+        // there after a reload exactly when it was before.
+        self.loaded.reload(
+            forced,
+            || read_files(&self.files),
+            |bytes| parse(&self.files, bytes),
+            |material| self.current.material.store(Arc::new(material)),
+        )
     }
 }
 
@@ -230,12 +165,7 @@ type FileBytes = [Option<Vec<u8>>; 3];
 /// The bytes of each configured file, and one hash of them all.
 fn read_files(files: &TlsFiles) -> Result<(FileBytes, u64), TlsFileError> {
     let read = |key: &'static str, path: &Option<PathBuf>| {
-        path.as_ref()
-            .map(|p| {
-                read_regular(p, MAX_FILE_BYTES)
-                    .map_err(|e| problem(key, format!("cannot read {}: {e}", p.display())))
-            })
-            .transpose()
+        path.as_ref().map(|p| crate::tls::read(key, p)).transpose()
     };
     let bytes = [
         read("redis.tls.ca_file", &files.ca_file)?,
@@ -246,15 +176,9 @@ fn read_files(files: &TlsFiles) -> Result<(FileBytes, u64), TlsFileError> {
     Ok((bytes, hash))
 }
 
-fn hash_of(value: &impl Hash) -> u64 {
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
-}
-
 fn parse(files: &TlsFiles, bytes: &FileBytes) -> Result<Material, TlsFileError> {
     let roots = match &bytes[0] {
-        Some(pem) => ca_roots(pem)?,
+        Some(pem) => ca_roots("redis.tls.ca_file", pem)?,
         None => system_roots()?,
     };
     let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider())
@@ -265,32 +189,6 @@ fn parse(files: &TlsFiles, bytes: &FileBytes) -> Result<Material, TlsFileError> 
         _ => None,
     };
     Ok(Material { verifier, client })
-}
-
-fn certificates(
-    key: &'static str,
-    pem: &[u8],
-) -> Result<Vec<CertificateDer<'static>>, TlsFileError> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| problem(key, format!("is not PEM: {e}")))?;
-    if certs.is_empty() {
-        return Err(problem(key, "holds no PEM CERTIFICATE block"));
-    }
-    Ok(certs)
-}
-
-fn ca_roots(pem: &[u8]) -> Result<RootCertStore, TlsFileError> {
-    let key = "redis.tls.ca_file";
-    let mut roots = RootCertStore::empty();
-    let (_, ignored) = roots.add_parsable_certificates(certificates(key, pem)?);
-    if ignored > 0 {
-        return Err(problem(
-            key,
-            format!("{ignored} certificate(s) in it cannot be parsed"),
-        ));
-    }
-    Ok(roots)
 }
 
 fn system_roots() -> Result<RootCertStore, TlsFileError> {
@@ -307,24 +205,12 @@ fn system_roots() -> Result<RootCertStore, TlsFileError> {
 }
 
 fn client_cert(files: &TlsFiles, cert: &[u8], key: &[u8]) -> Result<CertifiedKey, TlsFileError> {
-    let chain = certificates("redis.tls.cert_file", cert)?;
-    // Never quote the key's bytes or the parser's view of them.
-    let der = PrivateKeyDer::from_pem_slice(key)
-        .map_err(|_| problem("redis.tls.key_file", "holds no PEM private key"))?;
-    let signing = provider()
-        .key_provider
-        .load_private_key(der)
-        .map_err(|_| problem("redis.tls.key_file", "is not a usable private key"))?;
-    let certified = CertifiedKey::new(chain, signing);
-    certified.keys_match().map_err(|_| {
-        let cert = files
-            .cert_file
-            .as_deref()
-            .unwrap_or(Path::new(""))
-            .display();
-        problem("redis.tls.key_file", format!("is not the key of {cert}"))
-    })?;
-    Ok(certified)
+    let keys = PairKeys {
+        cert: "redis.tls.cert_file",
+        key: "redis.tls.key_file",
+    };
+    let path = files.cert_file.as_deref().unwrap_or(Path::new(""));
+    certified_key(keys, path, cert, key)
 }
 
 /// Verifies with the current CA, against `redis.tls.server_name` if set.

@@ -14,6 +14,12 @@ const EXAMPLE: &str = concat!(
     "/examples/nginx/ratekeeper.conf"
 );
 
+/// Its variant for a ratekeeper with `[server.tls]` and client certificates.
+pub const TLS_EXAMPLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/nginx/ratekeeper-tls.conf"
+);
+
 /// The whole configuration around it, for a trial without root.
 const MAIN: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/nginx/nginx.conf");
 
@@ -68,17 +74,28 @@ impl Nginx {
         upstream: SocketAddr,
         token: Option<&str>,
     ) -> Nginx {
+        let mut pairs = Vec::new();
+        if let Some(token) = token {
+            pairs.push((
+                "proxy_set_header Authorization \"\";",
+                format!("proxy_set_header Authorization \"Bearer {token}\";"),
+            ));
+        }
+        Self::start_from(EXAMPLE, ratekeeper, upstream, &pairs)
+    }
+
+    /// nginx with the site `example` (a file of examples/nginx/), its
+    /// addresses and `pairs` substituted.
+    pub fn start_from(
+        example: &str,
+        ratekeeper: SocketAddr,
+        upstream: SocketAddr,
+        pairs: &[(&str, String)],
+    ) -> Nginx {
         let dir = fresh_dir("nginx");
         let port = free_port();
-        let mut example = std::fs::read_to_string(EXAMPLE).unwrap();
-        if let Some(token) = token {
-            let line = "proxy_set_header Authorization \"\";";
-            assert!(example.contains(line), "the example's {line} changed");
-            example = example.replace(
-                line,
-                &format!("proxy_set_header Authorization \"Bearer {token}\";"),
-            );
-        }
+        let example = std::fs::read_to_string(example).unwrap();
+        let example = super::substitute(&example, pairs);
         let site = example
             .replace("server 127.0.0.1:3000;", &format!("server {upstream};"))
             .replace("server 127.0.0.1:8080;", &format!("server {ratekeeper};"))
