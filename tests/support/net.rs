@@ -5,16 +5,21 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use super::unique_key;
-
 /// A loopback address (127.x.y.z) no other test, or run this minute, sends
-/// from: limits keyed by client address then start from nothing.
+/// from: limits keyed by client address then start from nothing. x.y is
+/// this process's id (mod 65 536), z a counter from 2: distinct within a
+/// process by construction (a hash of the two once mapped z = 0, 1 and 2
+/// all to 2, and a test's two addresses shared one limit), and never
+/// 127.0.0.1.
 pub fn fresh_loopback() -> std::net::IpAddr {
-    let hash = unique_key("addr")
-        .bytes()
-        .fold(0u32, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
-    let [_, a, b, c] = hash.to_be_bytes();
-    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, a, b, c.max(2)))
+    static NEXT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(2);
+    let z = NEXT.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        z >= 2,
+        "more than 254 fresh loopback addresses in one process"
+    );
+    let [_, _, x, y] = std::process::id().to_be_bytes();
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, x, y, z))
 }
 
 /// Windows that are calendar minutes: a sequence that must stay inside one
