@@ -39,6 +39,7 @@ mod series;
 mod store;
 mod tenants;
 mod top;
+mod traces;
 mod waiting;
 
 pub use adjustments::AdjustmentMetrics;
@@ -128,6 +129,12 @@ impl Metrics {
     /// scrape (the app passes `telemetry::http2_warnings`). Call it once.
     pub fn count_http2_warnings(&self, read: fn() -> u64) {
         listeners::register_http2_warnings(&self.registry, read);
+    }
+
+    /// Exports `ratekeeper_trace_spans_total`, read from `read` at each
+    /// scrape (the app passes `telemetry::otel::span_counts`). Call it once.
+    pub fn count_trace_spans(&self, read: fn() -> [u64; 3]) {
+        traces::register(&self.registry, read);
     }
 
     /// The Prometheus text exposition of every metric.

@@ -1,6 +1,7 @@
 //! Logging: human-readable on a terminal, one JSON object per line otherwise
 //! (what log shippers expect from a container).
 
+pub mod otel;
 mod throttle;
 
 use std::io::IsTerminal;
@@ -20,8 +21,10 @@ pub use throttle::LogThrottle;
 /// `RUST_LOG` overrides it), `json` is `Some(true)` for JSON lines,
 /// `Some(false)` for pretty lines, `None` for JSON unless stdout is a
 /// terminal. Plain values, so that logging knows nothing of the config.
-/// Calling it twice is harmless (the second call is ignored), which tests need.
-pub fn init(level: &str, json: Option<bool>) {
+/// `traces` is the OpenTelemetry layer when traces are on
+/// ([`otel::start`]). Calling it twice is harmless (the second call is
+/// ignored), which tests need.
+pub fn init(level: &str, json: Option<bool>, traces: Option<otel::OtelLayer>) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
     let watcher_named = filter.to_string().contains("notify");
     let filter = filter
@@ -35,8 +38,12 @@ pub fn init(level: &str, json: Option<bool>) {
     } else {
         Box::new(layer.compact())
     };
+    // One list, as each boxed layer is a layer of the bare registry.
+    let mut layers: Vec<Box<dyn Layer<Registry> + Send + Sync>> = Vec::with_capacity(2);
+    layers.extend(traces);
+    layers.push(Box::new(layer.with_filter(filter)));
     let _ = tracing_subscriber::registry()
-        .with(layer.with_filter(filter))
+        .with(layers)
         .with(CountHttp2.with_filter(OnlyHttp2Warnings))
         .try_init();
 }

@@ -101,6 +101,7 @@ impl Application {
         let (listener, addr) = bind_http(settings.server.listen).await?;
         let metrics = Arc::new(Metrics::new());
         metrics.count_http2_warnings(crate::telemetry::http2_warnings);
+        metrics.count_trace_spans(crate::telemetry::otel::span_counts);
         // Before anything is spawned: an invalid file stops startup.
         let files = spawn::load_files(&settings, addr, &metrics)?;
         let grpc = grpc::bind_grpc(&settings, &metrics).await?;

@@ -247,6 +247,22 @@ fn check_policies(file: &std::path::Path, config: Option<PathBuf>) -> ExitCode {
     }
 }
 
+/// Traces and their layer, when `[otel]` (or the `OTEL_*` variables) turned
+/// them on.
+fn start_traces(
+    otel: &crate::telemetry::otel::OtelSettings,
+) -> Result<
+    Option<(
+        crate::telemetry::otel::Traces,
+        crate::telemetry::otel::OtelLayer,
+    )>,
+    crate::telemetry::otel::OtelError,
+> {
+    otel.enabled
+        .then(|| crate::telemetry::otel::start(otel))
+        .transpose()
+}
+
 async fn serve(args: ServeArgs) -> ExitCode {
     let settings = match Settings::load(&args.overrides()) {
         Ok(settings) => settings,
@@ -260,7 +276,14 @@ async fn serve(args: ServeArgs) -> ExitCode {
         LogFormat::Pretty => Some(false),
         LogFormat::Auto => None,
     };
-    crate::telemetry::init(&settings.log.level, json);
+    let (traces, layer) = match start_traces(&settings.otel) {
+        Ok(started) => started.unzip(),
+        Err(error) => {
+            eprintln!("ratekeeper: {error}");
+            return ExitCode::from(EX_USAGE);
+        }
+    };
+    crate::telemetry::init(&settings.log.level, json, layer);
     let shutdown = shutdown_signal();
     for name in &settings.ignored_env {
         tracing::debug!(
@@ -286,7 +309,11 @@ async fn serve(args: ServeArgs) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match app.run_until_stopped(shutdown).await {
+    let stopped = app.run_until_stopped(shutdown).await;
+    if let Some(traces) = traces {
+        traces.shutdown().await;
+    }
+    match stopped {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
             tracing::error!(%error, "server error");

@@ -16,6 +16,7 @@ use config::{Config, Environment, File, FileFormat};
 
 mod limits;
 mod listener_tls;
+mod otel;
 mod reader;
 mod redis;
 mod sections;
@@ -26,6 +27,7 @@ pub use crate::store::redis::RedisSettings;
 pub use crate::store::redis::settings::redact_url;
 pub use crate::tenants::TenantsSettings;
 pub use limits::{DenyCacheSettings, LimitsSettings, MemorySettings, TopSettings};
+pub use otel::{OtelEnv, OtelSettings, OtlpProtocol, SamplerSettings};
 use reader::Reader;
 pub use sections::{
     AuthSettings, GrpcSettings, LogFormat, LogSettings, PoliciesSettings, RlsSettings,
@@ -58,6 +60,8 @@ pub struct Settings {
     pub memory: MemorySettings,
     pub auth: AuthSettings,
     pub log: LogSettings,
+    /// `[otel]` with the standard `OTEL_*` variables applied.
+    pub otel: OtelSettings,
     /// `RATEKEEPER_*` environment variables that are not of the
     /// `RATEKEEPER_<SECTION>__<KEY>` shape and were ignored (logged at debug
     /// once telemetry is up).
@@ -103,7 +107,8 @@ impl Settings {
     /// not a setting.
     pub fn load(overrides: &Overrides) -> Result<Settings, ConfigError> {
         let (env, ignored) = process_env();
-        let mut settings = Self::load_from(overrides, env)?;
+        let otel_env = |name: &str| std::env::var(name).ok();
+        let mut settings = Self::load_with(overrides, env, &otel_env)?;
         settings.ignored_env = ignored;
         Ok(settings)
     }
@@ -132,11 +137,21 @@ impl Settings {
         Ok((listen, tls))
     }
 
-    /// Loads with an explicit environment (tests pass a map).
+    /// Loads with an explicit environment (tests pass a map), and no
+    /// `OTEL_*` variables.
     pub fn load_from(overrides: &Overrides, env: Environment) -> Result<Settings, ConfigError> {
+        Self::load_with(overrides, env, &|_| None)
+    }
+
+    /// Loads with explicit `RATEKEEPER_*` and `OTEL_*` environments.
+    pub fn load_with(
+        overrides: &Overrides,
+        env: Environment,
+        otel_env: OtelEnv,
+    ) -> Result<Settings, ConfigError> {
         let config = layers(overrides, env)?;
         let mut r = Reader::new(&config);
-        let settings = read_settings(&mut r);
+        let settings = read_settings(&mut r, otel_env);
         r.finish(settings)
     }
 
@@ -149,14 +164,14 @@ impl Settings {
             .build()
             .expect("config/default.toml parses");
         let mut r = Reader::new(&defaults);
-        let _ = read_settings(&mut r);
+        let _ = read_settings(&mut r, &|_| None);
         r.asked().clone()
     }
 }
 
 /// Every section, each by its own reader; all are read before any is
 /// judged, so one run reports every problem.
-fn read_settings(r: &mut Reader) -> Option<Settings> {
+fn read_settings(r: &mut Reader, otel_env: OtelEnv) -> Option<Settings> {
     let server = sections::read_server(r);
     let limits = limits::read_limits(r);
     let policies = sections::read_policies(r);
@@ -171,6 +186,7 @@ fn read_settings(r: &mut Reader) -> Option<Settings> {
     let memory = limits::read_memory(r);
     let auth = sections::read_auth(r);
     let log = sections::read_log(r);
+    let otel = otel::read_otel(r, otel_env);
     Some(Settings {
         server: server?,
         limits: limits?,
@@ -186,6 +202,7 @@ fn read_settings(r: &mut Reader) -> Option<Settings> {
         memory: memory?,
         auth: auth?,
         log: log?,
+        otel: otel?,
         ignored_env: Vec::new(),
     })
 }

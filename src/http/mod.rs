@@ -19,6 +19,7 @@ pub mod server;
 mod state;
 mod tenants;
 mod top;
+mod trace;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
@@ -43,6 +44,11 @@ pub fn router(state: AppState) -> Router {
     let mut router = Router::new();
     for endpoint in routes::endpoints() {
         router = router.route(endpoint.path, (endpoint.handler)(&state));
+    }
+    // The /v1 routes only: probes and scrapes every few seconds would fill
+    // a trace store with nothing.
+    if crate::telemetry::otel::enabled() {
+        router = router.route_layer(trace::TraceLayer);
     }
     router
         .route("/healthz", get(ops::healthz))

@@ -17,11 +17,15 @@ use super::request::Answer;
 use super::{FailureMode, Limiter};
 use crate::domain::{Check, Decision, Lease, LeaseId};
 use crate::store::{Op, OpKind};
+use crate::telemetry::otel;
 
 impl Limiter {
     /// Stage 5 for one step: answers it if the store could not, and
     /// shapes a lease's answer.
     pub(super) fn fall_back(&self, step: &mut Step<'_, '_>) {
+        if let State::Failed(error) = &step.state {
+            otel::record_failure(error.kind());
+        }
         if step.route.check {
             if let State::Failed(_) = step.state {
                 let decision = self.degraded(step.check(), step.lease.take());

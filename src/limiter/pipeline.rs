@@ -28,12 +28,15 @@
 
 use std::sync::Arc;
 
+use tracing::Instrument;
+
 use super::domains::Permit;
 use super::lease_guard::LeaseGuard;
 use super::request::{Answer, Request, Route};
 use super::{Limiter, LimiterError};
 use crate::domain::{Check, LeaseId};
 use crate::store::{Op, OpKind, StoreError};
+use crate::telemetry::otel;
 
 /// One request on its way through the stages.
 pub(super) struct Step<'r, 'a> {
@@ -125,6 +128,7 @@ impl Limiter {
         requests: &[Request<'_>],
     ) -> Vec<Result<Answer, LimiterError>> {
         let alone = requests.len() == 1;
+        otel::record_batch_size(requests.len());
         let mut steps: Vec<Step> = requests.iter().map(|r| Step::new(r, alone)).collect();
         self.process(&mut steps).await;
         steps.into_iter().map(Step::into_answer).collect()
@@ -145,32 +149,41 @@ impl Limiter {
             [step] if step.route.waiting => {
                 // Boxed: a waiting check's future is large, and every other
                 // request would carry its room.
-                let answer = Box::pin(self.wait(step.request)).await;
+                let waiting = otel::stage("waiting");
+                let answer = Box::pin(self.wait(step.request)).instrument(waiting).await;
                 step.answer(answer);
             }
             steps => self.decide(steps).await,
         }
+        let alone = steps.len() == 1;
         for step in steps.iter_mut() {
             self.invalidate(step);
-            self.observe(step);
+            self.observe(step, alone);
         }
     }
 
     /// Stages 1 to 5: every step answered, nothing observed (a waiting
     /// check is counted once, not at each try).
     pub(super) async fn decide(&self, steps: &mut [Step<'_, '_>]) {
-        for step in steps.iter_mut() {
-            self.blocked(step);
-            self.deny_cached(step);
+        {
+            // Runtime blocks are looked up in the same pass.
+            let _stage = otel::stage("deny_cache").entered();
+            for step in steps.iter_mut() {
+                self.blocked(step);
+                self.deny_cached(step);
+            }
         }
         if let [step] = steps
             && step.route.leasing
             && step.is_pending()
         {
-            self.leased(step).await;
+            self.leased(step).instrument(otel::stage("lease")).await;
         }
-        for step in steps.iter_mut() {
-            self.admit(step);
+        {
+            let _stage = otel::stage("breaker").entered();
+            for step in steps.iter_mut() {
+                self.admit(step);
+            }
         }
         self.call_store(steps).await;
         for step in steps.iter_mut() {
@@ -190,7 +203,7 @@ impl Limiter {
 
     /// Stage 8: an answered check's metrics and its key in the sketches;
     /// an adjustment's count.
-    fn observe(&self, step: &Step<'_, '_>) {
+    fn observe(&self, step: &Step<'_, '_>, alone: bool) {
         let State::Answered(answer) = &step.state else {
             return;
         };
@@ -202,6 +215,7 @@ impl Limiter {
             self.metrics
                 .decisions
                 .record(step.check(), &answer.decision);
+            otel::record_check(step.check(), &answer.decision, self.store.name(), alone);
             if let Some(top) = &self.top {
                 top.observe(step.check(), &answer.decision);
             }

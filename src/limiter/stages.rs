@@ -12,6 +12,8 @@ use super::request::Answer;
 use super::{Limiter, health};
 use crate::domain::Decision;
 use crate::store::{Applied, Op, StoreError};
+use crate::telemetry::otel;
+use tracing::Instrument;
 
 impl Limiter {
     /// Stage 1: a recorded denial is the store's own answer, even while
@@ -73,7 +75,8 @@ impl Limiter {
             return;
         }
         let asked = self.asking();
-        let mut results = self.store.apply(ops).await.into_iter();
+        let span = otel::store_call(self.store.name(), ops.len());
+        let mut results = self.store.apply(ops).instrument(span).await.into_iter();
         let mut heard = Heard::default();
         for step in steps.iter_mut() {
             // Taken out only from an admitted step: the others keep theirs.

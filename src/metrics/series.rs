@@ -55,7 +55,8 @@ mod conventions {
         "code",
         "version",
         "revision",
-        // Where a leased unit went (ratekeeper_lease_units_total).
+        // Where a leased unit went (ratekeeper_lease_units_total), what became
+        // of a span (ratekeeper_trace_spans_total).
         "outcome",
         // What an operator did to a runtime entry (ratekeeper_tenant_changes_total).
         "action",
@@ -65,6 +66,7 @@ mod conventions {
     fn every_family_follows_the_conventions() {
         let metrics = Metrics::new();
         metrics.count_http2_warnings(|| 0);
+        metrics.count_trace_spans(|| [0; 3]);
         let families = metrics.registry.gather();
         assert!(families.len() > 30, "{} families", families.len());
         for family in &families {

@@ -21,6 +21,8 @@ use super::server::{MAX_REQUEST_BYTES, RlsError, RlsService, over_limit};
 use super::wire;
 use crate::metrics::{Metrics, RlsAnswer, RlsRequestError};
 use crate::telemetry::LogThrottle;
+use crate::telemetry::otel::Server;
+use tracing::Instrument;
 
 /// At most one log line per this for calls not decided as sent.
 const LOG_EVERY: Duration = Duration::from_secs(10);
@@ -89,7 +91,10 @@ where
             return Box::pin(async { Ok(Status::unimplemented("").into_http()) });
         }
         let method = ShouldRateLimit(self.inner.clone());
-        Box::pin(async move {
+        // Envoy passes the trace context in the call's metadata (its
+        // headers), as it does on HTTP.
+        let traced = crate::telemetry::otel::server_span(request.headers(), Server::Rls);
+        let call = async move {
             let codec =
                 tonic_prost::ProstCodec::<RateLimitResponse, wire::RateLimitRequest>::default();
             let mut grpc = Grpc::new(codec).max_decoding_message_size(MAX_REQUEST_BYTES);
@@ -98,8 +103,30 @@ where
             // or not a RateLimitRequest) comes to us as an error to answer,
             // rather than being answered by tonic.
             Ok(grpc.client_streaming(method, request).await)
-        })
+        };
+        match traced {
+            None => Box::pin(call),
+            Some(traced) => Box::pin(async move {
+                let response = call.instrument(traced.span().clone()).await;
+                if let Ok(response) = &response {
+                    let code = grpc_status(response);
+                    traced.record_status("rpc.grpc.status_code", &i64::from(code));
+                }
+                response
+            }),
+        }
     }
+}
+
+/// The call's gRPC status code: in the headers of an answer that is only
+/// a status (an error); a message's answer carries it in the trailers, and
+/// is OK (0) whenever its message was written.
+fn grpc_status<B>(response: &http::Response<B>) -> u16 {
+    response
+        .headers()
+        .get("grpc-status")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 struct ShouldRateLimit(Arc<Shared>);

@@ -19,6 +19,7 @@ mod generated_client;
 mod house;
 mod kubernetes;
 mod kubernetes_pod;
+mod otel;
 mod policies_cli;
 mod prometheus_live;
 mod prometheus_rules;

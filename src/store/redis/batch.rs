@@ -14,12 +14,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use opentelemetry::trace::SpanContext;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
+use tracing::Instrument;
 
 use super::Inner;
 use crate::domain::{Check, LeaseId, Reservation};
 use crate::store::{Applied, Op, OpKind, StoreError};
+use crate::telemetry::otel;
 
 /// The most operations one batch carries.
 const MAX_BATCH: usize = super::MAX_OPS_PER_CALL;
@@ -30,6 +33,9 @@ pub(super) struct Job {
     lease: Option<LeaseId>,
     reservation: Option<Reservation>,
     reply: oneshot::Sender<Result<Applied, StoreError>>,
+    /// The sampled request's span this job came from, if any: the batch's
+    /// call links to it.
+    link: Option<SpanContext>,
 }
 
 /// A job's operation, owned: what [`Op`] borrows.
@@ -56,6 +62,7 @@ pub(super) async fn submit(
         lease: op.lease.cloned(),
         reservation: op.reservation.cloned(),
         reply,
+        link: otel::current_link(),
     };
     if batcher.send(job).await.is_err() {
         return Err(StoreError::Unavailable("the batcher has stopped".into()));
@@ -95,38 +102,53 @@ async fn run(inner: Arc<Inner>, mut rx: mpsc::Receiver<Job>, window: Duration) {
         // One call per cluster slot, each its own task: every caller waits
         // for one call only, so the wait stays bounded by the Redis timeout,
         // and a failure in one slot's call does not touch the others.
-        for jobs in inner.group_by_slot(jobs, |job| &job.check) {
+        for mut jobs in inner.group_by_slot(jobs, |job| &job.check) {
             let inner = inner.clone();
-            in_flight.spawn(async move {
-                let (ops, replies): (Vec<Owned>, Vec<_>) = jobs
-                    .into_iter()
-                    .map(|j| ((j.kind, j.check, j.lease, j.reservation), j.reply))
-                    .unzip();
-                let ops: Vec<Op> = ops
-                    .iter()
-                    .map(|(kind, check, lease, reservation)| Op {
-                        kind: *kind,
-                        check,
-                        lease: lease.as_ref(),
-                        reservation: reservation.as_ref(),
-                    })
-                    .collect();
-                match inner.run_ops(&ops).await {
-                    Ok(answers) => {
-                        for (reply, answer) in replies.into_iter().zip(answers) {
-                            let _ = reply.send(answer);
-                        }
-                    }
-                    Err(error) => {
-                        for reply in replies {
-                            let _ = reply.send(Err(error.clone()));
-                        }
-                    }
-                }
-            });
+            let span = call_span(&mut jobs);
+            in_flight.spawn(call(inner, jobs).instrument(span));
         }
     }
     while in_flight.join_next().await.is_some() {}
+}
+
+/// One slot's call for `jobs`; each caller gets its own answer, or the
+/// call's error.
+async fn call(inner: Arc<Inner>, jobs: Vec<Job>) {
+    let (ops, replies): (Vec<Owned>, Vec<_>) = jobs
+        .into_iter()
+        .map(|j| ((j.kind, j.check, j.lease, j.reservation), j.reply))
+        .unzip();
+    let ops: Vec<Op> = ops
+        .iter()
+        .map(|(kind, check, lease, reservation)| Op {
+            kind: *kind,
+            check,
+            lease: lease.as_ref(),
+            reservation: reservation.as_ref(),
+        })
+        .collect();
+    match inner.run_ops(&ops).await {
+        Ok(answers) => {
+            for (reply, answer) in replies.into_iter().zip(answers) {
+                let _ = reply.send(answer);
+            }
+        }
+        Err(error) => {
+            for reply in replies {
+                let _ = reply.send(Err(error.clone()));
+            }
+        }
+    }
+}
+
+/// Only when a sampled request is among the jobs: one span for the call,
+/// linked from each of them.
+fn call_span(jobs: &mut [Job]) -> tracing::Span {
+    let links: Vec<SpanContext> = jobs.iter_mut().filter_map(|j| j.link.take()).collect();
+    match links.is_empty() {
+        true => tracing::Span::none(),
+        false => otel::batch_call(links, jobs.len()),
+    }
 }
 
 fn take_queued(rx: &mut mpsc::Receiver<Job>, jobs: &mut Vec<Job>) {

@@ -1,0 +1,240 @@
+//! The spans ratekeeper makes, and the one rule that keeps them cheap: a
+//! request that is not sampled builds none. The edge (the HTTP layer, the
+//! RLS service) decides once per request; every stage below asks
+//! [`LIVE`] first, one atomic load, and builds nothing while no sampled
+//! request is in flight anywhere.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use opentelemetry::propagation::{Extractor, TextMapPropagator};
+use opentelemetry::trace::{SpanContext, TraceContextExt};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use tracing::Span;
+use tracing::field::Empty;
+use tracing_opentelemetry::OpenTelemetrySpanExt;
+
+use super::{EDGE, TARGET};
+use crate::domain::{Check, Decision};
+
+/// Sampled requests in flight: while it is 0, no stage looks further.
+static LIVE: AtomicUsize = AtomicUsize::new(0);
+
+/// A sampled request's span, counted in [`LIVE`] while it lives.
+pub struct Traced {
+    span: Span,
+}
+
+impl Traced {
+    pub fn span(&self) -> &Span {
+        &self.span
+    }
+
+    /// The answer's status: an HTTP status code, or a gRPC code's name.
+    pub fn record_status(&self, field: &'static str, status: &dyn tracing::Value) {
+        self.span.record(field, status);
+    }
+}
+
+impl Drop for Traced {
+    fn drop(&mut self) {
+        LIVE.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// The W3C trace context of a request's headers (`traceparent`,
+/// `tracestate`).
+struct Headers<'a>(&'a http::HeaderMap);
+
+impl Extractor for Headers<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).and_then(|v| v.to_str().ok())
+    }
+
+    fn keys(&self) -> Vec<&str> {
+        self.0.keys().map(|k| k.as_str()).collect()
+    }
+}
+
+/// The RLS call's span name: its gRPC method, as the conventions say.
+const RLS_METHOD: &str = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+
+/// The kind of server span.
+#[derive(Clone, Copy)]
+pub enum Server<'a> {
+    /// An HTTP request: its method and route template (never its path,
+    /// which may hold a key).
+    Http { method: &'a str, route: &'a str },
+    /// An Envoy RLS call.
+    Rls,
+}
+
+/// The span of a request whose headers are `headers`, if traces are on and
+/// the sampler takes it: a child of the caller's `traceparent` when it
+/// sent one. `None` costs a header lookup.
+pub fn server_span(headers: &http::HeaderMap, server: Server<'_>) -> Option<Traced> {
+    let edge = EDGE.get()?;
+    let parent = if headers.contains_key("traceparent") {
+        TraceContextPropagator::new().extract(&Headers(headers))
+    } else {
+        opentelemetry::Context::new()
+    };
+    if !edge.sampler.sample(parent.span().span_context()) {
+        return None;
+    }
+    LIVE.fetch_add(1, Ordering::Relaxed);
+    // At ERROR: a span is kept by every log filter that lets a line of the
+    // request through, so the log lines of a sampled request carry its
+    // trace id whatever `log.level` says.
+    let span = tracing::error_span!(
+        target: TARGET,
+        "request",
+        otel.name = Empty,
+        otel.kind = "server",
+        http.request.method = Empty,
+        http.route = Empty,
+        http.response.status_code = Empty,
+        rpc.system = Empty,
+        rpc.grpc.status_code = Empty,
+        ratekeeper.policy = Empty,
+        ratekeeper.algorithm = Empty,
+        ratekeeper.decision = Empty,
+        ratekeeper.degraded = Empty,
+        ratekeeper.store = Empty,
+        ratekeeper.failure_kind = Empty,
+        ratekeeper.batch_size = Empty,
+        ratekeeper.key_hash = Empty,
+        trace_id = Empty,
+    );
+    match server {
+        Server::Http { method, route } => {
+            span.record("otel.name", format!("{method} {route}"));
+            span.record("http.request.method", method);
+            span.record("http.route", route);
+        }
+        Server::Rls => {
+            span.record("otel.name", RLS_METHOD);
+            span.record("rpc.system", "grpc");
+        }
+    }
+    let traced = Traced { span };
+    let _ = traced.span.set_parent(parent);
+    let trace_id = traced.span.context().span().span_context().trace_id();
+    traced
+        .span
+        .record("trace_id", tracing::field::display(trace_id));
+    Some(traced)
+}
+
+/// The current span, if a sampled request is in flight on this task.
+fn current() -> Option<Span> {
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    let span = Span::current();
+    (!span.is_none()).then_some(span)
+}
+
+/// A stage of the decision (`deny_cache`, `lease`, `breaker`, `waiting`)
+/// under the current request's span; a disabled span when it has none.
+pub fn stage(name: &'static str) -> Span {
+    match current() {
+        Some(parent) => {
+            tracing::info_span!(target: TARGET, parent: &parent, "stage", otel.name = name)
+        }
+        None => Span::none(),
+    }
+}
+
+/// The store call of a request: `ops` operations to `store`.
+pub fn store_call(store: &'static str, ops: usize) -> Span {
+    match current() {
+        Some(parent) => tracing::info_span!(
+            target: TARGET,
+            parent: &parent,
+            "store",
+            otel.name = "store",
+            otel.kind = "client",
+            ratekeeper.store = store,
+            ratekeeper.batch_size = ops as i64,
+        ),
+        None => Span::none(),
+    }
+}
+
+/// The context a micro-batched store call links back to.
+pub fn current_link() -> Option<SpanContext> {
+    let span = current()?;
+    let context = span.context().span().span_context().clone();
+    context.is_valid().then_some(context)
+}
+
+/// One micro-batched Redis call, linked from each check it carried: a root
+/// of its own, since it belongs to no one request.
+pub fn batch_call(links: Vec<SpanContext>, ops: usize) -> Span {
+    let span = tracing::info_span!(
+        target: TARGET,
+        parent: None,
+        "redis batch",
+        otel.name = "redis batch",
+        otel.kind = "client",
+        ratekeeper.store = "redis",
+        ratekeeper.batch_size = ops as i64,
+    );
+    for link in links {
+        span.add_link(link);
+    }
+    span
+}
+
+/// How many requests a list held (a batch, an RLS call's descriptors).
+pub fn record_batch_size(n: usize) {
+    if let Some(span) = current() {
+        span.record("ratekeeper.batch_size", n as i64);
+    }
+}
+
+/// Why the store could not answer.
+pub fn record_failure(kind: &'static str) {
+    if let Some(span) = current() {
+        span.record("ratekeeper.failure_kind", kind);
+    }
+}
+
+/// A check's decision: on the request's span when it is the request's only
+/// check, else on a span of its own under it.
+pub fn record_check(check: &Check, decision: &Decision, store: &'static str, alone: bool) {
+    let Some(request) = current() else { return };
+    let span = if alone {
+        request
+    } else {
+        tracing::info_span!(
+            target: TARGET,
+            parent: &request,
+            "check",
+            otel.name = "check",
+            ratekeeper.policy = Empty,
+            ratekeeper.algorithm = Empty,
+            ratekeeper.decision = Empty,
+            ratekeeper.degraded = Empty,
+            ratekeeper.store = Empty,
+            ratekeeper.key_hash = Empty,
+        )
+    };
+    if let Some(policy) = &check.policy {
+        span.record("ratekeeper.policy", &**policy);
+    }
+    if let Some(limit) = check.limits.get(decision.most_restrictive) {
+        span.record("ratekeeper.algorithm", limit.rule.algorithm.as_str());
+    }
+    let verdict = match (decision.allowed, decision.shadow) {
+        (true, true) => "shadow_denied",
+        (true, false) => "allowed",
+        (false, _) => "denied",
+    };
+    span.record("ratekeeper.decision", verdict);
+    span.record("ratekeeper.degraded", decision.degraded);
+    span.record("ratekeeper.store", store);
+    if let Some(hash) = EDGE.get().and_then(|edge| edge.key_hash(&check.key)) {
+        span.record("ratekeeper.key_hash", hash.as_str());
+    }
+}

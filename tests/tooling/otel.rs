@@ -1,0 +1,467 @@
+//! OpenTelemetry traces from the real binary to a real OTLP receiver:
+//! `tests/otel/receiver.py`, the OpenTelemetry protobuf definitions
+//! (PyPI's opentelemetry-proto) behind a grpcio server and an HTTP server,
+//! writing each span it receives as a JSON line. The service is configured
+//! only by the standard `OTEL_*` variables, as an operator would.
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
+use serde_json::{Value, json};
+
+use crate::rls_support::{desc, request};
+use crate::support;
+use support::binary::{KillOnDrop, Served, serve_logged};
+use support::venv::{pip_tools, python_of};
+
+const PINS: [&str; 3] = [
+    "opentelemetry-proto==1.45.2",
+    "grpcio==1.85.4",
+    "protobuf==7.36.2",
+];
+
+/// The receiver, running; the spans it got are lines of `out`.
+struct Receiver {
+    _child: KillOnDrop,
+    grpc: u16,
+    http: u16,
+    out: PathBuf,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        let python = python_of(&pip_tools("otlp-receiver", &PINS, "bin/python"));
+        let out = support::fresh_dir("otlp").join("spans.jsonl");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otel/receiver.py");
+        let mut child = KillOnDrop(
+            Command::new(python)
+                .args([script, out.to_str().unwrap(), "0", "0"])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit())
+                .spawn()
+                .unwrap(),
+        );
+        let mut line = String::new();
+        BufReader::new(child.0.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let ports: Vec<u16> = line
+            .strip_prefix("ready ")
+            .unwrap_or_else(|| panic!("the receiver did not start: {line:?}"))
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        Receiver {
+            _child: child,
+            grpc: ports[0],
+            http: ports[1],
+            out,
+        }
+    }
+
+    fn spans(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.out)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+
+    /// The spans of `trace` (hex), once `enough` says they have all come.
+    fn trace(&self, trace: &str, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            let spans: Vec<Value> = self
+                .spans()
+                .into_iter()
+                .filter(|s| s["trace_id"] == trace)
+                .collect();
+            if enough(&spans) || Instant::now() > until {
+                return spans;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The binary with the `OTEL_*` variables `otel` and `more`.
+fn serve(otel: &[(&str, &str)], more: &[(&str, &str)]) -> Served {
+    let env: Vec<(&str, &str)> = [("OTEL_BSP_SCHEDULE_DELAY", "50")]
+        .into_iter()
+        .chain(otel.iter().copied())
+        .chain(more.iter().copied())
+        .collect();
+    serve_logged(&env)
+}
+
+fn traceparent(trace: &str, parent: &str, sampled: bool) -> String {
+    format!("00-{trace}-{parent}-{}", if sampled { "01" } else { "00" })
+}
+
+async fn post(http: &str, path: &str, traceparent: Option<&str>, body: Value) -> (u16, Value) {
+    let mut req = reqwest::Client::new()
+        .post(format!("http://{http}{path}"))
+        .json(&body);
+    if let Some(tp) = traceparent {
+        req = req.header("traceparent", tp);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+async fn span_counts(http: &str) -> [u64; 3] {
+    let text = reqwest::get(format!("http://{http}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    ["exported", "failed", "dropped"].map(|outcome| {
+        let prefix = format!("ratekeeper_trace_spans_total{{outcome=\"{outcome}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(prefix.as_str()))
+            .unwrap_or_else(|| panic!("no {prefix} in /metrics"))
+            .parse()
+            .unwrap()
+    })
+}
+
+fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
+    spans.iter().filter(|s| s["name"] == name).collect()
+}
+
+/// A check, a batch and an RLS call, each with the caller's sampled
+/// `traceparent`, reach the collector over gRPC as spans of the caller's
+/// trace: the request's parent is the caller's span, the stages and the
+/// store call are its children, and the attributes name the decision but
+/// never the key. A request whose caller did not sample it, or that sent
+/// no `traceparent` (the sampler is `parentbased_always_off`), makes none.
+#[tokio::test]
+async fn a_check_a_batch_and_an_rls_call_are_spans_of_the_callers_trace() {
+    let receiver = Receiver::start();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.grpc);
+    let rls = crate::rls_support::config_file(crate::rls_support::CONFIG);
+    let served = serve(
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_SERVICE_NAME", "rk-under-test"),
+            ("OTEL_TRACES_SAMPLER", "parentbased_always_off"),
+        ],
+        &[
+            ("RATEKEEPER_GRPC__LISTEN", "127.0.0.1:0"),
+            ("RATEKEEPER_RLS__CONFIG", rls.to_str().unwrap()),
+        ],
+    );
+    let key = support::unique_key("secret-key");
+    let check = json!({"key": key, "limit": 1, "window": "1h"});
+
+    let (t1, p1) = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331");
+    let (status, _) = post(
+        &served.http,
+        "/v1/check",
+        Some(&traceparent(t1, p1, true)),
+        check.clone(),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let spans = receiver.trace(t1, |s| {
+        !named(s, "store").is_empty() && !named(s, "POST /v1/check").is_empty()
+    });
+    let root = named(&spans, "POST /v1/check");
+    assert_eq!(root.len(), 1, "{spans:#?}");
+    let root = root[0];
+    assert_eq!(root["parent_span_id"], p1);
+    assert_eq!(root["kind"], 2, "SERVER");
+    assert_eq!(root["service_name"], "rk-under-test");
+    let attrs = &root["attributes"];
+    assert_eq!(attrs["ratekeeper.algorithm"], "sliding_window", "{attrs}");
+    assert_eq!(attrs["ratekeeper.decision"], "allowed");
+    assert_eq!(attrs["ratekeeper.degraded"], false);
+    assert_eq!(attrs["ratekeeper.store"], "memory");
+    assert_eq!(attrs["http.response.status_code"], 200);
+    assert_eq!(attrs["http.route"], "/v1/check");
+    for stage in ["deny_cache", "breaker", "store"] {
+        let s = named(&spans, stage);
+        assert_eq!(s.len(), 1, "{stage}: {spans:#?}");
+        assert_eq!(s[0]["parent_span_id"], root["span_id"], "{stage}");
+    }
+    let everything = serde_json::to_string(&receiver.spans()).unwrap();
+    assert!(
+        !everything.contains(&key),
+        "a span carries the key: {everything}"
+    );
+
+    // A policy's denial, in a batch of three: one span per check under it.
+    let (t2, p2) = ("1af7651916cd43dd8448eb211c80319c", "c7ad6b7169203331");
+    let batch = json!({"checks": [check.clone(), check.clone(), {"key": "other", "limit": 5, "window": "1h"}]});
+    let (status, body) = post(
+        &served.http,
+        "/v1/checks",
+        Some(&traceparent(t2, p2, true)),
+        batch,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let spans = receiver.trace(t2, |s| {
+        named(s, "check").len() == 3 && !named(s, "POST /v1/checks").is_empty()
+    });
+    let root = named(&spans, "POST /v1/checks")[0];
+    assert_eq!(root["parent_span_id"], p2);
+    assert_eq!(root["attributes"]["ratekeeper.batch_size"], 3);
+    let decisions: Vec<&Value> = named(&spans, "check")
+        .iter()
+        .map(|s| {
+            assert_eq!(s["parent_span_id"], root["span_id"]);
+            &s["attributes"]["ratekeeper.decision"]
+        })
+        .collect();
+    assert_eq!(
+        decisions.iter().filter(|d| **d == "denied").count(),
+        2,
+        "{decisions:?}"
+    );
+
+    // The RLS call: the trace context in the gRPC metadata, as Envoy sends it.
+    let (t3, p3) = ("2af7651916cd43dd8448eb211c80319c", "d7ad6b7169203331");
+    let grpc = served.grpc.clone().expect("the gRPC listener");
+    let mut client = RateLimitServiceClient::connect(format!("http://{grpc}"))
+        .await
+        .unwrap();
+    let mut call = tonic::Request::new(request("edge", vec![desc(&[("client", "c1")])]));
+    call.metadata_mut()
+        .insert("traceparent", traceparent(t3, p3, true).parse().unwrap());
+    client.should_rate_limit(call).await.unwrap();
+    let name = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
+    let spans = receiver.trace(t3, |s| {
+        !named(s, name).is_empty() && !named(s, "store").is_empty()
+    });
+    let root = named(&spans, name)[0];
+    assert_eq!(root["parent_span_id"], p3);
+    assert_eq!(root["attributes"]["rpc.system"], "grpc");
+    assert_eq!(root["attributes"]["rpc.grpc.status_code"], 0);
+    assert_eq!(root["attributes"]["ratekeeper.decision"], "allowed");
+
+    // Not sampled by the caller, or no caller trace at all: no span.
+    let (t4, p4) = ("3af7651916cd43dd8448eb211c80319c", "e7ad6b7169203331");
+    post(
+        &served.http,
+        "/v1/check",
+        Some(&traceparent(t4, p4, false)),
+        check.clone(),
+    )
+    .await;
+    post(&served.http, "/v1/check", None, check).await;
+    std::thread::sleep(Duration::from_millis(500));
+    let [exported, failed, dropped] = span_counts(&served.http).await;
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(receiver.trace(t4, |_| false).is_empty());
+    assert_eq!(
+        span_counts(&served.http).await,
+        [exported, failed, dropped],
+        "new spans without a sampled trace"
+    );
+    assert_eq!((failed, dropped), (0, 0));
+    assert_eq!(exported as usize, receiver.spans().len());
+}
+
+/// OTLP over HTTP/protobuf, the specification's default protocol; and the
+/// log lines of a sampled request carry its trace id (a reset the store
+/// cannot make logs a warning inside the request).
+#[tokio::test]
+async fn http_protobuf_export_and_the_trace_id_in_the_log() {
+    let receiver = Receiver::start();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.http);
+    let dead = format!("redis://127.0.0.1:{}", support::free_port());
+    let served = serve(
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)],
+        &[
+            ("RATEKEEPER_REDIS__URL", &dead),
+            ("RATEKEEPER_REDIS__TIMEOUT", "200ms"),
+        ],
+    );
+    let (trace, parent) = ("4af7651916cd43dd8448eb211c80319c", "f7ad6b7169203331");
+    let body = json!({"key": "k", "limit": 5, "window": "1h"});
+    let (status, answer) = post(
+        &served.http,
+        "/v1/reset",
+        Some(&traceparent(trace, parent, true)),
+        body,
+    )
+    .await;
+    assert!(status >= 500, "{status} {answer}");
+    let spans = receiver.trace(trace, |s| !named(s, "POST /v1/reset").is_empty());
+    let root = named(&spans, "POST /v1/reset")[0];
+    assert_eq!(root["protocol"], "http/protobuf");
+    assert_eq!(root["parent_span_id"], parent);
+    assert!(
+        root["attributes"]["ratekeeper.failure_kind"].is_string(),
+        "{root}"
+    );
+    let logged = served
+        .log()
+        .into_iter()
+        .find(|l| l.contains("store could not adjust") || l.contains("store error"))
+        .unwrap_or_else(|| panic!("no line about the reset: {:#?}", served.log()));
+    assert!(logged.contains(trace), "{logged}");
+}
+
+/// A collector that accepts connections and never answers (black-holed),
+/// and one that refuses them (down): checks keep their latency, nothing
+/// waits for the exporter, and what could not go is counted.
+#[tokio::test]
+async fn a_black_holed_or_down_collector_never_slows_a_check() {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let black_holed = format!("http://{}", hole.local_addr().unwrap());
+    let down = format!("http://127.0.0.1:{}", support::free_port());
+    for (endpoint, protocol) in [
+        (&black_holed, "grpc"),
+        (&black_holed, "http/protobuf"),
+        (&down, "grpc"),
+    ] {
+        let served = serve(
+            &[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint),
+                ("OTEL_EXPORTER_OTLP_PROTOCOL", protocol),
+                ("OTEL_BSP_MAX_QUEUE_SIZE", "16"),
+                ("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "8"),
+                ("OTEL_EXPORTER_OTLP_TIMEOUT", "3000"),
+            ],
+            &[],
+        );
+        let client = reqwest::Client::new();
+        let mut slowest = Duration::ZERO;
+        for i in 0..300 {
+            let started = Instant::now();
+            let resp = client
+                .post(format!("http://{}/v1/check", served.http))
+                .json(&json!({"key": format!("k{i}"), "limit": 5, "window": "1h"}))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(resp.status(), 200);
+            slowest = slowest.max(started.elapsed());
+        }
+        // A check that waited for an export would take its 3 s timeout.
+        assert!(
+            slowest < Duration::from_secs(1),
+            "{endpoint} {protocol}: {slowest:?}"
+        );
+        let [exported, failed, dropped] = span_counts(&served.http).await;
+        assert_eq!(exported, 0, "{endpoint} {protocol}");
+        if endpoint == &black_holed {
+            // 300 checks of 4 spans each, the first batch held for 3 s:
+            // at most the queue and that batch are not dropped.
+            assert!(dropped > 1000, "{endpoint} {protocol}: dropped {dropped}");
+        } else {
+            let until = Instant::now() + Duration::from_secs(10);
+            while span_counts(&served.http).await[1] == 0 && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            assert!(
+                span_counts(&served.http).await[1] > 0,
+                "{endpoint}: nothing counted failed ({failed})"
+            );
+        }
+    }
+    drop(hole);
+}
+
+/// Sampling at 0 (`always_off`, which ignores the caller's flag): not one
+/// span is made, for sampled callers or not.
+#[tokio::test]
+async fn with_sampling_at_zero_no_span_is_made() {
+    let receiver = Receiver::start();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.grpc);
+    let served = serve(
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+            ("OTEL_TRACES_SAMPLER", "traceidratio"),
+            ("OTEL_TRACES_SAMPLER_ARG", "0"),
+        ],
+        &[],
+    );
+    let tp = traceparent("5af7651916cd43dd8448eb211c80319c", "a7ad6b7169203331", true);
+    for i in 0..50 {
+        let body = json!({"key": format!("k{i}"), "limit": 5, "window": "1h"});
+        assert_eq!(
+            post(&served.http, "/v1/check", Some(&tp), body).await.0,
+            200
+        );
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(span_counts(&served.http).await, [0, 0, 0]);
+    assert!(receiver.spans().is_empty());
+}
+
+/// Checks that arrive while a Redis call is in flight share one call (the
+/// micro-batcher): that call is one span of its own, linked from the store
+/// span of each sampled check it carried.
+#[tokio::test]
+async fn a_micro_batched_redis_call_is_one_span_linked_from_each_check() {
+    let redis = support::RedisServer::start();
+    let receiver = Receiver::start();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.grpc);
+    let url = format!("redis://127.0.0.1:{}", redis.port);
+    let served = serve(
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ],
+        &[("RATEKEEPER_REDIS__URL", &url)],
+    );
+    let client = reqwest::Client::new();
+    let mut batches = Vec::new();
+    // Rounds of 64 checks at once, until the batcher has carried some.
+    for _ in 0..20 {
+        let calls = (0..64).map(|i| {
+            let (client, http) = (client.clone(), served.http.clone());
+            tokio::spawn(async move {
+                client
+                    .post(format!("http://{http}/v1/check"))
+                    .json(&json!({"key": format!("k{i}"), "limit": 1000, "window": "1h"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+            })
+        });
+        for call in calls.collect::<Vec<_>>() {
+            assert_eq!(call.await.unwrap(), 200);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        batches = receiver
+            .spans()
+            .into_iter()
+            .filter(|s| s["name"] == "redis batch")
+            .collect();
+        if !batches.is_empty() {
+            break;
+        }
+    }
+    assert!(!batches.is_empty(), "no batched call in 20 rounds of 64");
+    let spans = receiver.spans();
+    for batch in &batches {
+        let links = batch["links"].as_array().unwrap();
+        assert_eq!(batch["parent_span_id"], "", "a root of its own: {batch}");
+        assert_eq!(
+            links.len() as i64,
+            batch["attributes"]["ratekeeper.batch_size"]
+                .as_i64()
+                .unwrap()
+        );
+        for link in links {
+            let store = spans
+                .iter()
+                .find(|s| s["span_id"] == link["span_id"])
+                .unwrap_or_else(|| panic!("a link to no span we got: {link}"));
+            assert_eq!(store["name"], "store");
+            assert_eq!(store["trace_id"], link["trace_id"]);
+        }
+    }
+}
