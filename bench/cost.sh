@@ -30,6 +30,8 @@
 #             check of a batch (N/10 requests)
 #
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
+#   bash bench/cost.sh BIN "BIN@OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"  # traces on
+#             (a binary followed by @VAR=value: that run's variables)
 # For each store (embedded; Redis), binary and rule, one client sends N
 # checks over one keep-alive connection to the binary running under
 # callgrind; the row reports its instructions per check (startup included,
@@ -96,12 +98,17 @@ for i in range(n):
 PY
 
 # run STORE BINARY RULE -> "instructions redis_usec_total"
+# BINARY may carry variables for its run after @s:
+#   target/release/ratekeeper@OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318@OTEL_TRACES_SAMPLER=always_off
 run() {
   local out="$TMP/cg" args=(serve --listen "127.0.0.1:$PORT" --policies "$TMP/policies.toml")
   [ "$1" = redis ] && args+=(--redis-url "redis://127.0.0.1:$REDIS_PORT")
+  local spec=() binary
+  IFS=@ read -r -a spec <<<"$2"
+  binary=${spec[0]}
   redis-cli -p "$REDIS_PORT" config resetstat >/dev/null
-  RATEKEEPER_LOG__LEVEL=warn valgrind --tool=callgrind --callgrind-out-file="$out" \
-    "$2" "${args[@]}" >"$TMP/log" 2>&1 &
+  env "${spec[@]:1}" RATEKEEPER_LOG__LEVEL=warn valgrind --tool=callgrind --callgrind-out-file="$out" \
+    "$binary" "${args[@]}" >"$TMP/log" 2>&1 &
   local pid=$!
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break
@@ -111,7 +118,7 @@ run() {
   kill -INT "$pid"; wait "$pid" || true
   local total usec
   # KEEP=DIR keeps each run's callgrind file there, for callgrind_annotate.
-  if [ -n "${KEEP:-}" ]; then cp "$out" "$KEEP/callgrind.$1.$(basename "$2").$3"; fi
+  if [ -n "${KEEP:-}" ]; then cp "$out" "$KEEP/callgrind.$1.$(basename "$binary").$(printf %s "$2" | cksum | cut -d" " -f1).$3"; fi
   total=$(callgrind_annotate "$out" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(",", "", $1); print $1 }')
   usec=$(redis-cli -p "$REDIS_PORT" info commandstats | tr -d '\r' \
     | awk -F'usec=' '/^cmdstat_(evalsha|fcall):/ { split($2, a, ","); s += a[1] } END { print s + 0 }')

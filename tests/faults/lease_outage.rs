@@ -92,9 +92,10 @@ async fn failing_local_leases_from_the_local_store_and_releases_there() {
 
 /// Issue 27 D3: acquires written to a frozen Redis run when it wakes, after
 /// their callers were answered (degraded, without a lease). Each instance
-/// releases them once Redis answers again, however long the freeze: 20
+/// releases them once Redis answers again, however long the freeze: 12
 /// freezes of 3 s, longer than the old guard's two tries a second apart, and
-/// not one lease is left.
+/// not one lease is left. (20 freezes took 77-107 s, the longest test on
+/// each server of the matrix, for CI's 30-minute budget.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquires_queued_in_a_frozen_redis_are_released_after_it_wakes() {
     let redis = RedisServer::start();
@@ -103,7 +104,7 @@ async fn acquires_queued_in_a_frozen_redis_are_released_after_it_wakes() {
         spawn(&redis, FailureMode::Open).await,
     ];
     let mut leaked = Vec::new();
-    for run in 0..20 {
+    for run in 0..12 {
         // Both breakers closed, so the acquires below are really sent.
         for app in &apps {
             wait_for_store(app).await;

@@ -15,6 +15,7 @@ mod servers;
 mod clients;
 mod envoy_ext_authz;
 mod envoy_grpc_idle;
+mod envoy_otel;
 mod envoy_ratelimit;
 mod envoy_rls_input;
 mod envoy_tls;

@@ -342,3 +342,51 @@ async fn nginx_auth_request_to_https_forward_auth_with_a_client_certificate() {
         .unwrap_or(0.0);
     assert!(refused >= 1.0, "{body}");
 }
+
+/// nginx's `auth_request` subrequest carries the client's headers, so a
+/// client's `traceparent` reaches forward-auth: with the example's config
+/// and traces on (`parentbased_always_off`: only what a caller sampled),
+/// the forward-auth span is a child of the client's span, and its trace
+/// holds the decision.
+#[tokio::test]
+async fn the_callers_traceparent_reaches_forward_auth_through_nginx() {
+    use support::otlp::{Receiver, named};
+    let receiver = Receiver::start();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.grpc);
+    let config = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/nginx/ratekeeper.toml"
+    );
+    let (_ratekeeper, addr) = support::binary::serve(&[
+        ("RATEKEEPER_CONFIG", config),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.as_str()),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+        ("OTEL_TRACES_SAMPLER", "parentbased_always_off"),
+    ]);
+    let upstream = Upstream::start().await;
+    let nginx = Nginx::start(addr.parse().unwrap(), upstream.addr);
+    let (trace, parent) = ("6af7651916cd43dd8448eb211c80319c", "b8ad6b7169203331");
+    let response = reqwest::Client::new()
+        .get(format!("http://127.0.0.1:{}/", nginx.port))
+        .header("traceparent", format!("00-{trace}-{parent}-01"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let spans = receiver.trace(trace, |s| s.iter().any(|s| s["kind"] == 2));
+    let server: Vec<_> = spans.iter().filter(|s| s["kind"] == 2).collect();
+    assert_eq!(server.len(), 1, "{spans:#?}");
+    let auth = server[0];
+    assert!(
+        auth["name"].as_str().unwrap().contains("/v1/auth/{policy}"),
+        "{auth}"
+    );
+    assert_eq!(auth["parent_span_id"], parent);
+    assert_eq!(
+        auth["attributes"]["ratekeeper.decision"], "allowed",
+        "{auth}"
+    );
+    let traced = receiver.trace(trace, |s| !named(s, "store").is_empty());
+    assert!(!named(&traced, "store").is_empty(), "{traced:#?}");
+}

@@ -24,6 +24,7 @@ pub mod limiter_ext;
 mod load;
 mod net;
 pub mod ops;
+pub mod otlp;
 mod sentinel;
 pub mod server;
 pub mod store_ext;

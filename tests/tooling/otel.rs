@@ -4,9 +4,6 @@
 //! writing each span it receives as a JSON line. The service is configured
 //! only by the standard `OTEL_*` variables, as an operator would.
 
-use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -14,78 +11,8 @@ use serde_json::{Value, json};
 
 use crate::rls_support::{desc, request};
 use crate::support;
-use support::binary::{KillOnDrop, Served, serve_logged};
-use support::venv::{pip_tools, python_of};
-
-const PINS: [&str; 3] = [
-    "opentelemetry-proto==1.45.2",
-    "grpcio==1.85.4",
-    "protobuf==7.36.2",
-];
-
-/// The receiver, running; the spans it got are lines of `out`.
-struct Receiver {
-    _child: KillOnDrop,
-    grpc: u16,
-    http: u16,
-    out: PathBuf,
-}
-
-impl Receiver {
-    fn start() -> Receiver {
-        let python = python_of(&pip_tools("otlp-receiver", &PINS, "bin/python"));
-        let out = support::fresh_dir("otlp").join("spans.jsonl");
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/otel/receiver.py");
-        let mut child = KillOnDrop(
-            Command::new(python)
-                .args([script, out.to_str().unwrap(), "0", "0"])
-                .stdout(Stdio::piped())
-                .stderr(Stdio::inherit())
-                .spawn()
-                .unwrap(),
-        );
-        let mut line = String::new();
-        BufReader::new(child.0.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        let ports: Vec<u16> = line
-            .strip_prefix("ready ")
-            .unwrap_or_else(|| panic!("the receiver did not start: {line:?}"))
-            .split_whitespace()
-            .map(|p| p.parse().unwrap())
-            .collect();
-        Receiver {
-            _child: child,
-            grpc: ports[0],
-            http: ports[1],
-            out,
-        }
-    }
-
-    fn spans(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
-    }
-
-    /// The spans of `trace` (hex), once `enough` says they have all come.
-    fn trace(&self, trace: &str, enough: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let until = Instant::now() + Duration::from_secs(15);
-        loop {
-            let spans: Vec<Value> = self
-                .spans()
-                .into_iter()
-                .filter(|s| s["trace_id"] == trace)
-                .collect();
-            if enough(&spans) || Instant::now() > until {
-                return spans;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-}
+use support::binary::{Served, serve_logged};
+use support::otlp::{Receiver, named};
 
 /// The binary with the `OTEL_*` variables `otel` and `more`.
 fn serve(otel: &[(&str, &str)], more: &[(&str, &str)]) -> Served {
@@ -128,10 +55,6 @@ async fn span_counts(http: &str) -> [u64; 3] {
             .parse()
             .unwrap()
     })
-}
-
-fn named<'a>(spans: &'a [Value], name: &str) -> Vec<&'a Value> {
-    spans.iter().filter(|s| s["name"] == name).collect()
 }
 
 /// A check, a batch and an RLS call, each with the caller's sampled

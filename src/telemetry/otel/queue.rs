@@ -57,6 +57,9 @@ pub(super) struct Batching {
     pub timeout: Duration,
 }
 
+/// The longest the exit waits for the last spans to be sent.
+const FLUSH_WAIT: Duration = Duration::from_secs(3);
+
 /// Stops the export task: what is queued is sent once more, within the
 /// export timeout.
 pub(super) struct Stop {
@@ -65,11 +68,14 @@ pub(super) struct Stop {
 }
 
 impl Stop {
+    /// At most [`FLUSH_WAIT`]: a collector that does not answer must not
+    /// hold the exit past an orchestrator's grace period (Docker's and
+    /// Kubernetes' default 10 s and 30 s, shared with draining requests).
     pub(super) async fn flush(mut self) {
         if let Some(stop) = self.stop.take() {
             let _ = stop.send(());
         }
-        let _ = (&mut self.task).await;
+        let _ = tokio::time::timeout(FLUSH_WAIT, &mut self.task).await;
     }
 }
 
