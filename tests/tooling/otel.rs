@@ -388,3 +388,58 @@ async fn a_micro_batched_redis_call_is_one_span_linked_from_each_check() {
         }
     }
 }
+
+/// At a stop, what is queued is sent (within 3 s), and the export task
+/// ends cleanly: a check's spans held back by a 60 s batch delay reach the
+/// collector at SIGTERM, the process exits 0, and nothing panicked (the
+/// task once polled its stop signal again after it answered).
+#[tokio::test]
+async fn a_stop_sends_the_queued_spans_and_exits_cleanly() {
+    use std::io::{BufRead, BufReader, Read};
+    use std::process::Stdio;
+    let receiver = Receiver::start();
+    let endpoint = format!("http://127.0.0.1:{}", receiver.grpc);
+    let mut child = support::binary::ratekeeper()
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RATEKEEPER_LOG__FORMAT", "json")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+        .env("OTEL_BSP_SCHEDULE_DELAY", "60000")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let http = loop {
+        let line = lines.next().expect("a startup line").unwrap();
+        if line.contains("ratekeeper listening") {
+            let json: Value = serde_json::from_str(&line).unwrap();
+            break json["addr"].as_str().unwrap().to_string();
+        }
+    };
+    let mut stderr = child.stderr.take().unwrap();
+    let body = json!({"key": "k", "limit": 5, "window": "1h"});
+    assert_eq!(post(&http, "/v1/check", None, body).await.0, 200);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(receiver.spans().is_empty(), "sent before the 60 s delay");
+    let stopped = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let mut errors = String::new();
+    stderr.read_to_string(&mut errors).unwrap();
+    assert!(status.success(), "{status}: {errors}");
+    assert!(!errors.contains("panicked"), "{errors}");
+    assert!(
+        stopped.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        stopped.elapsed()
+    );
+    assert!(
+        !named(&receiver.spans(), "POST /v1/check").is_empty(),
+        "{:#?}",
+        receiver.spans()
+    );
+}

@@ -100,7 +100,10 @@ async fn export_loop<E: SpanExporter>(
     batching: Batching,
 ) {
     let mut batch = Vec::with_capacity(batching.batch_size);
-    loop {
+    // Once `stopped` has answered it must not be polled again (a oneshot
+    // panics), so its answer is kept here.
+    let mut stopping = false;
+    while !stopping {
         let first = tokio::select! {
             biased;
             _ = &mut stopped => break,
@@ -112,7 +115,10 @@ async fn export_loop<E: SpanExporter>(
         while batch.len() < batching.batch_size {
             tokio::select! {
                 biased;
-                _ = &mut stopped => break,
+                _ = &mut stopped => {
+                    stopping = true;
+                    break;
+                }
                 span = tokio::time::timeout_at(deadline, rx.recv()) => match span {
                     Ok(Some(span)) => batch.push(span),
                     Ok(None) | Err(_) => break,
