@@ -45,11 +45,6 @@ pub fn router(state: AppState) -> Router {
     for endpoint in routes::endpoints() {
         router = router.route(endpoint.path, (endpoint.handler)(&state));
     }
-    // The /v1 routes only: probes and scrapes every few seconds would fill
-    // a trace store with nothing.
-    if crate::telemetry::otel::enabled() {
-        router = router.route_layer(trace::TraceLayer);
-    }
     router
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -329,9 +329,13 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
             timeout: self.body_timeout,
         });
         request.extensions_mut().insert(ConnectInfo(self.peer));
+        let traced = super::trace::request_span(&request);
         let response = self.inner.call(request);
         Box::pin(async move {
-            let response = response.await;
+            let response = match traced {
+                None => response.await,
+                Some(traced) => super::trace::traced(traced, response).await,
+            };
             drop(busy);
             response
         })

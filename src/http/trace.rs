@@ -1,71 +1,91 @@
-//! Traces of the HTTP API (`[otel]`): a span per request to a route, a
-//! child of the caller's `traceparent`, named by its method and route
-//! template (never by its path, which may hold a key). Added to the router
-//! only when traces are on; then a request the sampler does not take costs
-//! a header lookup and builds no span.
+//! Traces of the HTTP API (`[otel]`): a span per `/v1` request, a child of
+//! the caller's `traceparent`, named by its method and route template
+//! (never by its path, which may hold a key). Made where the connection
+//! hands a request to the router (`server.rs`), before routing and without
+//! a layer of its own: a request the sampler does not take costs a path
+//! prefix and a header lookup, and builds nothing.
 
-use std::convert::Infallible;
-use std::task::{Context, Poll};
+use std::future::Future;
 
-use axum::extract::{MatchedPath, Request};
-use axum::response::Response;
-use futures_util::future::{BoxFuture, Either};
-use tower_layer::Layer;
-use tower_service::Service;
+use axum::extract::Request;
 use tracing::Instrument;
 
-use crate::telemetry::otel::{self, Server};
+use crate::telemetry::otel::{self, Server, Traced};
 
-#[derive(Clone, Copy)]
-pub(super) struct TraceLayer;
+/// A sampled `/v1` request's span; `None` for any other request.
+pub(super) fn request_span<B>(request: &Request<B>) -> Option<Traced> {
+    let path = request.uri().path();
+    if !path.starts_with("/v1/") {
+        return None;
+    }
+    let sampled = otel::sample(request.headers())?;
+    let server = Server::Http {
+        method: request.method().as_str(),
+        route: route_of(path),
+    };
+    Some(otel::server_span(sampled, server))
+}
 
-impl<S> Layer<S> for TraceLayer {
-    type Service = Traced<S>;
+/// `answer` within `traced`'s span, its status recorded.
+pub(super) async fn traced<E>(
+    traced: Traced,
+    answer: impl Future<Output = Result<axum::response::Response, E>>,
+) -> Result<axum::response::Response, E> {
+    let response = answer.instrument(traced.span().clone()).await;
+    if let Ok(response) = &response {
+        let status = i64::from(response.status().as_u16());
+        traced.record_status("http.response.status_code", &status);
+    }
+    response
+}
 
-    fn layer(&self, inner: S) -> Traced<S> {
-        Traced { inner }
+/// The route template `path` would match, as the router was built with;
+/// `""` when none does (its 404). Only for sampled requests.
+fn route_of(path: &str) -> &'static str {
+    super::routes::endpoints()
+        .map(|endpoint| endpoint.path)
+        .find(|template| matches(template, path))
+        .unwrap_or("")
+}
+
+/// Whether `path` matches `template`: a `{name}` segment takes one
+/// non-empty segment, a `{*name}` segment the rest.
+fn matches(template: &str, path: &str) -> bool {
+    let mut want = template.split('/');
+    let mut got = path.split('/');
+    loop {
+        match (want.next(), got.next()) {
+            (None, None) => return true,
+            (Some(w), Some(g)) if w.starts_with("{*") => {
+                return !g.is_empty() || got.next().is_some();
+            }
+            (Some(w), Some(g)) if w.starts_with('{') => {
+                if g.is_empty() {
+                    return false;
+                }
+            }
+            (Some(w), Some(g)) if w == g => {}
+            _ => return false,
+        }
     }
 }
 
-#[derive(Clone)]
-pub(super) struct Traced<S> {
-    inner: S,
-}
+#[cfg(test)]
+mod tests {
+    use super::{matches, route_of};
 
-impl<S> Service<Request> for Traced<S>
-where
-    S: Service<Request, Response = Response, Error = Infallible> + Send + 'static,
-    S::Future: Send + 'static,
-{
-    type Response = Response;
-    type Error = Infallible;
-    type Future = Either<S::Future, BoxFuture<'static, Result<Response, Infallible>>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        self.inner.poll_ready(cx)
-    }
-
-    fn call(&mut self, request: Request) -> Self::Future {
-        let route = request
-            .extensions()
-            .get::<MatchedPath>()
-            .map_or("", |path| path.as_str());
-        let server = Server::Http {
-            method: request.method().as_str(),
-            route,
-        };
-        let traced = otel::server_span(request.headers(), server);
-        let Some(traced) = traced else {
-            return Either::Left(self.inner.call(request));
-        };
-        let answer = self.inner.call(request).instrument(traced.span().clone());
-        Either::Right(Box::pin(async move {
-            let response = answer.await?;
-            traced.record_status(
-                "http.response.status_code",
-                &i64::from(response.status().as_u16()),
-            );
-            Ok(response)
-        }))
+    #[test]
+    fn a_path_is_named_by_its_route_template_never_by_its_values() {
+        assert_eq!(route_of("/v1/check"), "/v1/check");
+        assert_eq!(route_of("/v1/auth/api"), "/v1/auth/{policy}");
+        assert_eq!(route_of("/v1/auth/api/"), "/v1/auth/{policy}/");
+        assert_eq!(
+            route_of("/v1/auth/api/orders/1"),
+            "/v1/auth/{policy}/{*rest}"
+        );
+        assert_eq!(route_of("/v1/blocks/secret-key"), "/v1/blocks/{key}");
+        assert_eq!(route_of("/v1/nope"), "");
+        assert!(!matches("/v1/blocks/{key}", "/v1/blocks/"));
+        assert!(!matches("/v1/check", "/v1/check/x"));
     }
 }

@@ -28,8 +28,6 @@
 
 use std::sync::Arc;
 
-use tracing::Instrument;
-
 use super::domains::Permit;
 use super::lease_guard::LeaseGuard;
 use super::request::{Answer, Request, Route};
@@ -150,7 +148,8 @@ impl Limiter {
                 // Boxed: a waiting check's future is large, and every other
                 // request would carry its room.
                 let waiting = otel::stage("waiting");
-                let answer = Box::pin(self.wait(step.request)).instrument(waiting).await;
+                let answer = Box::pin(self.wait(step.request)).await;
+                drop(waiting);
                 step.answer(answer);
             }
             steps => self.decide(steps).await,
@@ -165,26 +164,26 @@ impl Limiter {
     /// Stages 1 to 5: every step answered, nothing observed (a waiting
     /// check is counted once, not at each try).
     pub(super) async fn decide(&self, steps: &mut [Step<'_, '_>]) {
-        {
-            // Runtime blocks are looked up in the same pass.
-            let _stage = otel::stage("deny_cache").entered();
-            for step in steps.iter_mut() {
-                self.blocked(step);
-                self.deny_cached(step);
-            }
+        // Runtime blocks are looked up in the same pass.
+        let stage = otel::stage("deny_cache");
+        for step in steps.iter_mut() {
+            self.blocked(step);
+            self.deny_cached(step);
         }
+        drop(stage);
         if let [step] = steps
             && step.route.leasing
             && step.is_pending()
         {
-            self.leased(step).instrument(otel::stage("lease")).await;
+            let stage = otel::stage("lease");
+            self.leased(step).await;
+            drop(stage);
         }
-        {
-            let _stage = otel::stage("breaker").entered();
-            for step in steps.iter_mut() {
-                self.admit(step);
-            }
+        let stage = otel::stage("breaker");
+        for step in steps.iter_mut() {
+            self.admit(step);
         }
+        drop(stage);
         self.call_store(steps).await;
         for step in steps.iter_mut() {
             self.fall_back(step);

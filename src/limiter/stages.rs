@@ -13,7 +13,6 @@ use super::{Limiter, health};
 use crate::domain::Decision;
 use crate::store::{Applied, Op, StoreError};
 use crate::telemetry::otel;
-use tracing::Instrument;
 
 impl Limiter {
     /// Stage 1: a recorded denial is the store's own answer, even while
@@ -76,7 +75,8 @@ impl Limiter {
         }
         let asked = self.asking();
         let span = otel::store_call(self.store.name(), ops.len());
-        let mut results = self.store.apply(ops).instrument(span).await.into_iter();
+        let mut results = self.store.apply(ops).await.into_iter();
+        drop(span);
         let mut heard = Heard::default();
         for step in steps.iter_mut() {
             // Taken out only from an admitted step: the others keep theirs.

@@ -93,7 +93,8 @@ where
         let method = ShouldRateLimit(self.inner.clone());
         // Envoy passes the trace context in the call's metadata (its
         // headers), as it does on HTTP.
-        let traced = crate::telemetry::otel::server_span(request.headers(), Server::Rls);
+        let traced = crate::telemetry::otel::sample(request.headers())
+            .map(|sampled| crate::telemetry::otel::server_span(sampled, Server::Rls));
         let call = async move {
             let codec =
                 tonic_prost::ProstCodec::<RateLimitResponse, wire::RateLimitRequest>::default();

@@ -323,8 +323,8 @@ async fn with_sampling_at_zero_no_span_is_made() {
 }
 
 /// Checks that arrive while a Redis call is in flight share one call (the
-/// micro-batcher): that call is one span of its own, linked from the store
-/// span of each sampled check it carried.
+/// micro-batcher): that call is one span of its own, linked from the span
+/// of each sampled check it carried.
 #[tokio::test]
 async fn a_micro_batched_redis_call_is_one_span_linked_from_each_check() {
     let redis = support::RedisServer::start();
@@ -383,7 +383,7 @@ async fn a_micro_batched_redis_call_is_one_span_linked_from_each_check() {
                 .iter()
                 .find(|s| s["span_id"] == link["span_id"])
                 .unwrap_or_else(|| panic!("a link to no span we got: {link}"));
-            assert_eq!(store["name"], "store");
+            assert_eq!(store["name"], "POST /v1/check");
             assert_eq!(store["trace_id"], link["trace_id"]);
         }
     }

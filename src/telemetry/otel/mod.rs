@@ -23,8 +23,8 @@ use tracing_subscriber::filter::{LevelFilter, filter_fn};
 use tracing_subscriber::registry::Registry;
 
 pub use spans::{
-    Server, Traced, batch_call, current_link, record_batch_size, record_check, record_failure,
-    server_span, stage, store_call,
+    Sampled, Server, Traced, batch_call, current_link, record_batch_size, record_check,
+    record_failure, sample, server_span, stage, store_call,
 };
 
 pub use settings::{OtelSettings, OtlpProtocol, SamplerSettings};
@@ -82,11 +82,6 @@ impl Edge {
             .finalize();
         Some(outer[..16].iter().map(|b| format!("{b:02x}")).collect())
     }
-}
-
-/// Whether traces are on: [`start`] ran.
-pub fn enabled() -> bool {
-    EDGE.get().is_some()
 }
 
 /// Why traces could not start.

@@ -68,19 +68,31 @@ pub enum Server<'a> {
     Rls,
 }
 
-/// The span of a request whose headers are `headers`, if traces are on and
-/// the sampler takes it: a child of the caller's `traceparent` when it
-/// sent one. `None` costs a header lookup.
-pub fn server_span(headers: &http::HeaderMap, server: Server<'_>) -> Option<Traced> {
+/// The header of the W3C trace context, named once (a `&str` key is parsed
+/// at every lookup).
+const TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
+
+/// A request the sampler took, with its caller's context.
+pub struct Sampled(opentelemetry::Context);
+
+/// Whether traces are on and the sampler takes a request with `headers`:
+/// a child of the caller's `traceparent` when it sent one. `None` costs a
+/// header lookup, and builds nothing.
+pub fn sample(headers: &http::HeaderMap) -> Option<Sampled> {
     let edge = EDGE.get()?;
-    let parent = if headers.contains_key("traceparent") {
+    let parent = if headers.contains_key(TRACEPARENT) {
         TraceContextPropagator::new().extract(&Headers(headers))
     } else {
         opentelemetry::Context::new()
     };
-    if !edge.sampler.sample(parent.span().span_context()) {
-        return None;
-    }
+    edge.sampler
+        .sample(parent.span().span_context())
+        .then_some(Sampled(parent))
+}
+
+/// The span of a sampled request.
+pub fn server_span(sampled: Sampled, server: Server<'_>) -> Traced {
+    let Sampled(parent) = sampled;
     LIVE.fetch_add(1, Ordering::Relaxed);
     // At ERROR: a span is kept by every log filter that lets a line of the
     // request through, so the log lines of a sampled request carry its
@@ -122,7 +134,7 @@ pub fn server_span(headers: &http::HeaderMap, server: Server<'_>) -> Option<Trac
     traced
         .span
         .record("trace_id", tracing::field::display(trace_id));
-    Some(traced)
+    traced
 }
 
 /// The current span, if a sampled request is in flight on this task.
@@ -135,33 +147,30 @@ fn current() -> Option<Span> {
 }
 
 /// A stage of the decision (`deny_cache`, `lease`, `breaker`, `waiting`)
-/// under the current request's span; a disabled span when it has none.
-pub fn stage(name: &'static str) -> Span {
-    match current() {
-        Some(parent) => {
-            tracing::info_span!(target: TARGET, parent: &parent, "stage", otel.name = name)
-        }
-        None => Span::none(),
-    }
+/// under the current request's span, held while the stage runs (its time
+/// is from creation to drop; it is never entered, so nothing wraps the
+/// stage's future); `None` without a sampled request.
+pub fn stage(name: &'static str) -> Option<Span> {
+    let parent = current()?;
+    Some(tracing::info_span!(target: TARGET, parent: &parent, "stage", otel.name = name))
 }
 
-/// The store call of a request: `ops` operations to `store`.
-pub fn store_call(store: &'static str, ops: usize) -> Span {
-    match current() {
-        Some(parent) => tracing::info_span!(
-            target: TARGET,
-            parent: &parent,
-            "store",
-            otel.name = "store",
-            otel.kind = "client",
-            ratekeeper.store = store,
-            ratekeeper.batch_size = ops as i64,
-        ),
-        None => Span::none(),
-    }
+/// The store call of a request: `ops` operations to `store`, held as
+/// [`stage`] is.
+pub fn store_call(store: &'static str, ops: usize) -> Option<Span> {
+    let parent = current()?;
+    Some(tracing::info_span!(
+        target: TARGET,
+        parent: &parent,
+        "store",
+        otel.name = "store",
+        otel.kind = "client",
+        ratekeeper.store = store,
+        ratekeeper.batch_size = ops as i64,
+    ))
 }
 
-/// The context a micro-batched store call links back to.
+/// The context a micro-batched store call links back to: the request's.
 pub fn current_link() -> Option<SpanContext> {
     let span = current()?;
     let context = span.context().span().span_context().clone();
