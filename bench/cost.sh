@@ -30,6 +30,7 @@
 #             check of a batch (N/10 requests)
 #
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
+#   STORES=memory bash bench/cost.sh ...          # one store only
 #   bash bench/cost.sh BIN "BIN@OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"  # traces on
 #             (a binary followed by @VAR=value: that run's variables)
 # For each store (embedded; Redis), binary and rule, one client sends N
@@ -136,7 +137,7 @@ OUT=${OUT:-bench/results/cost-$(date -u +%Y%m%dT%H%M%SZ).md}
   echo "| store | binary | rule | instructions / check | × | Redis µs / check | × |"
   echo "|---|---|---|---|---|---|---|"
 } > "$OUT"
-for store in memory redis; do
+for store in ${STORES:-memory redis}; do
   base_i="" base_u=""
   for bin in "${BINARIES[@]}"; do
     for rule in $RULES; do

@@ -34,7 +34,7 @@ pub(super) async fn traced<E>(
     let response = answer.instrument(traced.span().clone()).await;
     if let Ok(response) = &response {
         let status = i64::from(response.status().as_u16());
-        traced.record_status("http.response.status_code", &status);
+        traced.record_status("http.response.status_code", status);
     }
     response
 }

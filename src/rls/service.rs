@@ -111,7 +111,7 @@ where
                 let response = call.instrument(traced.span().clone()).await;
                 if let Ok(response) = &response {
                     let code = grpc_status(response);
-                    traced.record_status("rpc.grpc.status_code", &i64::from(code));
+                    traced.record_status("rpc.grpc.status_code", i64::from(code));
                 }
                 response
             }),

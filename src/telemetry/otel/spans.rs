@@ -29,9 +29,9 @@ impl Traced {
         &self.span
     }
 
-    /// The answer's status: an HTTP status code, or a gRPC code's name.
-    pub fn record_status(&self, field: &'static str, status: &dyn tracing::Value) {
-        self.span.record(field, status);
+    /// The answer's status: an HTTP status code, or a gRPC status code.
+    pub fn record_status(&self, attribute: &'static str, status: i64) {
+        self.span.set_attribute(attribute, status);
     }
 }
 
@@ -96,36 +96,25 @@ pub fn server_span(sampled: Sampled, server: Server<'_>) -> Traced {
     LIVE.fetch_add(1, Ordering::Relaxed);
     // At ERROR: a span is kept by every log filter that lets a line of the
     // request through, so the log lines of a sampled request carry its
-    // trace id whatever `log.level` says.
+    // trace id whatever `log.level` says. Its only fields are what those
+    // lines show; the rest are OpenTelemetry attributes alone
+    // (`set_attribute`), which the log layer never formats.
     let span = tracing::error_span!(
         target: TARGET,
         "request",
         otel.name = Empty,
         otel.kind = "server",
-        http.request.method = Empty,
-        http.route = Empty,
-        http.response.status_code = Empty,
-        rpc.system = Empty,
-        rpc.grpc.status_code = Empty,
-        ratekeeper.policy = Empty,
-        ratekeeper.algorithm = Empty,
-        ratekeeper.decision = Empty,
-        ratekeeper.degraded = Empty,
-        ratekeeper.store = Empty,
-        ratekeeper.failure_kind = Empty,
-        ratekeeper.batch_size = Empty,
-        ratekeeper.key_hash = Empty,
         trace_id = Empty,
     );
     match server {
         Server::Http { method, route } => {
             span.record("otel.name", format!("{method} {route}"));
-            span.record("http.request.method", method);
-            span.record("http.route", route);
+            span.set_attribute("http.request.method", method.to_string());
+            span.set_attribute("http.route", route.to_string());
         }
         Server::Rls => {
             span.record("otel.name", RLS_METHOD);
-            span.record("rpc.system", "grpc");
+            span.set_attribute("rpc.system", "grpc");
         }
     }
     let traced = Traced { span };
@@ -146,28 +135,33 @@ fn current() -> Option<Span> {
     (!span.is_none()).then_some(span)
 }
 
+/// A stage's span, held while the stage runs (its time is from creation
+/// to drop; it is never entered, so nothing wraps the stage's future).
+/// Boxed: the futures that hold one across an await grow by a pointer, not
+/// by a span.
+pub struct Stage(#[allow(dead_code)] Box<Span>);
+
 /// A stage of the decision (`deny_cache`, `lease`, `breaker`, `waiting`)
-/// under the current request's span, held while the stage runs (its time
-/// is from creation to drop; it is never entered, so nothing wraps the
-/// stage's future); `None` without a sampled request.
-pub fn stage(name: &'static str) -> Option<Span> {
+/// under the current request's span; `None` without a sampled request.
+pub fn stage(name: &'static str) -> Option<Stage> {
     let parent = current()?;
-    Some(tracing::info_span!(target: TARGET, parent: &parent, "stage", otel.name = name))
+    let span = tracing::info_span!(target: TARGET, parent: &parent, "stage", otel.name = name);
+    Some(Stage(Box::new(span)))
 }
 
-/// The store call of a request: `ops` operations to `store`, held as
-/// [`stage`] is.
-pub fn store_call(store: &'static str, ops: usize) -> Option<Span> {
+/// The store call of a request: `ops` operations to `store`.
+pub fn store_call(store: &'static str, ops: usize) -> Option<Stage> {
     let parent = current()?;
-    Some(tracing::info_span!(
+    let span = tracing::info_span!(
         target: TARGET,
         parent: &parent,
         "store",
         otel.name = "store",
         otel.kind = "client",
-        ratekeeper.store = store,
-        ratekeeper.batch_size = ops as i64,
-    ))
+    );
+    span.set_attribute("ratekeeper.store", store);
+    span.set_attribute("ratekeeper.batch_size", ops as i64);
+    Some(Stage(Box::new(span)))
 }
 
 /// The context a micro-batched store call links back to: the request's.
@@ -186,9 +180,9 @@ pub fn batch_call(links: Vec<SpanContext>, ops: usize) -> Span {
         "redis batch",
         otel.name = "redis batch",
         otel.kind = "client",
-        ratekeeper.store = "redis",
-        ratekeeper.batch_size = ops as i64,
     );
+    span.set_attribute("ratekeeper.store", "redis");
+    span.set_attribute("ratekeeper.batch_size", ops as i64);
     for link in links {
         span.add_link(link);
     }
@@ -198,14 +192,14 @@ pub fn batch_call(links: Vec<SpanContext>, ops: usize) -> Span {
 /// How many requests a list held (a batch, an RLS call's descriptors).
 pub fn record_batch_size(n: usize) {
     if let Some(span) = current() {
-        span.record("ratekeeper.batch_size", n as i64);
+        span.set_attribute("ratekeeper.batch_size", n as i64);
     }
 }
 
 /// Why the store could not answer.
 pub fn record_failure(kind: &'static str) {
     if let Some(span) = current() {
-        span.record("ratekeeper.failure_kind", kind);
+        span.set_attribute("ratekeeper.failure_kind", kind);
     }
 }
 
@@ -216,34 +210,23 @@ pub fn record_check(check: &Check, decision: &Decision, store: &'static str, alo
     let span = if alone {
         request
     } else {
-        tracing::info_span!(
-            target: TARGET,
-            parent: &request,
-            "check",
-            otel.name = "check",
-            ratekeeper.policy = Empty,
-            ratekeeper.algorithm = Empty,
-            ratekeeper.decision = Empty,
-            ratekeeper.degraded = Empty,
-            ratekeeper.store = Empty,
-            ratekeeper.key_hash = Empty,
-        )
+        tracing::info_span!(target: TARGET, parent: &request, "check", otel.name = "check")
     };
     if let Some(policy) = &check.policy {
-        span.record("ratekeeper.policy", &**policy);
+        span.set_attribute("ratekeeper.policy", policy.to_string());
     }
     if let Some(limit) = check.limits.get(decision.most_restrictive) {
-        span.record("ratekeeper.algorithm", limit.rule.algorithm.as_str());
+        span.set_attribute("ratekeeper.algorithm", limit.rule.algorithm.as_str());
     }
     let verdict = match (decision.allowed, decision.shadow) {
         (true, true) => "shadow_denied",
         (true, false) => "allowed",
         (false, _) => "denied",
     };
-    span.record("ratekeeper.decision", verdict);
-    span.record("ratekeeper.degraded", decision.degraded);
-    span.record("ratekeeper.store", store);
+    span.set_attribute("ratekeeper.decision", verdict);
+    span.set_attribute("ratekeeper.degraded", decision.degraded);
+    span.set_attribute("ratekeeper.store", store);
     if let Some(hash) = EDGE.get().and_then(|edge| edge.key_hash(&check.key)) {
-        span.record("ratekeeper.key_hash", hash.as_str());
+        span.set_attribute("ratekeeper.key_hash", hash);
     }
 }
