@@ -186,6 +186,14 @@ fn check_endpoint(url: &str) -> Result<(), String> {
     if rest.is_empty() || rest.starts_with('/') {
         return Err("must name a host: http://host:port".into());
     }
+    // An export error's message quotes the URL: credentials in it would
+    // reach the log.
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err("must not carry credentials (user:password@): \
+             send them in OTEL_EXPORTER_OTLP_HEADERS"
+            .into());
+    }
     Ok(())
 }
 

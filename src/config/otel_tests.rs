@@ -120,6 +120,15 @@ fn bad_values_are_refused_and_an_https_collector_is_never_downgraded() {
         "{https}"
     );
     assert!(!https.contains("secret"), "{https}");
+    let userinfo = problems(
+        &[],
+        &[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://u:secret@c:4318")],
+    );
+    assert!(
+        userinfo.contains("must not carry credentials"),
+        "{userinfo}"
+    );
+    assert!(!userinfo.contains("secret"), "{userinfo}");
     let ratio = problems(
         &[],
         &[

@@ -55,6 +55,11 @@ impl RootSampler {
         if self.parent_based && parent.is_valid() {
             return parent.is_sampled();
         }
+        self.root()
+    }
+
+    /// The decision for a request without a valid parent.
+    fn root(&self) -> bool {
         self.ratio >= 1.0 || (self.ratio > 0.0 && fastrand::f64() < self.ratio)
     }
 }

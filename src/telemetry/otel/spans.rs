@@ -80,11 +80,14 @@ pub struct Sampled(opentelemetry::Context);
 /// header lookup, and builds nothing.
 pub fn sample(headers: &http::HeaderMap) -> Option<Sampled> {
     let edge = EDGE.get()?;
-    let parent = if headers.contains_key(TRACEPARENT) {
-        TraceContextPropagator::new().extract(&Headers(headers))
-    } else {
-        opentelemetry::Context::new()
-    };
+    if !headers.contains_key(TRACEPARENT) {
+        // No caller's context to build or read: the root sampler alone.
+        return edge
+            .sampler
+            .root()
+            .then(|| Sampled(opentelemetry::Context::new()));
+    }
+    let parent = TraceContextPropagator::new().extract(&Headers(headers));
     edge.sampler
         .sample(parent.span().span_context())
         .then_some(Sampled(parent))
