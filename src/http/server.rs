@@ -334,7 +334,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
         Box::pin(async move {
             let response = match traced {
                 None => response.await,
-                Some(traced) => super::trace::traced(traced, response).await,
+                // Boxed: only a sampled request pays for the larger future.
+                Some(traced) => Box::pin(super::trace::traced(traced, response)).await,
             };
             drop(busy);
             response

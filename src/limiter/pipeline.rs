@@ -214,7 +214,7 @@ impl Limiter {
             self.metrics
                 .decisions
                 .record(step.check(), &answer.decision);
-            otel::record_check(step.check(), &answer.decision, self.store.name(), alone);
+            otel::record_check(step.check(), &answer.decision, || self.store.name(), alone);
             if let Some(top) = &self.top {
                 top.observe(step.check(), &answer.decision);
             }

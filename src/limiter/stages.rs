@@ -74,7 +74,7 @@ impl Limiter {
             return;
         }
         let asked = self.asking();
-        let span = otel::store_call(self.store.name(), ops.len());
+        let span = otel::store_call(|| self.store.name(), ops.len());
         let mut results = self.store.apply(ops).await.into_iter();
         drop(span);
         let mut heard = Heard::default();

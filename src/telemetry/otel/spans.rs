@@ -20,8 +20,9 @@ use crate::domain::{Check, Decision};
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
 /// A sampled request's span, counted in [`LIVE`] while it lives.
+/// Boxed: the request's future holds an `Option<Traced>`, a pointer wide.
 pub struct Traced {
-    span: Span,
+    span: Box<Span>,
 }
 
 impl Traced {
@@ -120,7 +121,9 @@ pub fn server_span(sampled: Sampled, server: Server<'_>) -> Traced {
             span.set_attribute("rpc.system", "grpc");
         }
     }
-    let traced = Traced { span };
+    let traced = Traced {
+        span: Box::new(span),
+    };
     let _ = traced.span.set_parent(parent);
     let trace_id = traced.span.context().span().span_context().trace_id();
     traced
@@ -130,6 +133,7 @@ pub fn server_span(sampled: Sampled, server: Server<'_>) -> Traced {
 }
 
 /// The current span, if a sampled request is in flight on this task.
+#[inline]
 fn current() -> Option<Span> {
     if LIVE.load(Ordering::Relaxed) == 0 {
         return None;
@@ -146,14 +150,26 @@ pub struct Stage(#[allow(dead_code)] Box<Span>);
 
 /// A stage of the decision (`deny_cache`, `lease`, `breaker`, `waiting`)
 /// under the current request's span; `None` without a sampled request.
+#[inline]
 pub fn stage(name: &'static str) -> Option<Stage> {
-    let parent = current()?;
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
+    stage_under(current()?, name)
+}
+
+fn stage_under(parent: Span, name: &'static str) -> Option<Stage> {
     let span = tracing::info_span!(target: TARGET, parent: &parent, "stage", otel.name = name);
     Some(Stage(Box::new(span)))
 }
 
-/// The store call of a request: `ops` operations to `store`.
-pub fn store_call(store: &'static str, ops: usize) -> Option<Stage> {
+/// The store call of a request: `ops` operations to the store `name`
+/// gives (asked only for a sampled request).
+#[inline]
+pub fn store_call(name: impl FnOnce() -> &'static str, ops: usize) -> Option<Stage> {
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return None;
+    }
     let parent = current()?;
     let span = tracing::info_span!(
         target: TARGET,
@@ -162,7 +178,7 @@ pub fn store_call(store: &'static str, ops: usize) -> Option<Stage> {
         otel.name = "store",
         otel.kind = "client",
     );
-    span.set_attribute("ratekeeper.store", store);
+    span.set_attribute("ratekeeper.store", name());
     span.set_attribute("ratekeeper.batch_size", ops as i64);
     Some(Stage(Box::new(span)))
 }
@@ -208,7 +224,20 @@ pub fn record_failure(kind: &'static str) {
 
 /// A check's decision: on the request's span when it is the request's only
 /// check, else on a span of its own under it.
-pub fn record_check(check: &Check, decision: &Decision, store: &'static str, alone: bool) {
+#[inline]
+pub fn record_check(
+    check: &Check,
+    decision: &Decision,
+    store: impl FnOnce() -> &'static str,
+    alone: bool,
+) {
+    if LIVE.load(Ordering::Relaxed) == 0 {
+        return;
+    }
+    record_check_under(check, decision, store(), alone);
+}
+
+fn record_check_under(check: &Check, decision: &Decision, store: &'static str, alone: bool) {
     let Some(request) = current() else { return };
     let span = if alone {
         request
