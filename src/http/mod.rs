@@ -45,6 +45,7 @@ pub fn router(state: AppState) -> Router {
     for endpoint in routes::endpoints() {
         router = router.route(endpoint.path, (endpoint.handler)(&state));
     }
+    trace::know_routes(routes::endpoints().map(|endpoint| endpoint.path));
     router
         .route("/healthz", get(ops::healthz))
         .route("/readyz", get(ops::readyz))

@@ -6,6 +6,7 @@
 //! prefix and a header lookup, and builds nothing.
 
 use std::future::Future;
+use std::sync::OnceLock;
 
 use axum::extract::Request;
 use tracing::Instrument;
@@ -39,12 +40,23 @@ pub(super) async fn traced<E>(
     response
 }
 
-/// The route template `path` would match, as the router was built with;
-/// `""` when none does (its 404). Only for sampled requests.
+/// The `/v1` route templates, as the router was built with them (by
+/// `http::router`, which knows the routes: this module must not, as the
+/// connection that calls it sits below them).
+static ROUTES: OnceLock<Vec<&'static str>> = OnceLock::new();
+
+/// Records the route templates; the first call's list stays.
+pub(super) fn know_routes(templates: impl Iterator<Item = &'static str>) {
+    let _ = ROUTES.get_or_init(|| templates.collect());
+}
+
+/// The route template `path` would match; `""` when none does (its 404).
+/// Only for sampled requests.
 fn route_of(path: &str) -> &'static str {
-    super::routes::endpoints()
-        .map(|endpoint| endpoint.path)
-        .find(|template| matches(template, path))
+    ROUTES
+        .get()
+        .and_then(|routes| routes.iter().find(|t| matches(t, path)))
+        .copied()
         .unwrap_or("")
 }
 
@@ -72,10 +84,19 @@ fn matches(template: &str, path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{matches, route_of};
+    use super::{know_routes, matches, route_of};
 
     #[test]
     fn a_path_is_named_by_its_route_template_never_by_its_values() {
+        // Some of the router's templates (`http::router` gives them all).
+        let templates = [
+            "/v1/check",
+            "/v1/auth/{policy}",
+            "/v1/auth/{policy}/",
+            "/v1/auth/{policy}/{*rest}",
+            "/v1/blocks/{key}",
+        ];
+        know_routes(templates.into_iter());
         assert_eq!(route_of("/v1/check"), "/v1/check");
         assert_eq!(route_of("/v1/auth/api"), "/v1/auth/{policy}");
         assert_eq!(route_of("/v1/auth/api/"), "/v1/auth/{policy}/");
