@@ -20,6 +20,7 @@ mod house;
 mod kubernetes;
 mod kubernetes_pod;
 mod otel;
+mod otel_export;
 mod policies_cli;
 mod prometheus_live;
 mod prometheus_rules;
