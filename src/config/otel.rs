@@ -134,7 +134,8 @@ impl Env<'_> {
         }
         let timeout = self
             .int("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", 3_600_000)
-            .or_else(|| self.int("OTEL_EXPORTER_OTLP_TIMEOUT", 3_600_000));
+            .or_else(|| self.int("OTEL_EXPORTER_OTLP_TIMEOUT", 3_600_000))
+            .or_else(|| self.int("OTEL_BSP_EXPORT_TIMEOUT", 3_600_000));
         if let Some(ms) = timeout {
             settings.export_timeout = Duration::from_millis(ms);
         }

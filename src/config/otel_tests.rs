@@ -104,6 +104,8 @@ fn the_standard_variables_win_over_the_keys() {
     assert_eq!(s.schedule_delay, Duration::from_millis(100));
     assert_eq!(s.export_timeout, Duration::from_millis(2500));
     assert_eq!(load(&file, &[]).unwrap().service_name, "from-file");
+    let bsp = load(&[], &[("OTEL_BSP_EXPORT_TIMEOUT", "1500")]).unwrap();
+    assert_eq!(bsp.export_timeout, Duration::from_millis(1500));
 }
 
 #[test]

@@ -21,10 +21,31 @@ pub(super) fn request_span<B>(request: &Request<B>) -> Option<Traced> {
     }
     let sampled = otel::sample(request.headers())?;
     let server = Server::Http {
-        method: request.method().as_str(),
+        method: method_name(request.method()),
         route: route_of(path),
     };
     Some(otel::server_span(sampled, server))
+}
+
+/// The method's name, `_OTHER` for one that is not HTTP's own (as the
+/// semantic conventions say): a client's made-up method must not name
+/// spans at will.
+fn method_name(method: &axum::http::Method) -> &'static str {
+    use axum::http::Method;
+    [
+        Method::GET,
+        Method::POST,
+        Method::PUT,
+        Method::DELETE,
+        Method::PATCH,
+        Method::HEAD,
+        Method::OPTIONS,
+        Method::CONNECT,
+        Method::TRACE,
+    ]
+    .iter()
+    .find(|m| *m == method)
+    .map_or("_OTHER", |m| m.as_str())
 }
 
 /// `answer` within `traced`'s span, its status recorded.
@@ -84,7 +105,7 @@ fn matches(template: &str, path: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{know_routes, matches, route_of};
+    use super::{know_routes, matches, method_name, route_of};
 
     #[test]
     fn a_path_is_named_by_its_route_template_never_by_its_values() {
@@ -108,5 +129,7 @@ mod tests {
         assert_eq!(route_of("/v1/nope"), "");
         assert!(!matches("/v1/blocks/{key}", "/v1/blocks/"));
         assert!(!matches("/v1/check", "/v1/check/x"));
+        assert_eq!(method_name(&"POST".parse().unwrap()), "POST");
+        assert_eq!(method_name(&"MADE-UP".parse().unwrap()), "_OTHER");
     }
 }

@@ -58,9 +58,12 @@ impl Receiver {
         }
     }
 
+    /// Every span received so far. A line the receiver is still writing
+    /// (no newline yet) is left for the next read.
     pub fn spans(&self) -> Vec<Value> {
-        std::fs::read_to_string(&self.out)
-            .unwrap_or_default()
+        let text = std::fs::read_to_string(&self.out).unwrap_or_default();
+        let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+        complete
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect()

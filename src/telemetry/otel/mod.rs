@@ -52,10 +52,21 @@ struct RootSampler {
 
 impl RootSampler {
     fn sample(&self, parent: &SpanContext) -> bool {
-        if self.parent_based && parent.is_valid() {
-            return parent.is_sampled();
+        match (self.parent_based, parent.is_valid()) {
+            (true, true) => parent.is_sampled(),
+            // traceidratio decides on the trace id, as every SDK does, so
+            // services at the same ratio keep the same traces whole.
+            (false, true) => self.by_trace_id(parent.trace_id()),
+            (_, false) => self.root(),
         }
-        self.root()
+    }
+
+    /// The specification's TraceIdRatioBased: the trace id's last 8 bytes
+    /// (less one bit) under the ratio's share of 2^63.
+    fn by_trace_id(&self, id: opentelemetry::trace::TraceId) -> bool {
+        let bytes = id.to_bytes();
+        let low = u64::from_be_bytes(bytes[8..].try_into().expect("8 bytes")) >> 1;
+        self.ratio >= 1.0 || (low as f64) < self.ratio * (1u64 << 63) as f64
     }
 
     /// The decision for a request without a valid parent.

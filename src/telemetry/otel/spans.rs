@@ -42,13 +42,23 @@ impl Drop for Traced {
     }
 }
 
+/// The W3C limit of a `tracestate` (32 members of at most 256 bytes makes
+/// more, but 512 is what the specification asks propagators to keep).
+const MAX_CONTEXT_BYTES: usize = 512;
+
 /// The W3C trace context of a request's headers (`traceparent`,
 /// `tracestate`).
 struct Headers<'a>(&'a http::HeaderMap);
 
 impl Extractor for Headers<'_> {
+    /// A value over [`MAX_CONTEXT_BYTES`] is ignored: a `tracestate` is
+    /// copied into every span of the request and kept while it waits in
+    /// the queue, so a client's 60 KiB one would multiply there.
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).and_then(|v| v.to_str().ok())
+        self.0
+            .get(key)
+            .filter(|v| v.len() <= MAX_CONTEXT_BYTES)
+            .and_then(|v| v.to_str().ok())
     }
 
     fn keys(&self) -> Vec<&str> {
@@ -260,5 +270,25 @@ fn record_check_under(check: &Check, decision: &Decision, store: &'static str, a
     span.set_attribute("ratekeeper.store", store);
     if let Some(hash) = EDGE.get().and_then(|edge| edge.key_hash(&check.key)) {
         span.set_attribute("ratekeeper.key_hash", hash);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry::propagation::Extractor;
+
+    use super::Headers;
+
+    #[test]
+    fn a_context_header_over_512_bytes_is_ignored() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("tracestate", "a=b".parse().unwrap());
+        assert_eq!(Headers(&headers).get("tracestate"), Some("a=b"));
+        let long = (0..200)
+            .map(|i| format!("k{i}=v"))
+            .collect::<Vec<_>>()
+            .join(",");
+        headers.insert("tracestate", long.parse().unwrap());
+        assert_eq!(Headers(&headers).get("tracestate"), None);
     }
 }

@@ -45,8 +45,27 @@ fn a_sampler_that_is_not_parent_based_ignores_the_parent() {
         parent_based: false,
         ratio: 0.5,
     };
-    let kept = (0..10_000).filter(|_| half.sample(&parent(false))).count();
+    // With a parent, on its trace id: the same id, the same answer; the
+    // ids whose last 8 bytes are low are kept.
+    let with_id = |low: u64| {
+        SpanContext::new(
+            TraceId::from(u128::from(low)),
+            SpanId::from(9u64),
+            TraceFlags::default(),
+            true,
+            TraceState::default(),
+        )
+    };
+    assert!(half.sample(&with_id(1)));
+    assert!(!half.sample(&with_id(u64::MAX)));
+    let kept = (0..10_000u64)
+        .filter(|i| half.sample(&with_id(i.wrapping_mul(0x9e37_79b9_7f4a_7c15))))
+        .count();
     assert!((4_000..6_000).contains(&kept), "{kept} of 10 000 at 0.5");
+    let roots = (0..10_000)
+        .filter(|_| half.sample(&SpanContext::empty_context()))
+        .count();
+    assert!((4_000..6_000).contains(&roots), "{roots} of 10 000 at 0.5");
 }
 
 #[test]
