@@ -1,8 +1,8 @@
 //! OpenTelemetry traces (`[otel]`, docs/observability.md "Traces"): our
 //! `tracing` spans of target [`TARGET`] become OpenTelemetry spans through
-//! `tracing-opentelemetry`, and leave over OTLP through [`queue`].
+//! `tracing-opentelemetry`, and leave over OTLP through `queue`.
 //!
-//! Nothing here runs unless traces are on: [`start`] sets [`EDGE`], and
+//! Nothing here runs unless traces are on: [`start`] sets `EDGE`, and
 //! without it the edge builds no span, so every stage below finds none.
 
 mod queue;

@@ -19,7 +19,7 @@ use crate::domain::{Check, Decision};
 /// Sampled requests in flight: while it is 0, no stage looks further.
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 
-/// A sampled request's span, counted in [`LIVE`] while it lives.
+/// A sampled request's span, counted in `LIVE` while it lives.
 /// Boxed: the request's future holds an `Option<Traced>`, a pointer wide.
 pub struct Traced {
     span: Box<Span>,
