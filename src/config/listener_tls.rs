@@ -10,18 +10,7 @@ use crate::tls::server::{Listener, ServerTls, ServerTlsFiles};
 /// The listener's TLS, `Some(None)` when off; `None` after a problem
 /// (recorded on `r`).
 pub(super) fn read(r: &mut Reader, listener: Listener) -> Option<Option<Arc<ServerTls>>> {
-    let [cert_key, key_key, ca_key] = match listener {
-        Listener::Http => [
-            "server.tls.cert_file",
-            "server.tls.key_file",
-            "server.tls.client_ca_file",
-        ],
-        Listener::Grpc => [
-            "grpc.tls.cert_file",
-            "grpc.tls.key_file",
-            "grpc.tls.client_ca_file",
-        ],
-    };
+    let [cert_key, key_key, ca_key] = listener.keys();
     // Every key asked for before any `?`: one left unasked would be unknown.
     let cert_file = r.path(cert_key);
     let key_file = r.path(key_key);

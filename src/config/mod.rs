@@ -123,8 +123,9 @@ impl Settings {
         let config = layers(overrides, process_env().0)?;
         let mut r = Reader::new(&config);
         let listen = r.parse("server.listen", sections::parse_listen);
-        let cert = r.path("server.tls.cert_file");
-        let client_ca = r.path("server.tls.client_ca_file");
+        let [cert_key, _, ca_key] = crate::tls::server::Listener::Http.keys();
+        let cert = r.path(cert_key);
+        let client_ca = r.path(ca_key);
         // No check for unknown keys: every other key was left unasked.
         let (Some(listen), Some(cert), Some(client_ca)) = (listen, cert, client_ca) else {
             return Err(r.problems_only());

@@ -48,7 +48,9 @@ impl Listener {
         }
     }
 
-    fn keys(self) -> [&'static str; 3] {
+    /// Its `cert_file`, `key_file` and `client_ca_file` keys: the one
+    /// place they are named (the config reader asks for them by these).
+    pub fn keys(self) -> [&'static str; 3] {
         match self {
             Listener::Http => [
                 "server.tls.cert_file",
