@@ -30,14 +30,9 @@ pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$TMP"; }
 trap cleanup EXIT
 
-ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
-( cd "$TMP"
-  openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=bench CA" -keyout ca.key -out ca.crt \
-    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
-  openssl req "${ec[@]}" -subj "/CN=server" -keyout server.key -out server.csr 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
-  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-    -extfile server.ext -out server.crt 2>/dev/null )
+# A CA and a server certificate for 127.0.0.1 (no client certificates).
+source bench/certs_lib.sh
+server_certs "$TMP"
 
 declare -A PORT PID SCHEME
 start() { # name scheme [env...]

@@ -27,14 +27,8 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -r
 trap cleanup EXIT
 
 # A CA and a server certificate for 127.0.0.1 (no client certificates).
-ec=(-newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes)
-( cd "$TMP"
-  openssl req -x509 "${ec[@]}" -days 2 -subj "/CN=bench CA" -keyout ca.key -out ca.crt \
-    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign 2>/dev/null
-  openssl req "${ec[@]}" -subj "/CN=server" -keyout server.key -out server.csr 2>/dev/null
-  printf 'subjectAltName=IP:127.0.0.1\n' >server.ext
-  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 \
-    -extfile server.ext -out server.crt 2>/dev/null )
+source bench/certs_lib.sh
+server_certs "$TMP"
 
 PLAIN=$(free_port) TLS=$(free_port)
 redis-server --port "$PLAIN" --tls-port "$TLS" --bind 127.0.0.1 --save '' --appendonly no \
