@@ -20,7 +20,15 @@ use support::{RedisServer, TestApp, settings, unique_key};
 const N: usize = 3;
 
 async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Nginx) {
-    let mut config = settings(redis);
+    let (app, ratekeeper) = api_behind_nginx(settings(redis)).await;
+    let upstream = Upstream::start().await;
+    let nginx = Nginx::start(ratekeeper, upstream.addr);
+    (app, upstream, nginx)
+}
+
+/// The app with `config`, nginx (127.0.0.1) as a trusted proxy, and the
+/// policy `api` (N a day, denials 403); and its address.
+async fn api_behind_nginx(mut config: ratekeeper::config::Settings) -> (TestApp, SocketAddr) {
     config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     let app = TestApp::spawn(config).await;
     // A day: N requests then a denial on the wall clock, and a fixed
@@ -31,10 +39,8 @@ async fn setup(redis: Option<&str>) -> (TestApp, Upstream, Nginx) {
     );
     api.forward.deny_status = 403;
     install(&app, vec![api]);
-    let upstream = Upstream::start().await;
     let ratekeeper: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
-    let nginx = Nginx::start(ratekeeper, upstream.addr);
-    (app, upstream, nginx)
+    (app, ratekeeper)
 }
 
 fn client_from(ip: &str) -> reqwest::Client {
@@ -271,7 +277,6 @@ async fn nginx_auth_request_to_https_forward_auth_with_a_client_certificate() {
     use support::tls::Certs;
     let certs = Certs::new("nginx-tls");
     let mut config = settings(None);
-    config.server.trusted_proxies = vec!["127.0.0.1/32".parse().unwrap()];
     let files = ServerTlsFiles {
         cert_file: certs.crt("server"),
         key_file: certs.key("server"),
@@ -279,15 +284,8 @@ async fn nginx_auth_request_to_https_forward_auth_with_a_client_certificate() {
     };
     let tls = ServerTls::load(Listener::Http, files).unwrap();
     config.server.tls = Some(std::sync::Arc::new(tls));
-    let app = TestApp::spawn(config).await;
-    let mut api = policy(
-        "api",
-        vec![limit("l", Algorithm::FixedWindow, N as u64, "1d", None)],
-    );
-    api.forward.deny_status = 403;
-    install(&app, vec![api]);
+    let (_app, ratekeeper) = api_behind_nginx(config).await;
     let upstream = Upstream::start().await;
-    let ratekeeper: SocketAddr = app.base.trim_start_matches("http://").parse().unwrap();
     let file = |path: std::path::PathBuf| support::path_str(&path).to_string();
     let mut pairs = vec![
         (
