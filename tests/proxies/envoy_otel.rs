@@ -21,43 +21,27 @@ const EXAMPLE: &str = include_str!("../../examples/envoy/ratelimit.yaml");
 const RLS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/examples/envoy/rls.yaml");
 const RLS_SPAN: &str = "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
 
-/// Envoy's tracing, added to the example's connection manager: every
-/// request sampled, spans to the receiver over OTLP/gRPC.
+const TRACING: &str = include_str!("../../examples/envoy/tracing.yaml");
+
+/// `examples/envoy/tracing.yaml` put into the example: its first document
+/// (the tracer) under the connection manager, its second (the collector's
+/// cluster, at port `collector`) first among the clusters. Comments are
+/// left out; every other line is indented to its place.
 fn tracing(collector: u16) -> [(&'static str, String); 2] {
+    let (tracer, cluster) = TRACING.split_once("---\n").expect("two documents");
+    let indent = |text: &str, by: usize| -> String {
+        text.lines()
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .map(|l| format!("{}{l}\n", " ".repeat(by)))
+            .collect()
+    };
+    let cluster = cluster.replace("port_value: 4317", &format!("port_value: {collector}"));
     let manager = "                use_remote_address: true\n";
-    let traced = format!(
-        "{manager}                tracing:
-                  random_sampling: {{ value: 100 }}
-                  provider:
-                    name: envoy.tracers.opentelemetry
-                    typed_config:
-                      \"@type\": type.googleapis.com/envoy.config.trace.v3.OpenTelemetryConfig
-                      service_name: envoy
-                      grpc_service:
-                        envoy_grpc: {{ cluster_name: otlp }}
-                        timeout: 1s
-"
-    );
     let clusters = "  clusters:\n";
-    let otlp = format!(
-        "{clusters}    - name: otlp
-      type: STATIC
-      connect_timeout: 1s
-      typed_extension_protocol_options:
-        envoy.extensions.upstreams.http.v3.HttpProtocolOptions:
-          \"@type\": type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions
-          explicit_http_config:
-            http2_protocol_options: {{}}
-      load_assignment:
-        cluster_name: otlp
-        endpoints:
-          - lb_endpoints:
-              - endpoint:
-                  address:
-                    socket_address: {{ address: 127.0.0.1, port_value: {collector} }}
-"
-    );
-    [(manager, traced), (clusters, otlp)]
+    [
+        (manager, format!("{manager}{}", indent(tracer, 16))),
+        (clusters, format!("{clusters}{}", indent(&cluster, 4))),
+    ]
 }
 
 #[tokio::test]
