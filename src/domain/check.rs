@@ -66,6 +66,7 @@ impl Check {
             name: DEFAULT_NAME.clone(),
             rule,
             scope: None,
+            level: None,
         };
         Check::build(input.key, Arc::new([limit]), input.cost, None)
     }
@@ -109,6 +110,7 @@ impl Check {
                 name: name.into(),
                 rule,
                 scope: None,
+                level: None,
             });
         }
         Check::build(key, built.into(), cost, None)
@@ -135,6 +137,7 @@ impl Check {
                 name: DEFAULT_NAME.clone(),
                 rule,
                 scope: None,
+                level: None,
             }]),
             cost,
             policy: None,
@@ -165,29 +168,7 @@ impl Check {
     ) -> Result<Check, ValidationError> {
         let cost = cost.unwrap_or(1);
         validate_leases(&limits)?;
-        let (max_cost, tightest) = max_cost(&limits);
-        if cost > max_cost {
-            let message = match tightest {
-                // Only concurrency limits: a request is one in flight.
-                None => format!(
-                    "must be 0 (look) or 1 (take a lease) for a concurrency limit, got {cost}"
-                ),
-                Some(tightest) => {
-                    let what = if tightest.rule.algorithm.has_burst() {
-                        "burst"
-                    } else {
-                        "limit"
-                    };
-                    let whose = if limits.len() == 1 {
-                        String::new()
-                    } else {
-                        format!(" of limit {:?}", tightest.name)
-                    };
-                    format!("must be at most the {what}{whose} ({max_cost}), got {cost}")
-                }
-            };
-            return Err(ValidationError::new("cost", message));
-        }
+        validate_cost(&limits, cost)?;
         Ok(Check {
             key,
             limits,
@@ -228,6 +209,37 @@ fn max_cost(limits: &[Limit]) -> (u64, Option<&Limit>) {
         .filter(|l| l.rule.algorithm != Algorithm::Concurrency)
         .min_by_key(|l| l.rule.capacity())
         .map_or((1, None), |l| (l.rule.capacity(), Some(l)))
+}
+
+/// `cost` is at most what the tightest of `limits` holds: a larger cost
+/// could never be allowed.
+pub(super) fn validate_cost(limits: &[Limit], cost: u64) -> Result<(), ValidationError> {
+    let (max_cost, tightest) = max_cost(limits);
+    if cost > max_cost {
+        let message = match tightest {
+            // Only concurrency limits: a request is one in flight.
+            None => {
+                format!("must be 0 (look) or 1 (take a lease) for a concurrency limit, got {cost}")
+            }
+            Some(tightest) => {
+                let what = if tightest.rule.algorithm.has_burst() {
+                    "burst"
+                } else {
+                    "limit"
+                };
+                let whose = match &tightest.level {
+                    Some(level) => {
+                        format!(" of levels[{}] limit {:?}", level.index, tightest.name)
+                    }
+                    None if limits.len() == 1 => String::new(),
+                    None => format!(" of limit {:?}", tightest.name),
+                };
+                format!("must be at most the {what}{whose} ({max_cost}), got {cost}")
+            }
+        };
+        return Err(ValidationError::new("cost", message));
+    }
+    Ok(())
 }
 
 /// At most one concurrency limit per check: a check takes one lease, and

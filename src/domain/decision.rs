@@ -36,6 +36,8 @@ pub struct LimitDecision {
     pub remaining: u64,
     pub retry_after_ms: u64,
     pub reset_after_ms: u64,
+    /// A levels check's limit: its level (`domain::level`).
+    pub level: Option<Arc<super::Level>>,
 }
 
 /// The answer sent to the caller.
@@ -142,6 +144,7 @@ impl Decision {
                 remaining: o.remaining,
                 retry_after_ms: us_to_ms_ceil(o.retry_after_us),
                 reset_after_ms: us_to_ms_ceil(o.reset_after_us),
+                level: l.level.clone(),
             })
             .collect();
         let allowed = outcomes.iter().all(|o| o.allowed);

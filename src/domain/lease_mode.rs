@@ -179,6 +179,7 @@ mod tests {
                     name: "default".into(),
                     rule,
                     scope: None,
+                    level: None,
                 })
                 .collect()
         };

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::level::Level;
 use super::rule::Rule;
 
 /// One limit of a check: a named rule.
@@ -18,4 +19,7 @@ pub struct Limit {
     /// `None` for every other limit. Part of the state key after the
     /// policy and limit names, so it never changes the cluster slot.
     pub scope: Option<Arc<str>>,
+    /// A levels check's limit: the level whose client key and policy hold
+    /// its state (`domain::level`). `None` for every other check.
+    pub level: Option<Arc<Level>>,
 }

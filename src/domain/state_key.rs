@@ -61,9 +61,10 @@ pub struct StateKey<'a> {
 
 impl<'a> StateKey<'a> {
     pub fn of(check: &'a Check, limit: &'a Limit) -> StateKey<'a> {
+        let (client, policy) = StateKey::owner(check, limit);
         StateKey {
-            client: &check.key,
-            named: check.policy.as_deref().map(|p| (p, &*limit.name)),
+            client,
+            named: policy.map(|p| (p, &*limit.name)),
             scope: limit.scope.as_deref(),
             algorithm: limit.rule.algorithm,
             window: StateKey::window_of(limit),
@@ -71,10 +72,19 @@ impl<'a> StateKey<'a> {
         }
     }
 
+    /// The client key and policy `limit`'s state lives under: its level's
+    /// in a levels check (`domain::level`), else the check's.
+    pub fn owner(check: &'a Check, limit: &'a Limit) -> (&'a str, Option<&'a str>) {
+        match &limit.level {
+            Some(level) => (&level.key, level.policy.as_deref()),
+            None => (&check.key, check.policy.as_deref()),
+        }
+    }
+
     /// The rule part of `limit`'s address: an inline bucket's `limit` and
     /// `burst`, nothing for the others.
     pub fn rule_of(check: &Check, limit: &Limit) -> Option<(u64, u64)> {
-        (check.policy.is_none() && limit.rule.algorithm.has_burst())
+        (StateKey::owner(check, limit).1.is_none() && limit.rule.algorithm.has_burst())
             .then_some((limit.rule.limit, limit.rule.burst))
     }
 

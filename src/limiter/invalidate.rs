@@ -34,7 +34,15 @@ impl Limiter {
             kind => !kind.invalidates(),
         };
         if !freed_nothing {
-            self.invalidate_locally(&step.check().key);
+            let check = step.check();
+            self.invalidate_locally(&check.key);
+            // A levels check's other levels are keys of their own. (The
+            // other instances hear of the first level's key only: their
+            // cached denials of the others last at most
+            // `deny_cache::MAX_AGE`.)
+            for (level, _) in check.level_ranges().into_iter().skip(1) {
+                self.invalidate_locally(&level.key);
+            }
         }
         if let Some(published) = stored {
             self.count_published(published);

@@ -18,7 +18,10 @@ impl Limiter {
     /// Stage 1: a recorded denial is the store's own answer, even while
     /// the store is unreachable: nothing can have been allowed since.
     pub(super) fn deny_cached(&self, step: &mut Step<'_, '_>) {
-        if !step.route.check || !step.is_pending() {
+        // A levels check spans several client keys, and an invalidation
+        // names one: a cached denial of it could outlive a reset of a
+        // level. It always asks the store.
+        if !step.route.check || !step.is_pending() || step.check().has_levels() {
             return;
         }
         let Some(cache) = &self.deny_cache else {
@@ -152,7 +155,9 @@ impl Limiter {
         if self.health.probed.load(Ordering::Relaxed) != health::UP {
             self.check_answered();
         }
-        if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now) {
+        if let (Some(cache), Some(at)) = (&self.deny_cache, asked.cache_now)
+            && !check.has_levels()
+        {
             cache.record(check, at, &applied.outcomes);
         }
         if let Some(leases) = &self.leases {

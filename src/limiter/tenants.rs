@@ -9,7 +9,7 @@
 use super::Limiter;
 use super::pipeline::{State, Step};
 use super::request::Answer;
-use crate::domain::Decision;
+use crate::domain::{Check, Decision};
 use crate::tenants::now_ms;
 
 impl Limiter {
@@ -23,11 +23,13 @@ impl Limiter {
         };
         let view = tenants.view();
         let check = step.check();
-        let Some(block) = view.rules(&check.key).and_then(|r| r.block.as_ref()) else {
-            return;
-        };
         let now = now_ms();
-        if block.applies(check.policy.as_deref(), now) {
+        // A levels check is blocked when any of its levels is.
+        let found = find_owner(check, |key, policy| {
+            let block = view.rules(key).and_then(|r| r.block.as_ref())?;
+            block.applies(policy, now).then_some(block)
+        });
+        if let Some(block) = found {
             let reason = block.reason.clone();
             let decision = Decision::blocked(check, reason, block.expires_in_ms(now));
             step.answer(Ok(Answer::of(decision)));
@@ -44,14 +46,38 @@ impl Limiter {
         };
         let view = tenants.view();
         let check = step.check();
-        let Some(exemption) = view.rules(&check.key).and_then(|r| r.exemption.as_ref()) else {
-            return;
-        };
-        if let State::Answered(Ok(answer)) = &mut step.state
+        let now = now_ms();
+        // A levels check is exempt only when every one of its levels is:
+        // an exempt user must not spend its organisation's budget freely.
+        let not_exempt = find_owner(check, |key, policy| {
+            let exempt = view
+                .rules(key)
+                .and_then(|r| r.exemption.as_ref())
+                .is_some_and(|e| e.applies(policy, now));
+            (!exempt).then_some(())
+        });
+        let exempt = not_exempt.is_none();
+        if exempt
+            && let State::Answered(Ok(answer)) = &mut step.state
             && answer.decision.tenant.is_none()
-            && exemption.applies(check.policy.as_deref(), now_ms())
         {
             answer.decision.exempt();
         }
     }
+}
+
+/// The first answer of `f` over the client keys and policies `check`
+/// spends on: each level's, or its own (without allocating: this runs on
+/// every check while any block or exemption is set).
+fn find_owner<'c, T>(
+    check: &'c Check,
+    mut f: impl FnMut(&'c str, Option<&'c str>) -> Option<T>,
+) -> Option<T> {
+    if !check.has_levels() {
+        return f(&check.key, check.policy.as_deref());
+    }
+    check
+        .level_ranges()
+        .into_iter()
+        .find_map(|(level, _)| f(&level.key, level.policy.as_deref()))
 }

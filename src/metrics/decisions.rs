@@ -27,6 +27,9 @@ type InlineChecks =
 pub struct DecisionMetrics {
     /// `ratekeeper_checks_total{policy, limit, algorithm, decision}`.
     checks: IntCounterVec,
+    /// `ratekeeper_level_checks_total{policy, level, decision}`: each
+    /// level of a levels check (`domain::level`).
+    level_checks: IntCounterVec,
     /// Every label of an inline check is static, so the hot path of the
     /// single-rule form skips the label hashing and map lock of
     /// `with_label_values`. Filled on first use, so unused series are
@@ -62,6 +65,16 @@ impl DecisionMetrics {
                  an allowed one: the most restrictive; inline checks: its position), its \
                  algorithm, and decision (allowed|denied|shadow_denied).",
                 &["policy", "limit", "algorithm", "decision"],
+            ),
+            level_checks: counter_vec(
+                registry,
+                "ratekeeper_level_checks_total",
+                "Levels of levels checks answered, by the level's policy (\"inline\" for a level \
+                 that carries its limits), the level's name (its position, \"0\" to \"7\"), and \
+                 what that level decided (allowed|denied). The check itself counts once in \
+                 ratekeeper_checks_total with policy=\"levels\" and the deciding level's name as \
+                 its limit.",
+                &["policy", "level", "decision"],
             ),
             inline_checks: Box::new(std::array::from_fn(|_| {
                 std::array::from_fn(|_| std::array::from_fn(|_| OnceLock::new()))
@@ -106,6 +119,9 @@ impl DecisionMetrics {
     /// with the limit's position (their names come from clients), never a
     /// client key.
     pub fn record(&self, check: &Check, decision: &Decision) {
+        if check.has_levels() {
+            return self.record_levels(check, decision);
+        }
         let index = decision.deciding();
         let outcome = outcome(decision);
         let limit = &check.limits[index];
@@ -133,6 +149,29 @@ impl DecisionMetrics {
                     })
                     .inc()
             }
+        }
+    }
+
+    /// Counts a levels check once, under `policy="levels"` and its deciding
+    /// level's name, and each of its levels by what it decided.
+    fn record_levels(&self, check: &Check, decision: &Decision) {
+        let index = decision.deciding();
+        let limit = &check.limits[index];
+        let level = limit.level.as_ref().map_or("0", |l| &*l.name);
+        self.checks
+            .with_label_values(&[
+                "levels",
+                level,
+                limit.rule.algorithm.as_str(),
+                OUTCOMES[outcome(decision)],
+            ])
+            .inc();
+        for (level, range) in check.level_ranges() {
+            let allowed = decision.limits[range].iter().all(|l| l.allowed);
+            let policy = level.policy.as_deref().unwrap_or("inline");
+            self.level_checks
+                .with_label_values(&[policy, &level.name, OUTCOMES[usize::from(!allowed)]])
+                .inc();
         }
     }
 

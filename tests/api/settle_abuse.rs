@@ -115,7 +115,7 @@ async fn settling_no_real_check_mints_nothing_inline() {
             "gcra",
         ] {
             let check = json!({"key": unique_key(algorithm), "limits": [
-                {"name": "minute", "algorithm": algorithm, "limit": 10, "window": "1m"}
+                {"name": "day", "algorithm": algorithm, "limit": 10, "window": "1d"}
             ]});
             let (_, first) = post(
                 app,

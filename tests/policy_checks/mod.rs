@@ -24,6 +24,7 @@ pub fn limit(name: &str, algorithm: Algorithm, n: u64, window: &str, burst: Opti
         name: name.into(),
         rule: Rule::new(&input, &Bounds::default()).expect("a valid rule"),
         scope: None,
+        level: None,
     }
 }
 
@@ -39,6 +40,7 @@ pub fn lease_limit(name: &str, n: u64, ttl: &str) -> Limit {
         name: name.into(),
         rule: Rule::new(&input, &Bounds::default()).expect("a valid rule"),
         scope: None,
+        level: None,
     }
 }
 

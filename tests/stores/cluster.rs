@@ -141,6 +141,7 @@ async fn two_limit_checks_on_every_node(cluster: &RedisCluster) {
             burst: limit,
         },
         scope: None,
+        level: None,
     };
     let pairs = [
         (Algorithm::FixedWindow, Algorithm::SlidingLog),

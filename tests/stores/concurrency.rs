@@ -154,6 +154,7 @@ mod multi_limit {
                 burst: limit,
             },
             scope: None,
+            level: None,
         }
     }
 

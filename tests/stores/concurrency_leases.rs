@@ -42,6 +42,7 @@ fn check(key: &str, limit: u64, cost: u64) -> Check {
             name: "inflight".into(),
             rule: concurrency(limit),
             scope: None,
+            level: None,
         }],
         cost,
     )
@@ -137,11 +138,13 @@ fn policy(key: &str, cost: u64) -> Check {
                     burst: 3,
                 },
                 scope: None,
+                level: None,
             },
             Limit {
                 name: "inflight".into(),
                 rule: concurrency(2),
                 scope: None,
+                level: None,
             },
         ],
         cost,

@@ -165,6 +165,7 @@ async fn a_policy_gives_back_on_each_limit_on_its_own(store: Arc<dyn Store>, clo
             burst: limit,
         },
         scope: None,
+        level: None,
     };
     let limits = vec![
         limit("burst", Algorithm::SlidingWindow, 10, 10 * SEC),
@@ -206,11 +207,13 @@ async fn other_algorithms_refuse_and_nothing_is_written(store: Arc<dyn Store>, c
                 name: "window".into(),
                 rule: rule(Algorithm::FixedWindow),
                 scope: None,
+                level: None,
             },
             Limit {
                 name: "other".into(),
                 rule: rule(algorithm),
                 scope: None,
+                level: None,
             },
         ];
         let mut c = Check::multi(unique_key("refused"), limits, 4);

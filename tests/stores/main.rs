@@ -18,6 +18,7 @@ mod invalidation;
 mod invalidation_cluster;
 mod invalidation_sentinel;
 mod legacy_keys;
+mod levels;
 mod multi_parity;
 mod parity;
 mod policy_concurrency;

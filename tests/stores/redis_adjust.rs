@@ -31,6 +31,7 @@ fn limits() -> Vec<Limit> {
             burst: 3,
         },
         scope: None,
+        level: None,
     };
     vec![
         limit("a", Algorithm::SlidingLog, 60_000_000),
@@ -218,6 +219,7 @@ async fn a_refund_in_the_next_window_keeps_the_key_alive_as_long_as_its_usage() 
             name: "l".into(),
             rule,
             scope: None,
+            level: None,
         };
         let check = |cost| Check::multi(&key, vec![limit.clone()], cost);
         assert!(store.check(&check(2)).await.unwrap()[0].allowed);
@@ -257,6 +259,7 @@ async fn a_token_bucket_refund_never_shortens_a_shared_key_s_expiry() {
             burst: 10,
         },
         scope: None,
+        level: None,
     };
     let in_policy = |limit, cost| Check {
         policy: Some("api".into()),

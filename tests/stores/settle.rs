@@ -107,6 +107,7 @@ async fn a_policy_settles_each_limit_on_its_own(store: Arc<dyn Store>, clock: Ma
             burst: limit,
         },
         scope: None,
+        level: None,
     };
     let limits = vec![
         limit("minute", Algorithm::TokenBucket, 10),

@@ -150,6 +150,7 @@ fn policy_check(key: &str) -> Check {
         name: name.into(),
         rule,
         scope: None,
+        level: None,
     };
     let mut check = Check::multi(
         key,

@@ -39,6 +39,7 @@ fn limit(name: &str, algorithm: Algorithm, limit: u64, window_us: u64) -> Limit 
             burst: limit,
         },
         scope: None,
+        level: None,
     }
 }
 

@@ -28,11 +28,13 @@ fn two_limits() -> Check {
                 name: "burst".into(),
                 rule: rule(Algorithm::Gcra, 10, 1_000_000),
                 scope: None,
+                level: None,
             },
             Limit {
                 name: "daily".into(),
                 rule: rule(Algorithm::FixedWindow, 10_000, 86_400_000_000),
                 scope: None,
+                level: None,
             },
         ],
         1,

@@ -272,6 +272,7 @@ fn build_limit(at: &str, raw: &RawLimit, bounds: &Bounds, report: &mut Report) -
             name: Arc::from(raw.name.get_ref().as_str()),
             rule,
             scope: None,
+            level: None,
         }),
         Ok(_) => None,
         Err(ValidationError { field, message }) => {

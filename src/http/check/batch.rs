@@ -277,7 +277,7 @@ pub struct BatchItem {
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
 enum ItemBody {
-    Decided(CheckResponse),
+    Decided(Box<CheckResponse>),
     Failed(ErrorBody),
 }
 
@@ -285,7 +285,7 @@ impl BatchItem {
     fn decided(body: CheckResponse) -> BatchItem {
         BatchItem {
             status: 200,
-            body: ItemBody::Decided(body),
+            body: ItemBody::Decided(Box::new(body)),
         }
     }
 

@@ -25,8 +25,8 @@ pub(super) const RULE_FIELDS: [&str; 7] = [
 /// one of [`RULE_FIELDS`] (one list, so a new rule field is recorded too),
 /// and those a handler may refuse or needs (`reservation_ttl`, a settle's
 /// `reservation`).
-const NAMES: [&str; 6 + RULE_FIELDS.len()] = {
-    let mut names = [""; 6 + RULE_FIELDS.len()];
+const NAMES: [&str; 8 + RULE_FIELDS.len()] = {
+    let mut names = [""; 8 + RULE_FIELDS.len()];
     names[0] = "policy";
     names[1] = "limits";
     let mut i = 0;
@@ -38,6 +38,8 @@ const NAMES: [&str; 6 + RULE_FIELDS.len()] = {
     names[3 + RULE_FIELDS.len()] = "wait_ms";
     names[4 + RULE_FIELDS.len()] = "reservation_ttl";
     names[5 + RULE_FIELDS.len()] = "reservation";
+    names[6 + RULE_FIELDS.len()] = "levels";
+    names[7 + RULE_FIELDS.len()] = "key";
     names
 };
 

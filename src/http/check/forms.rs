@@ -8,6 +8,7 @@ use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType};
 use utoipa::{PartialSchema, ToSchema};
 
 use super::fields_present::RULE_FIELDS;
+use super::levels::LevelsCheckRequest;
 use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest};
 use crate::http::openapi::NOT_MARKER;
 
@@ -67,8 +68,9 @@ impl PartialSchema for RefundForms {
 /// titles, so a reset's forms must not share a check's.
 pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     // The policy and inline forms forbid the other's lead field and every
-    // rule field; every form forbids `forbidden`.
-    let with = |fields: &[&'static str]| [fields, forbidden].concat();
+    // rule field; every form forbids `forbidden`, and `levels` (the lead
+    // field of the fourth).
+    let with = |fields: &[&'static str]| [fields, forbidden, &["levels"]].concat();
     let leading = |other: &'static str| with(&[&[other][..], &RULE_FIELDS[..]].concat());
     let policy = forbid(
         PolicyCheckRequest::schema(),
@@ -88,14 +90,24 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
         &format!("SingleRule{operation}"),
         "The single-rule form: one limit, named `default` in the headers.",
     ));
-    OneOfBuilder::new()
-        .item(policy)
-        .item(inline)
-        .item(single)
+    let mut one_of = OneOfBuilder::new().item(policy).item(inline).item(single);
+    // A level is one of the three others; a whole check may be levels.
+    if !forbidden.contains(&"levels") {
+        let mut fields = vec!["policy", "key", "limits"];
+        fields.extend(RULE_FIELDS);
+        fields.extend(forbidden);
+        one_of = one_of.item(forbid(
+            LevelsCheckRequest::schema(),
+            &fields,
+            &format!("Levels{operation}"),
+            "The levels form: several forms, each on its own key, as one (docs/budgets.md).",
+        ));
+    }
+    one_of
         .description(Some(
-            "One of three forms. A body with fields of two forms (`policy` with `limits` or a \
-                 rule field, `limits` with a rule field) is answered 422 with code `mixed_forms`, \
-                 naming the fields.",
+            "One of the forms. A body with fields of two forms (`policy` with `limits` or a \
+                 rule field, `limits` with a rule field, `levels` with any of those or `key`) is \
+                 answered 422 with code `mixed_forms`, naming the fields.",
         ))
         .into()
 }

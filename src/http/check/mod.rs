@@ -17,6 +17,7 @@ mod fields;
 mod fields_present;
 mod forms;
 pub(super) mod lease;
+mod levels;
 mod request;
 mod reserve;
 mod response;
@@ -32,6 +33,7 @@ use utoipa::OpenApi;
 
 pub use forms::CheckForms;
 pub(crate) use forms::window_or_calendar;
+pub use levels::{LevelForms, LevelResponse};
 pub use request::{
     AlgorithmName, CheckRequest, Form, InlineCheckRequest, LimitSpec, PolicyCheckRequest,
     WindowSpec,
@@ -74,6 +76,8 @@ pub(super) const ENDPOINTS: &[Endpoint] = &[
         LimitSpec,
         CheckResponse,
         LimitResponse,
+        LevelForms,
+        LevelResponse,
         AlgorithmName,
         WindowSpec
     ))
@@ -211,6 +215,10 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
             overridden = applied;
             (check, wait_ms, ttl)
         }
+        Form::Levels => {
+            let parsed = levels::parse_levels(state, json)?;
+            (parsed.check, parsed.wait_ms, parsed.reservation_ttl)
+        }
     };
     let reservation = match fields.is_some_and(|f| f.has("reservation_ttl")) {
         true => reserve::ask(json, &check, ttl, wait_ms, &state.bounds)?,
@@ -236,6 +244,7 @@ pub(super) fn body_for(form: Form, decision: &Decision) -> CheckResponse {
     match form {
         Form::SingleRule => CheckResponse::single_rule(decision),
         Form::Policy | Form::Inline => CheckResponse::with_limits(decision),
+        Form::Levels => CheckResponse::with_levels(decision),
     }
 }
 
@@ -334,6 +343,7 @@ mod tests {
                 name: Arc::from("l"),
                 rule,
                 scope: None,
+                level: None,
             }]),
             overrides: Default::default(),
             forward: Default::default(),

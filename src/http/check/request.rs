@@ -253,6 +253,8 @@ pub enum Form {
     Policy,
     Inline,
     SingleRule,
+    /// Several forms, each on its own key, as one (`levels.rs`).
+    Levels,
 }
 
 impl Form {
@@ -265,7 +267,11 @@ impl Form {
             return Ok(Form::SingleRule);
         };
         let has = |name: &str| fields.has(name);
-        let (form, lead, others): (Form, &str, Vec<&str>) = if has("policy") {
+        let (form, lead, others): (Form, &str, Vec<&str>) = if has("levels") {
+            let mut others = vec!["policy", "key", "limits"];
+            others.extend(RULE_FIELDS);
+            (Form::Levels, "levels", others)
+        } else if has("policy") {
             let mut others = vec!["limits"];
             others.extend(RULE_FIELDS);
             (Form::Policy, "policy", others)
@@ -283,9 +289,10 @@ impl Form {
             return Ok(form);
         }
         Err(format!(
-            "`{lead}` cannot be combined with {}: a check is one of three forms, \
-             {{\"policy\", \"key\", \"cost\"}}, {{\"key\", \"limits\", \"cost\"}} or \
-             {{\"key\", \"limit\", \"window\" or \"calendar\", \"algorithm\", \"burst\", \"cost\"}}",
+            "`{lead}` cannot be combined with {}: a check is one of four forms, \
+             {{\"policy\", \"key\", \"cost\"}}, {{\"key\", \"limits\", \"cost\"}}, \
+             {{\"key\", \"limit\", \"window\" or \"calendar\", \"algorithm\", \"burst\", \"cost\"}} or \
+             {{\"levels\", \"cost\"}}",
             conflicts.join(", ")
         ))
     }

@@ -56,6 +56,14 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub limits: Option<Vec<LimitResponse>>,
+    /// The levels form only: each level's answer, in the request's order.
+    /// The fields above are the combined decision: allowed only if every
+    /// level allowed, the most restrictive limit of any level, and the
+    /// largest `retry_after_ms` of the denying levels (when every level
+    /// could pass if nothing else arrives).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub levels: Option<Vec<super::LevelResponse>>,
     /// Requests with `wait_ms` above 0 only: milliseconds waited, from the
     /// first try to the answer; 0 when answered without waiting (allowed at
     /// once, or a denial the time left could not outlast).
@@ -204,6 +212,7 @@ impl CheckResponse {
             policy: None,
             shadow: None,
             limits: None,
+            levels: None,
             waited_ms: None,
             lease: d.lease.as_ref().map(|l| LeaseResponse {
                 id: l.id.as_str().to_owned(),
@@ -237,11 +246,20 @@ impl CheckResponse {
         }
     }
 
+    /// The levels form's body: the combined decision and each level's.
+    pub fn with_levels(d: &Decision) -> Self {
+        CheckResponse {
+            levels: Some(super::levels::level_answers(d)),
+            ..CheckResponse::single_rule(d)
+        }
+    }
+
     /// The JSON body with the decision's rate-limit headers.
     pub fn into_response_for(self, decision: &Decision) -> Response {
         // Sized for the body up front: axum's `Json` starts at 128 bytes and
         // grows by copying, three times for a check of two limits.
-        let limits = self.limits.as_ref().map_or(0, Vec::len);
+        let limits = self.limits.as_ref().map_or(0, Vec::len)
+            + self.levels.as_ref().map_or(0, |l| l.len() * 2);
         let mut body = Vec::with_capacity(BODY_BYTES + LIMIT_BYTES * limits);
         let mut response = match serde_json::to_writer(&mut body, &self) {
             Ok(()) => (

@@ -25,6 +25,7 @@ fn two(first: Algorithm, cost: u64) -> Check {
                 name: "a".into(),
                 rule: rule(first, 5),
                 scope: None,
+                level: None,
             },
             Limit {
                 name: "b".into(),
@@ -33,6 +34,7 @@ fn two(first: Algorithm, cost: u64) -> Check {
                     ..rule(Algorithm::FixedWindow, 100)
                 },
                 scope: None,
+                level: None,
             },
         ],
         cost,

@@ -117,9 +117,24 @@ impl Top {
         if check.cost == 0 {
             return;
         }
+        let denied = decision.limits.iter().any(|l| !l.allowed);
+        if check.has_levels() {
+            // Each level's key under its own policy's ranking.
+            for (level, _) in check.level_ranges() {
+                let name = level.policy.as_deref().unwrap_or(INLINE);
+                self.count(name, &level.key, check.cost, denied);
+            }
+            return;
+        }
         let limit = &check.limits[decision.deciding()];
         let key = limit.scope.as_deref().unwrap_or(&check.key);
         let name = check.policy.as_deref().unwrap_or(INLINE);
+        self.count(name, key, check.cost, denied);
+    }
+
+    /// Counts `cost` units checked on `key` in the ranking `name`, and
+    /// denied if `denied`.
+    fn count(&self, name: &str, key: &str, cost: u64, denied: bool) {
         // Borrowed from the map in force: no reference count to bump (a
         // shared cache line) on every check.
         let sets = self.sets.load();
@@ -134,14 +149,13 @@ impl Top {
                 None => return,
             },
         };
-        let denied = decision.limits.iter().any(|l| !l.allowed);
         let hash = self.hasher.hash_one(key);
         let kept = kept_key(key, hash);
         let slice = self.clock.now_us() / SLICE_US;
         let mut shard = lock(&set.shards[shard_of(hash)]);
-        shard.checked.add(slice, &kept, hash, check.cost);
+        shard.checked.add(slice, &kept, hash, cost);
         if denied {
-            shard.denied.add(slice, &kept, hash, check.cost);
+            shard.denied.add(slice, &kept, hash, cost);
         }
     }
 

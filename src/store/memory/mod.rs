@@ -49,12 +49,13 @@ impl OwnedStateKey {
     /// Same fields in the same order as [`StateKey`], so both hash alike
     /// (`str`, `Box<str>` and `Arc<str>` hash alike).
     fn of(check: &Check, limit: &Limit) -> OwnedStateKey {
+        let (client, policy) = match &limit.level {
+            Some(level) => (&*level.key, level.policy.as_ref()),
+            None => (check.key.as_str(), check.policy.as_ref()),
+        };
         OwnedStateKey {
-            client: check.key.as_str().into(),
-            named: check
-                .policy
-                .as_ref()
-                .map(|p| (p.clone(), limit.name.clone())),
+            client: client.into(),
+            named: policy.map(|p| (p.clone(), limit.name.clone())),
             scope: limit.scope.clone(),
             algorithm: limit.rule.algorithm,
             window: StateKey::window_of(limit),
@@ -179,11 +180,18 @@ impl MemoryStore {
     /// Applies one operation synchronously (the async trait methods wrap
     /// this), under its client key's shard lock.
     pub fn apply_now(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
+        let levels = op.check.has_levels();
         match op.kind {
+            OpKind::Check if levels => {
+                let (now, outcomes) = self.check_levels(op.check, op.reservation);
+                Ok(Applied::unshared(outcomes).at(now))
+            }
             OpKind::Check => {
                 let (now, outcomes) = self.acquire_at(op.check, op.lease_str(), op.reservation);
                 Ok(Applied::unshared(outcomes).at(now))
             }
+            // One level's part is one client key's, one shard's.
+            _ if levels && op.check.level_ranges().len() > 1 => self.adjust_levels(op),
             _ => self.adjust_now(op),
         }
     }
@@ -335,6 +343,7 @@ impl Store for MemoryStore {
 }
 
 mod adjust;
+mod levels;
 mod shard;
 use shard::{ShardData, leases_of};
 mod reservations;

@@ -62,6 +62,7 @@ mod tests {
                 burst: 1,
             },
             scope: None,
+            level: None,
         }
     }
 

@@ -37,6 +37,7 @@ mod function;
 mod in_flight;
 mod invalidation;
 mod keys;
+mod levels;
 mod liveness;
 mod nodes;
 pub mod settings;
@@ -311,9 +312,41 @@ impl Inner {
 /// about 1 ms for 128 checks, so a longer list goes as several calls.
 pub(super) const MAX_OPS_PER_CALL: usize = 128;
 
+impl RedisStore {
+    /// `ops`, some of them levels checks spanning cluster slots: those in
+    /// two phases each (`levels.rs`), the others as usual, all at once.
+    async fn apply_spanning(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        let (spanning, plain): (Vec<usize>, Vec<usize>) =
+            (0..ops.len()).partition(|&i| self.inner.spans_slots(&ops[i]));
+        let plain_ops: Vec<Op> = plain.iter().map(|&i| ops[i]).collect();
+        let across = spanning.iter().map(|&i| self.inner.apply_across(&ops[i]));
+        let (across, answers) = futures_util::future::join(
+            futures_util::future::join_all(across),
+            self.inner.apply_by_slot(&plain_ops),
+        )
+        .await;
+        let mut all: Vec<Option<Result<Applied, StoreError>>> = vec![None; ops.len()];
+        for (i, answer) in spanning.into_iter().zip(across) {
+            all[i] = Some(answer);
+        }
+        for (i, answer) in plain.into_iter().zip(answers) {
+            all[i] = Some(answer);
+        }
+        all.into_iter()
+            .map(|a| {
+                a.unwrap_or_else(|| Err(StoreError::Backend("no answer".into())))
+                    .map_err(|e| self.inner.auth.explain(e))
+            })
+            .collect()
+    }
+}
+
 #[async_trait]
 impl Store for RedisStore {
     async fn apply(&self, ops: &[Op<'_>]) -> Vec<Result<Applied, StoreError>> {
+        if ops.iter().any(|op| self.inner.spans_slots(op)) {
+            return self.apply_spanning(ops).await;
+        }
         let answers = match (ops, &self.batcher) {
             // Batch only when a call is already under way: otherwise there
             // is nothing to wait for, and the hop through the batcher task

@@ -105,6 +105,7 @@ pub fn case() -> impl Strategy<Value = Case> {
                             name: format!("l{i}").into(),
                             rule,
                             scope: None,
+                            level: None,
                         })
                         .collect();
                     (limits, policy.then(|| Arc::from("api")))

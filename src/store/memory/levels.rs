@@ -1,0 +1,155 @@
+//! A levels check on the embedded store (`domain::level`): its limits live
+//! under several client keys, so in several shards. Every shard it touches
+//! is locked, in ascending order (so two levels checks never wait on each
+//! other in a circle), and held while it decides and writes back: the same
+//! all or nothing as a check of one key, with the same domain functions.
+//!
+//! Adjustments (a settle of its reservation, a refund, a reset) need no
+//! such lock: each limit is adjusted on its own, as in one key's check. The
+//! first level's part goes first, as it holds the reservation's record,
+//! and the others follow only if that record allowed the settle.
+
+use std::sync::MutexGuard;
+
+use super::shard::ShardData;
+use super::{Inner, MemoryStore, lock};
+use crate::domain::algorithms::{State, apply_all_leased};
+use crate::domain::state_key::StateKey;
+use crate::domain::{Check, Outcome, Reservation, Rule};
+use crate::store::{Applied, Op, Settled, StoreError};
+
+impl Inner {
+    /// The shard index of a client key.
+    pub(super) fn shard_index(&self, key: &str) -> usize {
+        use std::hash::BuildHasher;
+        self.hasher.hash_one(key) as usize % super::SHARDS
+    }
+}
+
+/// The shards a levels check touches, locked in ascending order.
+struct Locked<'s> {
+    guards: Vec<(usize, MutexGuard<'s, ShardData>)>,
+}
+
+impl<'s> Locked<'s> {
+    fn new(inner: &'s Inner, shards: &[usize]) -> Locked<'s> {
+        let mut order = shards.to_vec();
+        order.sort_unstable();
+        order.dedup();
+        let guards = order
+            .into_iter()
+            .map(|i| (i, lock(&inner.shards[i])))
+            .collect();
+        Locked { guards }
+    }
+
+    fn get(&mut self, shard: usize) -> &mut ShardData {
+        let at = self
+            .guards
+            .binary_search_by_key(&shard, |(i, _)| *i)
+            .expect("every shard of the check is locked");
+        &mut self.guards[at].1
+    }
+}
+
+impl MemoryStore {
+    /// A levels check: all or nothing over every level's limits, recording
+    /// `reservation` (beside the first level's state) if allowed.
+    pub(super) fn check_levels(
+        &self,
+        check: &Check,
+        reservation: Option<&Reservation>,
+    ) -> (u64, Vec<Outcome>) {
+        let inner = &self.inner;
+        let now = inner.clock.now_us();
+        let shards: Vec<usize> = check
+            .limits
+            .iter()
+            .map(|l| inner.shard_index(StateKey::owner(check, l).0))
+            .collect();
+        let mut locked = Locked::new(inner, &shards);
+        let mut new = vec![0usize; check.limits.len()];
+        let mut states: Vec<State> = Vec::with_capacity(check.limits.len());
+        for (i, limit) in check.limits.iter().enumerate() {
+            let shard = locked.get(shards[i]);
+            states.push(match shard.map.get(&StateKey::of(check, limit)) {
+                Some(entry) if entry.expires_at_us > now => entry.state.clone(),
+                found => {
+                    new[i] = usize::from(found.is_none());
+                    State::fresh(limit.rule.algorithm)
+                }
+            });
+        }
+        let rules: Vec<&Rule> = check.limits.iter().map(|l| &l.rule).collect();
+        let outcomes = apply_all_leased(&mut states, &rules, now, check.cost, "");
+        let writes = check.cost > 0 && outcomes.iter().all(|o| o.allowed);
+        // Each shard's share written back as a check of its limits alone.
+        let mut states: Vec<Option<State>> = states.into_iter().map(Some).collect();
+        let mut done = vec![false; check.limits.len()];
+        for i in 0..check.limits.len() {
+            if done[i] {
+                continue;
+            }
+            let mine: Vec<usize> = (i..check.limits.len())
+                .filter(|&j| shards[j] == shards[i])
+                .collect();
+            let part = check.part(mine.iter().map(|&j| check.limits[j].clone()).collect());
+            let part_states: Vec<State> = mine.iter().filter_map(|&j| states[j].take()).collect();
+            let part_outcomes: Vec<Outcome> = mine.iter().map(|&j| outcomes[j]).collect();
+            let shard = locked.get(shards[i]);
+            if writes {
+                let fresh = mine.iter().map(|&j| new[j]).sum();
+                inner.room_for(shard, fresh, &part_states, 0, now);
+            }
+            shard.store_back(&part, part_states, &part_outcomes, now, writes);
+            for j in mine {
+                done[j] = true;
+            }
+        }
+        if let Some(reservation) = reservation
+            && outcomes.iter().all(|o| o.allowed)
+        {
+            let capacity = inner.shard_capacity;
+            let home = locked.get(inner.shard_index(&check.key));
+            home.reservations.record(reservation, now, capacity);
+        }
+        (now, outcomes)
+    }
+
+    /// An adjustment of a levels check: each level's part on its own, the
+    /// first (holding the reservation's record) first, the others only if
+    /// it went ahead. One answer, the parts' outcomes in the check's order.
+    pub(super) fn adjust_levels(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
+        let parts: Vec<Check> = op
+            .check
+            .level_ranges()
+            .into_iter()
+            .map(|(_, range)| op.check.part(op.check.limits[range].to_vec()))
+            .collect();
+        let mut outcomes = Vec::with_capacity(op.check.limits.len());
+        let mut first: Option<Applied> = None;
+        for (i, part) in parts.iter().enumerate() {
+            let mut sub = Op { check: part, ..*op };
+            if i > 0 {
+                sub.reservation = None;
+                let went_ahead = first
+                    .as_ref()
+                    .is_none_or(|a| matches!(a.reservation, None | Some(Settled::Now)));
+                if !went_ahead {
+                    // Nothing to change: only the answer, a look at cost 0.
+                    let look = Check {
+                        cost: 0,
+                        ..part.clone()
+                    };
+                    outcomes.extend(self.check_levels(&look, None).1);
+                    continue;
+                }
+            }
+            let applied = self.adjust_now(&sub)?;
+            outcomes.extend(applied.outcomes.iter().copied());
+            first.get_or_insert(applied);
+        }
+        let first = first.expect("a levels check has a first level");
+        Ok(Applied { outcomes, ..first })
+    }
+}

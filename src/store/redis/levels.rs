@@ -1,0 +1,204 @@
+//! A levels check (`domain::level`) whose levels fall in several cluster
+//! slots. One script cannot touch keys of two slots, so it is decided in
+//! two phases, never admitting more than a single atomic step would:
+//! 1. each slot's share of the limits is checked (and spent, if allowed)
+//!    at once, one call per slot, as any check of those limits;
+//! 2. if every share allowed, the check is allowed. Otherwise each share
+//!    that spent is given back exactly what it spent: a fixed or sliding
+//!    window's units at the store time they were counted (`GiveBack`), a
+//!    bucket's or log's most recent spending (`Refund`), and the share
+//!    holding the reservation's record by settling it at 0 (so it can
+//!    never be settled again).
+//!
+//! The bound this leaves: between the two phases a share's units are
+//! spent, so a concurrent check of that level may be denied that a single
+//! atomic step would have allowed. It never admits one that step would
+//! have denied: each share is atomic on its own slot, and a check is only
+//! allowed when every share was. A share whose call failed (an outage, a
+//! timeout) may or may not have spent; it is not given back, so an outage
+//! can only ever under-admit.
+//!
+//! On a single server or Sentinel every levels check is one script call
+//! (`wire.rs` sends its limits' keys like any check's): none of this runs.
+//! A hierarchy whose keys share a hash tag (`org:{1}`, `team:{1}:4`, ...)
+//! lands in one slot and is one call on a cluster too.
+
+use fred::util::redis_keyslot;
+
+use super::Inner;
+use crate::domain::state_key::{StateKey, hash_tag};
+use crate::domain::{Check, Limit, Outcome};
+use crate::store::{Applied, Op, OpKind, Settled, StoreError};
+
+/// One slot's share of a levels check: which of its limits, and the check
+/// of those limits alone.
+struct Share {
+    places: Vec<usize>,
+    check: Check,
+}
+
+impl Inner {
+    /// The cluster slot of `limit`'s key in `check`.
+    fn slot_of_limit(&self, check: &Check, limit: &Limit) -> u16 {
+        if self.options.settings.key_prefix.contains(['{', '}']) {
+            return redis_keyslot(self.key_for(check, limit).as_bytes());
+        }
+        redis_keyslot(hash_tag(StateKey::owner(check, limit).0).as_bytes())
+    }
+
+    /// Whether `op` must go in two phases: a levels check's limits in more
+    /// than one cluster slot.
+    pub(super) fn spans_slots(&self, op: &Op<'_>) -> bool {
+        let check = op.check;
+        if !self.clustered || !check.has_levels() {
+            return false;
+        }
+        let first = self.slot_of_limit(check, &check.limits[0]);
+        check.limits[1..]
+            .iter()
+            .any(|l| self.slot_of_limit(check, l) != first)
+    }
+
+    /// `check`'s limits by slot, the first level's slot first (it holds
+    /// the reservation's record).
+    fn shares(&self, check: &Check) -> Vec<Share> {
+        let mut slots: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (i, limit) in check.limits.iter().enumerate() {
+            let slot = self.slot_of_limit(check, limit);
+            match slots.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, places)) => places.push(i),
+                None => slots.push((slot, vec![i])),
+            }
+        }
+        slots
+            .into_iter()
+            .map(|(_, places)| Share {
+                check: check.part(places.iter().map(|&i| check.limits[i].clone()).collect()),
+                places,
+            })
+            .collect()
+    }
+
+    /// `op`, spanning slots, in two phases (see the module doc).
+    pub(super) async fn apply_across(&self, op: &Op<'_>) -> Result<Applied, StoreError> {
+        let shares = self.shares(op.check);
+        match op.kind {
+            OpKind::Check => self.check_across(op, &shares).await,
+            _ => self.adjust_across(op, &shares).await,
+        }
+    }
+
+    async fn check_across(&self, op: &Op<'_>, shares: &[Share]) -> Result<Applied, StoreError> {
+        let ops: Vec<Op> = shares
+            .iter()
+            .enumerate()
+            .map(|(i, share)| Op::check(&share.check).reserving(op.reservation.filter(|_| i == 0)))
+            .collect();
+        let answers = self.apply_by_slot(&ops).await;
+        let allowed = answers
+            .iter()
+            .all(|a| a.as_ref().is_ok_and(|a| a.iter().all(|o| o.allowed)));
+        let mut outcomes = vec![None; op.check.limits.len()];
+        let mut at_us = None;
+        let mut failed = None;
+        for ((share, op), answer) in shares.iter().zip(&ops).zip(answers) {
+            let applied = match answer {
+                Ok(applied) => applied,
+                Err(error) => {
+                    failed.get_or_insert(error);
+                    continue;
+                }
+            };
+            at_us = at_us.or(applied.at_us);
+            let spent = applied.iter().all(|o| o.allowed) && op.check.cost > 0;
+            let shown = match (allowed, spent) {
+                (false, true) => self.give_back(op, &applied).await,
+                _ => applied.outcomes,
+            };
+            for (&place, outcome) in share.places.iter().zip(shown) {
+                outcomes[place] = Some(outcome);
+            }
+        }
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .collect::<Option<Vec<Outcome>>>()
+            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
+        let applied = Applied::unshared(outcomes);
+        Ok(Applied { at_us, ..applied })
+    }
+
+    /// Gives back what the share `op` spent (its answer `applied`), and
+    /// answers its limits as they are then. Should that fail, the units
+    /// stay spent (fewer admitted, never more) and its own answer stands.
+    async fn give_back(&self, op: &Op<'_>, applied: &Applied) -> Vec<Outcome> {
+        let check = op.check;
+        let undo: Vec<Op> = match op.reservation {
+            // Settled at 0: refunded, and its record spent, in one step.
+            Some(_) => vec![Op::settle(check, 0).reserving(op.reservation)],
+            None => match (
+                applied.at_us,
+                check.limits.iter().all(|l| l.rule.algorithm.gives_back()),
+            ) {
+                (Some(at_us), true) => vec![Op::give_back(check, at_us)],
+                _ => vec![Op::refund(check)],
+            },
+        };
+        match self.run_ops(&undo).await.map(|mut a| a.remove(0)) {
+            Ok(Ok(undone)) => undone.outcomes,
+            Ok(Err(error)) | Err(error) => {
+                tracing::warn!(%error, "a level's share of a denied check could not be given back; its units stay spent until its window passes");
+                applied.outcomes.clone()
+            }
+        }
+    }
+
+    /// A settle (or another adjustment) spanning slots: the share holding
+    /// the reservation's record first, the others only if it went ahead.
+    async fn adjust_across(&self, op: &Op<'_>, shares: &[Share]) -> Result<Applied, StoreError> {
+        let first = Op {
+            check: &shares[0].check,
+            ..*op
+        };
+        let head = self.run_ops(&[first]).await?.remove(0)?;
+        let went_ahead = matches!(head.reservation, None | Some(Settled::Now));
+        // When the record refused, the other shares change nothing: a
+        // look (a check of cost 0) answers for them.
+        let looks: Vec<Check> = shares[1..]
+            .iter()
+            .map(|s| Check {
+                cost: 0,
+                ..s.check.clone()
+            })
+            .collect();
+        let rest: Vec<Op> = shares[1..]
+            .iter()
+            .zip(&looks)
+            .map(|(share, look)| match went_ahead {
+                true => Op {
+                    check: &share.check,
+                    reservation: None,
+                    ..*op
+                },
+                false => Op::check(look),
+            })
+            .collect();
+        let answers = self.apply_by_slot(&rest).await;
+        let mut outcomes = vec![None; op.check.limits.len()];
+        for (&place, outcome) in shares[0].places.iter().zip(head.iter()) {
+            outcomes[place] = Some(*outcome);
+        }
+        for (share, answer) in shares[1..].iter().zip(answers) {
+            for (&place, outcome) in share.places.iter().zip(answer?.iter()) {
+                outcomes[place] = Some(*outcome);
+            }
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .collect::<Option<Vec<Outcome>>>()
+            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
+        Ok(Applied { outcomes, ..head })
+    }
+}
