@@ -19,6 +19,7 @@ mod invalidation_cluster;
 mod invalidation_sentinel;
 mod legacy_keys;
 mod levels;
+mod levels_parity;
 mod multi_parity;
 mod parity;
 mod policy_concurrency;

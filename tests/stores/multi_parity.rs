@@ -22,7 +22,7 @@ use ratekeeper::store::memory::MemoryStore;
 use support::{RedisServer, unique_key};
 
 #[path = "multi_parity/case.rs"]
-mod case;
+pub(crate) mod case;
 use case::{Case, adjusted, capacity, case, rule, runner, runtime, simulated_redis};
 
 #[path = "multi_parity/reload.rs"]

@@ -219,13 +219,23 @@ pub fn simulated_redis(
     prefix: &str,
     clock: &ManualClock,
 ) -> RedisStore {
+    simulated_redis_at(runtime, &server.url(), prefix, clock)
+}
+
+/// [`simulated_redis`] on any server's `url` (a cluster's).
+pub fn simulated_redis_at(
+    runtime: &tokio::runtime::Runtime,
+    url: &str,
+    prefix: &str,
+    clock: &ManualClock,
+) -> RedisStore {
     runtime.block_on(async {
         let store = RedisStore::connect(RedisOptions {
             settings: RedisSettings {
                 key_prefix: prefix.into(),
                 timeout: Duration::from_secs(5),
                 reconnect_max_delay: Duration::from_millis(200),
-                ..redis_settings(server.url())
+                ..redis_settings(url)
             },
             clock: Some(Arc::new(clock.clone())),
             // Simulated time runs ahead of and behind real time: keep keys
