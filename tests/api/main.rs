@@ -20,6 +20,7 @@ mod forward_auth_keys;
 mod http_adjust;
 mod http_api;
 mod leases;
+mod levels;
 mod metrics_startup;
 mod openapi;
 mod policies_api;
