@@ -77,6 +77,9 @@ impl PolicySet {
 /// The `policy` label of checks that carry their own limits.
 const INLINE: &str = "inline";
 
+/// The `policy` label of levels checks (`domain::level`).
+const LEVELS: &str = "levels";
+
 fn build_policy(
     name: &Spanned<String>,
     raw: &Spanned<RawPolicy>,
@@ -138,6 +141,13 @@ fn check_policy_name(path: &str, name: &Spanned<String>, report: &mut Report) {
             path.to_string(),
             name.span(),
             format!("{INLINE:?} is reserved for checks that carry their own limits"),
+        );
+    } else if name.get_ref() == LEVELS {
+        // And levels checks `policy="levels"` (`metrics::decisions`).
+        report.add(
+            path.to_string(),
+            name.span(),
+            format!("{LEVELS:?} is reserved for checks over several levels"),
         );
     }
 }
