@@ -29,6 +29,10 @@
 #   batch     fixed, 10 checks at a time in POST /v1/checks: a row is one
 #             check of a batch (N/10 requests)
 #
+#   levels    three levels of the fixed rule, each on its own key
+#             ({"levels": [org, team, user]}, docs/budgets.md): one check
+#             spending on three keys, against `fixed` on one
+#
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
 #   STORES=memory bash bench/cost.sh ...          # one store only
 #   bash bench/cost.sh BIN "BIN@OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:4318"  # traces on
@@ -88,6 +92,10 @@ if rule == "batch":
         assert all(r["status"] == 200 and r["allowed"] for r in answer["results"]), answer
     sys.exit(0)
 for i in range(n):
+    if rule == "levels":
+        levels = [{"key": f"{level}:{i}", **rules["fixed"]} for level in ("org", "team", "user")]
+        assert post("/v1/check", {"levels": levels})["allowed"]
+        continue
     if rule == "policy":
         post("/v1/check", {"policy": "fixed", "key": f"policy:{i}"})
         continue

@@ -103,8 +103,11 @@ end
 -- Reservations (src/domain/reservation.rs): a record beside the check's
 -- state (same hash tag), at the key that follows the operation's limits'
 -- keys; `rsv` is '<ttl_ms>:<digest>' (wire.rs). The record holds the
--- digest, then '<digest>:<delta>' once settled (delta = actual - reserved:
--- the reservation fixes `reserved`, so equal deltas are equal actuals).
+-- digest; '<digest>+<drawn>+<seq>' once drawn on (the units drawn since the
+-- check, the last allowed draw's number); '<digest>:<delta>' once settled
+-- (delta = actual - reserved: the reservation fixes `reserved`, so equal
+-- deltas are equal actuals), '<digest>:<delta>:<drawn>' if it was drawn on.
+-- src/store/memory/reservations.rs is the twin.
 
 -- After a check: records the reservation if every limit allowed (the
 -- values check_all wrote into `reply` from `base + 1`), living ttl_ms.
@@ -118,29 +121,97 @@ local function reserve(key, rsv, reply, base, n)
   redis.call('SET', key, digest, 'PX', ttl)
 end
 
--- A settle of a reservation (src/store/memory/reservations.rs, the twin):
--- only a live record holding the digest and not settled yet is settled
--- (1), and then says so, keeping its TTL; settled before with the same
--- delta answers 2, with another 3, and no record (or another digest) 0.
--- Every answer but 1 changes nothing and is a look of cost 0.
-local function settle_reserved(k, a, n, now, delta, pad_ms, key, rsv)
+-- The record at `key` of the reservation `rsv`: its digest, and
+-- 'open', drawn, seq; or 'settled', drawn, delta (as text); or nil when
+-- missing, expired or of another digest.
+local function read_record(key, rsv)
   local _, digest = string.match(rsv, '^(%d+):(%x+)$')
   local record = redis.call('GET', key)
-  local mark = digest .. ':' .. int(delta)
-  local found = 0
+  if not record then
+    return digest, nil
+  end
   if record == digest then
+    return digest, 'open', 0, 0
+  end
+  local head, rest = string.sub(record, 1, #digest + 1), string.sub(record, #digest + 2)
+  if head == digest .. '+' then
+    local drawn, seq = string.match(rest, '^(%d+)%+(%d+)$')
+    return digest, 'open', tonumber(drawn), tonumber(seq)
+  elseif head == digest .. ':' then
+    local delta, drawn = string.match(rest, '^(%-?%d+):?(%d*)$')
+    return digest, 'settled', tonumber(drawn) or 0, delta
+  end
+  return digest, nil
+end
+
+-- A settle of a reservation: only a live record holding the digest and not
+-- settled yet is settled (1), against the reservation and everything drawn
+-- on it (`delta` less the units drawn), and then says so, keeping its TTL;
+-- settled before with the same delta answers 2, with another 3, and no
+-- record (or another digest) 0. Every answer but 1 changes nothing and is
+-- a look of cost 0. Answers '<code>:<drawn>'.
+local function settle_reserved(k, a, n, now, delta, pad_ms, key, rsv)
+  local digest, state, drawn, settled = read_record(key, rsv)
+  local found = 0
+  if state == 'open' then
     found = 1
-  elseif record == mark then
-    found = 2
-  elseif record and string.sub(record, 1, #digest + 1) == digest .. ':' then
-    found = 3
+  elseif state == 'settled' then
+    found = (settled == tostring(int(delta))) and 2 or 3
   end
   if found ~= 1 then
-    return check_all(k, a, n, now, 0, pad_ms, {}, 0), found
+    return check_all(k, a, n, now, 0, pad_ms, {}, 0), found .. ':' .. int(drawn or 0)
   end
-  local reply = settle_all(k, a, n, now, delta, pad_ms, {})
+  local reply = settle_all(k, a, n, now, delta - drawn, pad_ms, {})
+  local mark = digest .. ':' .. int(delta)
+  if drawn > 0 then
+    mark = mark .. ':' .. int(drawn)
+  end
   redis.call('SET', key, mark, 'KEEPTTL')
-  return reply, 1
+  return reply, '1:' .. int(drawn)
+end
+
+-- A draw on a reservation (OpKind::Draw, src/store/op.rs): on a live,
+-- unsettled record whose last allowed draw is numbered below `seq`, a
+-- check of `cost` on every limit, all or nothing; if allowed the record
+-- adds `cost` and keeps `seq`, keeping its TTL. Answers the check (or a
+-- look of cost 0 when the record refused) and '<code>:<drawn>' (Drawn's
+-- codes: 0 unknown, 1 drawn now, 2 denied, 3 the same seq again, 4 a
+-- later seq drawn already, 5 settled).
+local function draw_reserved(k, a, n, now, cost, pad_ms, seq, mode, key, rsv)
+  local digest, state, drawn, last = read_record(key, rsv)
+  local found
+  if state == nil then
+    found = 0
+  elseif state == 'settled' then
+    found = 5
+  elseif last > 0 and seq == last then
+    found = 3
+  elseif seq < last then
+    found = 4
+  end
+  if found ~= nil then
+    return check_all(k, a, n, now, 0, pad_ms, {}, 0), found .. ':' .. int(drawn or 0)
+  end
+  if mode == 'p' then
+    -- A peek: only what the record says; one it lets go ahead answers
+    -- 'denied' (the draw's other cluster slots denied).
+    return check_all(k, a, n, now, 0, pad_ms, {}, 0), '2:' .. int(drawn)
+  end
+  local reply
+  if mode == 'r' then
+    -- Only the record: its limits were checked and spent already.
+    reply = check_all(k, a, n, now, 0, pad_ms, {}, 0)
+  else
+    reply = check_all(k, a, n, now, cost, pad_ms, {}, 0)
+    for i = 1, n do
+      if reply[4 * (i - 1) + 1] ~= 1 then
+        return reply, '2:' .. int(drawn)
+      end
+    end
+  end
+  drawn = drawn + cost
+  redis.call('SET', key, digest .. '+' .. int(drawn) .. '+' .. int(seq), 'KEEPTTL')
+  return reply, '1:' .. int(drawn)
 end
 
 -- Releases (`renew` false) or renews `lease` on the concurrency limits
@@ -198,5 +269,12 @@ local ADJUST = {
   -- slot (wire.rs).
   [OP_GIVE_BACK] = function(k, a, n, now, cost, pad_ms, at)
     return give_back_all(k, a, n, now, tonumber(at), cost, pad_ms, {}), -1
+  end,
+  -- A draw's number travels in the lease's slot too, after `p` for a
+  -- peek and `r` for the record only (DrawMode); its reservation's record
+  -- follows its limits' keys.
+  [OP_DRAW] = function(k, a, n, now, cost, pad_ms, seq, rsv)
+    local mode, s = string.match(seq, '^([pr]?)(%d+)$')
+    return draw_reserved(k, a, n, now, cost, pad_ms, tonumber(s), mode, KEYS[k + n + 1], rsv)
   end,
 }

@@ -58,7 +58,12 @@ while a < argc do
     -- changed nothing: a release of a lease that was not live, or a settle
     -- its reservation refused. Nobody to tell (and a caller cannot flush
     -- every instance's cache with made-up ids).
-    local nothing = live ~= nil and live ~= -1 and live ~= 1
+    -- A settle or draw naming a reservation answers '<code>:<drawn>'.
+    local did = live
+    if type(live) == 'string' then
+      did = tonumber(string.match(live, '^(%d+)'))
+    end
+    local nothing = did ~= nil and did ~= -1 and did ~= 1
     if publish ~= '' and not nothing then
       reply[m + 2] = pcall(redis.call, 'PUBLISH', channel, publish) and 1 or 0
     end

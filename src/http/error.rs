@@ -38,6 +38,10 @@ pub enum ApiError {
     /// Nothing changed.
     #[error("{0}")]
     ReservationSettled(String),
+    /// A draw numbered below the last one its reservation allowed.
+    /// Nothing changed.
+    #[error("{0}")]
+    DrawOutOfOrder(String),
     /// Fields of two request forms in one body; the message names them.
     #[error("{0}")]
     MixedForms(String),
@@ -109,7 +113,8 @@ pub struct ErrorDetail {
     /// insufficient_scope (403), and invalid_request with status 400 for a
     /// malformed `Authorization` header, with bearer authentication;
     /// unknown_reservation (404) and reservation_settled (409) from
-    /// `POST /v1/settle`; cap_reached (409) from a runtime override, block
+    /// `POST /v1/settle` and `POST /v1/draw`, draw_out_of_order (409) from
+    /// `POST /v1/draw`; cap_reached (409) from a runtime override, block
     /// or exemption beyond `tenants.max_entries` or `max_per_policy`.
     #[schema(example = "invalid_request")]
     pub code: &'static str,
@@ -130,6 +135,7 @@ impl ApiError {
             ApiError::MixedForms(_) => (StatusCode::UNPROCESSABLE_ENTITY, "mixed_forms"),
             ApiError::UnknownReservation(_) => (StatusCode::NOT_FOUND, "unknown_reservation"),
             ApiError::ReservationSettled(_) => (StatusCode::CONFLICT, "reservation_settled"),
+            ApiError::DrawOutOfOrder(_) => (StatusCode::CONFLICT, "draw_out_of_order"),
             ApiError::PayloadTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
             ApiError::RequestTimeout(_) => (StatusCode::REQUEST_TIMEOUT, "request_timeout"),
             ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed"),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use crate::domain::Decision;
-use crate::store::{Op, OpKind, Settled};
+use crate::store::{Drawn, Op, OpKind, Settled};
 
 /// One operation for the pipeline ([`Limiter::run`](super::Limiter::run)).
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +44,9 @@ pub struct Answer {
     pub lease: Option<bool>,
     /// A settle's of a reservation: what its record said.
     pub reservation: Option<Settled>,
+    /// A draw's: what its reservation's record said, and the units drawn
+    /// on it since its check.
+    pub drawn: Option<(Drawn, u64)>,
     /// How long a waiting check stood in line (zero for every other).
     pub waited: Duration,
 }
@@ -54,6 +57,7 @@ impl Answer {
             decision,
             lease: None,
             reservation: None,
+            drawn: None,
             waited: Duration::ZERO,
         }
     }

@@ -146,6 +146,7 @@ impl Limiter {
             let answer = Answer {
                 lease: applied.lease,
                 reservation: applied.reservation,
+                drawn: applied.drawn,
                 ..Answer::of(decision)
             };
             step.published = Some(applied.published);

@@ -7,7 +7,7 @@ mod op;
 pub mod redis;
 pub mod scripts;
 
-pub use op::{Applied, Op, OpKind, Settled};
+pub use op::{Applied, DrawMode, Drawn, Op, OpKind, Settled};
 
 use async_trait::async_trait;
 

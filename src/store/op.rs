@@ -46,13 +46,24 @@ pub enum OpKind {
     /// ([`Algorithm::gives_back`](crate::domain::Algorithm::gives_back));
     /// any other fails the operation, with nothing written.
     GiveBack { at_us: u64 },
+    /// Draws `cost` more on a reservation ([`Op::reservation`], which a
+    /// draw always names) while its request streams: only if its record
+    /// is live, not settled, and has seen no draw numbered `seq` or later
+    /// ([`Drawn`]); then a check of `cost` on every limit, all or nothing,
+    /// and if allowed the record adds `cost` to what was drawn and keeps
+    /// `seq`. A later settle gives back (or spends) `actual` against the
+    /// reservation's cost plus everything drawn. Answers the check's
+    /// outcomes, or a look's when the record refused. `mode` other than
+    /// [`DrawMode::Spend`]: a draw across cluster slots
+    /// (`store::redis::levels`).
+    Draw { seq: u64, cost: u64, mode: DrawMode },
 }
 
 impl OpKind {
     /// Every operation, in code order, a settle's and a give-back's
     /// numbers 0: what the script's dispatch and the metrics' label sets
     /// are generated from.
-    pub const ALL: [OpKind; 7] = [
+    pub const ALL: [OpKind; 8] = [
         OpKind::Check,
         OpKind::Reset,
         OpKind::Refund,
@@ -60,6 +71,11 @@ impl OpKind {
         OpKind::Release,
         OpKind::Renew,
         OpKind::GiveBack { at_us: 0 },
+        OpKind::Draw {
+            seq: 0,
+            cost: 0,
+            mode: DrawMode::Spend,
+        },
     ];
 
     /// Its name: the `op` label of metrics and logs, and in upper case
@@ -74,6 +90,7 @@ impl OpKind {
             OpKind::Release => "release",
             OpKind::Renew => "renew",
             OpKind::GiveBack { .. } => "give_back",
+            OpKind::Draw { .. } => "draw",
         }
     }
 
@@ -88,6 +105,7 @@ impl OpKind {
             OpKind::Release => 5,
             OpKind::Renew => 6,
             OpKind::GiveBack { .. } => 7,
+            OpKind::Draw { .. } => 8,
         }
     }
 
@@ -100,8 +118,9 @@ impl OpKind {
     /// so that listeners can tell it from a reset or refund
     /// ([`InvalidationSink::freed`](crate::store::InvalidationSink::freed)).
     pub fn invalidates(self) -> bool {
-        // A renewal frees nothing, so nobody waits on it.
-        !matches!(self, OpKind::Check | OpKind::Renew)
+        // A renewal frees nothing, so nobody waits on it; a draw spends,
+        // as a check does.
+        !matches!(self, OpKind::Check | OpKind::Renew | OpKind::Draw { .. })
     }
 }
 
@@ -131,6 +150,64 @@ pub enum Settled {
     Again,
     /// Settled before with another `actual`: nothing changed.
     Conflict,
+}
+
+/// How much of a draw an operation does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrawMode {
+    /// The whole draw: the record's gate, the check, the record.
+    Spend,
+    /// Only what the record says: nothing is written, and a draw it would
+    /// let go ahead answers [`Drawn::Denied`] (its other slots denied).
+    Peek,
+    /// The record's gate and its update, no check: the draw's other
+    /// slots, this one's limits included, were checked and spent already.
+    Record,
+}
+
+/// What a draw found of its reservation's record, and did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drawn {
+    /// Missing, expired, or of another reservation: nothing changed.
+    Unknown,
+    /// Allowed: spent on every limit, and added to the record.
+    Now,
+    /// Denied by a limit: nothing changed, and the same `seq` may try
+    /// again.
+    Denied,
+    /// A draw of this `seq` was allowed before: nothing changed (a retry).
+    Again,
+    /// A later `seq` was drawn already: nothing changed.
+    Stale,
+    /// The reservation is settled: nothing changed.
+    Settled,
+}
+
+impl Drawn {
+    /// The number the script answers for it (`lua/adjust.lua`).
+    pub fn code(self) -> i64 {
+        match self {
+            Drawn::Unknown => 0,
+            Drawn::Now => 1,
+            Drawn::Denied => 2,
+            Drawn::Again => 3,
+            Drawn::Stale => 4,
+            Drawn::Settled => 5,
+        }
+    }
+
+    pub fn from_code(code: i64) -> Option<Drawn> {
+        [
+            Drawn::Unknown,
+            Drawn::Now,
+            Drawn::Denied,
+            Drawn::Again,
+            Drawn::Stale,
+            Drawn::Settled,
+        ]
+        .into_iter()
+        .find(|d| d.code() == code)
+    }
 }
 
 impl Settled {
@@ -201,6 +278,7 @@ impl<'a> Op<'a> {
     pub fn amount(&self) -> i128 {
         match self.kind {
             OpKind::Settle { actual } => i128::from(actual) - i128::from(self.check.cost),
+            OpKind::Draw { cost, .. } => i128::from(cost),
             _ => i128::from(self.check.cost),
         }
     }
@@ -258,6 +336,21 @@ impl<'a> Op<'a> {
             reservation: None,
         }
     }
+
+    /// Draws `cost` more on `reservation`, a check of `check` made, as
+    /// draw number `seq` (see [`OpKind::Draw`]).
+    pub fn draw(check: &'a Check, reservation: &'a Reservation, cost: u64, seq: u64) -> Op<'a> {
+        Op {
+            kind: OpKind::Draw {
+                seq,
+                cost,
+                mode: DrawMode::Spend,
+            },
+            check,
+            lease: None,
+            reservation: Some(reservation),
+        }
+    }
 }
 
 /// What one operation did: one outcome per limit, in order (a check's
@@ -286,6 +379,9 @@ pub struct Applied {
     /// For a settle naming a reservation: what its record said. `None`
     /// for every other operation.
     pub reservation: Option<Settled>,
+    /// For a draw: what its record said, and the units drawn on it since
+    /// its check (the draws', not the check's own cost) afterwards.
+    pub drawn: Option<(Drawn, u64)>,
 }
 
 impl Applied {
@@ -297,6 +393,7 @@ impl Applied {
             lease: None,
             at_us: None,
             reservation: None,
+            drawn: None,
         }
     }
 
@@ -336,11 +433,21 @@ mod tests {
                 "settle",
                 "release",
                 "renew",
-                "give_back"
+                "give_back",
+                "draw"
             ]
         );
-        assert_eq!(OpKind::ALL.map(OpKind::code), [1, 2, 3, 4, 5, 6, 7]);
-        for kind in [OpKind::Settle { actual: 9 }, OpKind::GiveBack { at_us: 9 }] {
+        assert_eq!(OpKind::ALL.map(OpKind::code), [1, 2, 3, 4, 5, 6, 7, 8]);
+        let draw = OpKind::Draw {
+            seq: 9,
+            cost: 9,
+            mode: super::DrawMode::Peek,
+        };
+        for kind in [
+            OpKind::Settle { actual: 9 },
+            OpKind::GiveBack { at_us: 9 },
+            draw,
+        ] {
             let listed = OpKind::ALL.iter().find(|k| k.code() == kind.code());
             assert_eq!(listed.map(|k| k.name()), Some(kind.name()));
         }

@@ -1,11 +1,13 @@
 //! Levels checks, Lua against Rust: random hierarchies of 2 or 3 levels
 //! (each a policy's limits or an inline rule, any algorithm), and random
 //! timelines of levels checks, checks of one level alone (the same
-//! counters), refunds, settles, and checks that record a reservation then
-//! settled by it, on a controlled clock. The embedded store (the domain's
+//! counters), refunds, settles, and checks (of the levels, or of one level
+//! alone) that record a reservation, then draws on it (retried, out of
+//! order) and its settle, on a controlled clock. The embedded store (the domain's
 //! Rust functions, under the shard locks of `store/memory/levels.rs`) and
 //! a real Redis (one script) answer every step identically: each limit's
-//! outcome and what a settle found of its reservation. On a 3-primary
+//! outcome, what a settle found of its reservation, and what a draw found
+//! and the units drawn. On a 3-primary
 //! Cluster, where the levels fall in several slots and are decided in two
 //! phases (`store/redis/levels.rs`), the same steps one at a time must
 //! give the same answers too: a denied check gives back exactly what its
@@ -36,6 +38,11 @@ enum Step {
     Settle(u64),
     /// A levels check recording a reservation.
     Reserve,
+    /// A check of level `n` alone recording a reservation.
+    ReserveAlone(usize),
+    /// A draw of the step's cost on the last reservation, numbered the
+    /// last draw's number plus this (0: a retry, as a lost answer makes).
+    Draw(u64),
     /// Settles the last reservation an allowed check recorded (its cost)
     /// as this actual.
     SettleReserved(u64),
@@ -57,6 +64,8 @@ fn step() -> impl Strategy<Value = Step> {
         1 => Just(Step::Refund),
         1 => (0u64..6).prop_map(Step::Settle),
         2 => Just(Step::Reserve),
+        1 => (0usize..3).prop_map(Step::ReserveAlone),
+        4 => (0u64..3).prop_map(Step::Draw),
         2 => (0u64..6).prop_map(Step::SettleReserved),
     ]
 }
@@ -115,16 +124,20 @@ fn same_on(
 ) -> Result<(), TestCaseError> {
     let base = unique_key("lv");
     let mut now = EPOCH_2026_US;
-    // The last reservation: what its check recorded, its id's parse (what a
-    // settle names) and its cost.
-    let mut reserved: Option<(Reservation, u64)> = None;
+    // The last reservation an allowed check recorded: its id's parse
+    // (what a settle names), its cost, and the level checked alone
+    // (`None`: the levels).
+    let mut reserved: Option<(Reservation, u64, Option<usize>)> = None;
+    let mut seq = 0;
     for (i, &(dt, cost, step)) in case.steps.iter().enumerate() {
         now += dt;
         clock.set_us(now);
+        let level = |n: usize| n % case.levels.len();
         let check = match step {
-            Step::Alone(n) => case.level(&base, n % case.levels.len(), cost),
-            Step::SettleReserved(_) => match &reserved {
-                Some((_, reserved_cost)) => case.levels(&base, *reserved_cost),
+            Step::Alone(n) | Step::ReserveAlone(n) => case.level(&base, level(n), cost),
+            Step::SettleReserved(_) | Step::Draw(_) => match &reserved {
+                Some((_, cost, Some(n))) => case.level(&base, *n, *cost),
+                Some((_, cost, None)) => case.levels(&base, *cost),
                 None => continue,
             },
             _ => case.levels(&base, cost),
@@ -135,15 +148,25 @@ fn same_on(
             Step::Levels | Step::Alone(_) => Op::check(&check),
             Step::Refund => Op::refund(&check),
             Step::Settle(actual) => Op::settle(&check, actual),
-            Step::Reserve => {
+            Step::Reserve | Step::ReserveAlone(_) => {
                 let (reservation, id) = Reservation::new(format!("{i}").as_bytes(), 3_600_000);
                 made = reservation;
-                asked = Some((Reservation::parse(&id).unwrap().0, cost));
+                let alone = match step {
+                    Step::ReserveAlone(n) => Some(level(n)),
+                    _ => None,
+                };
+                asked = Some((Reservation::parse(&id).unwrap().0, cost, alone));
                 Op::check(&check).reserving(Some(&made))
             }
             Step::SettleReserved(actual) => {
                 let named = &reserved.as_ref().unwrap().0;
                 Op::settle(&check, actual).reserving(Some(named))
+            }
+            Step::Draw(next) => {
+                seq += next;
+                let named = &reserved.as_ref().unwrap().0;
+                // The draw's own cost, within what a check of it may take.
+                Op::draw(&check, named, cost.min(check.max_cost()), seq.max(1))
             }
         };
         let answers: Vec<Applied> = stores
@@ -158,11 +181,16 @@ fn same_on(
             && answers[0].iter().all(|o| o.allowed)
         {
             reserved = Some(asked);
+            seq = 0;
         }
         for (n, answer) in answers.iter().enumerate().skip(1) {
             prop_assert_eq!(
-                (&answer.outcomes, answer.reservation),
-                (&answers[0].outcomes, answers[0].reservation),
+                (&answer.outcomes, answer.reservation, answer.drawn),
+                (
+                    &answers[0].outcomes,
+                    answers[0].reservation,
+                    answers[0].drawn
+                ),
                 "step {} ({:?}, cost {}, t={}): store {} against the embedded store",
                 i,
                 step,

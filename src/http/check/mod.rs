@@ -13,6 +13,7 @@
 
 pub(super) mod adjust;
 pub(super) mod batch;
+pub(super) mod draw;
 mod fields;
 mod fields_present;
 mod forms;
@@ -63,6 +64,7 @@ pub(super) const ENDPOINTS: &[Endpoint] = &[
     adjust::RESET,
     adjust::REFUND,
     settle::ENDPOINT,
+    draw::ENDPOINT,
     lease::RELEASE,
     lease::RENEW,
 ];

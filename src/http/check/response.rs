@@ -64,6 +64,11 @@ pub struct CheckResponse {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
     pub levels: Option<Vec<super::LevelResponse>>,
+    /// `POST /v1/draw` only: the reservation's total so far, its check's
+    /// `cost` and every draw it allowed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub drawn: Option<u64>,
     /// Requests with `wait_ms` above 0 only: milliseconds waited, from the
     /// first try to the answer; 0 when answered without waiting (allowed at
     /// once, or a denial the time left could not outlast).
@@ -213,6 +218,7 @@ impl CheckResponse {
             shadow: None,
             limits: None,
             levels: None,
+            drawn: None,
             waited_ms: None,
             lease: d.lease.as_ref().map(|l| LeaseResponse {
                 id: l.id.as_str().to_owned(),

@@ -8,7 +8,7 @@ use super::{Entry, OwnedStateKey};
 use crate::domain::algorithms::{State, give_back_all};
 use crate::domain::state_key::StateKey;
 use crate::domain::{Algorithm, Check, Reservation, Rule};
-use crate::store::{Applied, Op, OpKind, Settled, StoreError};
+use crate::store::{Applied, DrawMode, Drawn, Op, OpKind, Settled, StoreError};
 
 impl MemoryStore {
     /// Every operation but a check ([`MemoryStore::apply_now`] runs those):
@@ -23,6 +23,9 @@ impl MemoryStore {
             OpKind::Release => self.lease_now(op.check, op.lease_str(), false),
             OpKind::Renew => self.lease_now(op.check, op.lease_str(), true),
             OpKind::GiveBack { at_us } => self.give_back_now(op.check, at_us),
+            OpKind::Draw { seq, cost, mode } => {
+                self.draw_now(op.check, op.reservation, (cost, seq, mode))
+            }
         }
     }
 
@@ -107,17 +110,83 @@ impl MemoryStore {
         let mut guard = self.inner.shard_of(check);
         let shard = &mut *guard;
         let delta = i128::from(actual) - i128::from(check.cost);
-        let settled = reservation.map(|r| shard.reservations.settle(r, now, delta));
+        let found = reservation.map(|r| shard.reservations.settle(r, now, delta));
+        let drawn = found.map_or(0, |(_, drawn)| drawn);
+        let settled = found.map(|(settled, _)| settled);
         if matches!(settled, None | Some(Settled::Now)) {
-            if actual < check.cost {
-                refund_in(&mut shard.map, check, check.cost - actual, now);
-            } else if actual > check.cost {
-                self.spend_in(shard, check, actual - check.cost, now);
-            }
+            // Against the reservation and everything drawn on it since.
+            self.adjust_in(shard, check, delta - i128::from(drawn), now);
         }
         let outcomes = self.inner.check_in(shard, check, 0, now, "");
         Ok(Applied {
             reservation: settled,
+            drawn: found.map(|(_, drawn)| (Drawn::Settled, drawn)),
+            ..Applied::unshared(outcomes).at(now)
+        })
+    }
+
+    /// A settle's change of `delta` on `check`'s limits alone, with no
+    /// reservation: a levels check's later levels, once the first level's
+    /// record let the settle go ahead (`levels.rs`).
+    pub(super) fn settle_by(&self, check: &Check, delta: i128) -> Result<Applied, StoreError> {
+        let now = self.inner.clock.now_us();
+        let mut guard = self.inner.shard_of(check);
+        self.adjust_in(&mut guard, check, delta, now);
+        let outcomes = self.inner.check_in(&mut guard, check, 0, now, "");
+        Ok(Applied::unshared(outcomes).at(now))
+    }
+
+    /// Gives back `-delta` (below 0) or spends `delta` without a check
+    /// (above 0) on every limit of `check`, each on its own.
+    fn adjust_in(&self, shard: &mut super::ShardData, check: &Check, delta: i128, now: u64) {
+        let units = u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
+        if delta < 0 {
+            refund_in(&mut shard.map, check, units, now);
+        } else if delta > 0 {
+            self.spend_in(shard, check, units, now);
+        }
+    }
+
+    /// Draws `cost` more on `reservation` as draw `seq` (see
+    /// [`OpKind::Draw`]): a check of `cost` on every limit of `check`, all
+    /// or nothing, if the record lets it go ahead.
+    pub fn draw_now(
+        &self,
+        check: &Check,
+        reservation: Option<&Reservation>,
+        (cost, seq, mode): (u64, u64, DrawMode),
+    ) -> Result<Applied, StoreError> {
+        let reservation = reservation
+            .ok_or_else(|| StoreError::Backend("a draw names its reservation".into()))?;
+        let now = self.inner.clock.now_us();
+        let mut guard = self.inner.shard_of(check);
+        let shard = &mut *guard;
+        let (outcomes, drawn) = match shard.reservations.may_draw(reservation, now, seq) {
+            Err(refused) => (self.inner.check_in(shard, check, 0, now, ""), refused),
+            Ok(before) if mode == DrawMode::Peek => (
+                self.inner.check_in(shard, check, 0, now, ""),
+                (Drawn::Denied, before),
+            ),
+            Ok(_) if mode == DrawMode::Record => {
+                let after = shard.reservations.drew(reservation, cost, seq);
+                (
+                    self.inner.check_in(shard, check, 0, now, ""),
+                    (Drawn::Now, after),
+                )
+            }
+            Ok(before) => {
+                let outcomes = self.inner.check_in(shard, check, cost, now, "");
+                match outcomes.iter().all(|o| o.allowed) {
+                    true => {
+                        let after = shard.reservations.drew(reservation, cost, seq);
+                        (outcomes, (Drawn::Now, after))
+                    }
+                    false => (outcomes, (Drawn::Denied, before)),
+                }
+            }
+        };
+        Ok(Applied {
+            drawn: Some(drawn),
             ..Applied::unshared(outcomes).at(now)
         })
     }
@@ -226,6 +295,7 @@ impl MemoryStore {
             lease: live,
             at_us: Some(now),
             reservation: None,
+            drawn: None,
         })
     }
 }

@@ -190,6 +190,10 @@ impl MemoryStore {
                 let (now, outcomes) = self.acquire_at(op.check, op.lease_str(), op.reservation);
                 Ok(Applied::unshared(outcomes).at(now))
             }
+            OpKind::Draw { seq, cost, mode } if levels => match op.reservation {
+                Some(reservation) => Ok(self.draw_levels(op.check, reservation, (cost, seq, mode))),
+                None => Err(StoreError::Backend("a draw names its reservation".into())),
+            },
             // One level's part is one client key's, one shard's.
             _ if levels && op.check.level_ranges().len() > 1 => self.adjust_levels(op),
             _ => self.adjust_now(op),

@@ -28,7 +28,7 @@ use fred::util::redis_keyslot;
 use super::Inner;
 use crate::domain::state_key::{StateKey, hash_tag};
 use crate::domain::{Check, Limit, Outcome};
-use crate::store::{Applied, Op, OpKind, Settled, StoreError};
+use crate::store::{Applied, DrawMode, Drawn, Op, OpKind, Settled, StoreError};
 
 /// One slot's share of a levels check: which of its limits, and the check
 /// of those limits alone.
@@ -84,8 +84,97 @@ impl Inner {
         let shares = self.shares(op.check);
         match op.kind {
             OpKind::Check => self.check_across(op, &shares).await,
+            OpKind::Draw { seq, cost, .. } => self.draw_across(op, (seq, cost), &shares).await,
             _ => self.adjust_across(op, &shares).await,
         }
+    }
+
+    /// A draw spanning slots, in the two phases of a check: every share
+    /// (the first's limits too) checked at `cost` at once, as a check of
+    /// those limits; then the first share's record: if every share
+    /// allowed, its gate and update alone (`DrawMode::Record`), else only
+    /// what it says (`DrawMode::Peek`). Unless the record took the draw,
+    /// the shares that spent are given back, so the record only ever
+    /// counts a draw every level allowed, and a retried, stale, settled or
+    /// unknown draw spends nothing.
+    async fn draw_across(
+        &self,
+        op: &Op<'_>,
+        (seq, cost): (u64, u64),
+        shares: &[Share],
+    ) -> Result<Applied, StoreError> {
+        let costs: Vec<Check> = shares
+            .iter()
+            .map(|s| Check {
+                cost,
+                ..s.check.clone()
+            })
+            .collect();
+        let ops: Vec<Op> = costs.iter().map(Op::check).collect();
+        let answers = self.apply_by_slot(&ops).await;
+        let allowed = answers
+            .iter()
+            .all(|a| a.as_ref().is_ok_and(|a| a.iter().all(|o| o.allowed)));
+        let mode = match allowed {
+            true => DrawMode::Record,
+            false => DrawMode::Peek,
+        };
+        let record = Op {
+            kind: OpKind::Draw { seq, cost, mode },
+            check: &shares[0].check,
+            ..*op
+        };
+        let head = self.run_ops(&[record]).await.and_then(|mut a| a.remove(0));
+        let drawn = head.as_ref().ok().and_then(|h| h.drawn);
+        let drew = matches!(drawn, Some((Drawn::Now, _)));
+        // A record that refused the draw (anything but "now" or "denied")
+        // shows every level as it is: a look.
+        let refused = !matches!(drawn, Some((Drawn::Now | Drawn::Denied, _)));
+        let mut outcomes = vec![None; op.check.limits.len()];
+        let mut failed = head.as_ref().err().cloned();
+        let mut looks = Vec::new();
+        for ((share, op), answer) in shares.iter().zip(&ops).zip(answers) {
+            let applied = match answer {
+                Ok(applied) => applied,
+                Err(error) => {
+                    failed.get_or_insert(error);
+                    continue;
+                }
+            };
+            let spent = applied.iter().all(|o| o.allowed) && cost > 0;
+            let shown = match (drew, spent) {
+                (false, true) => self.give_back(op, &applied).await,
+                (false, false) if refused => {
+                    looks.push(share);
+                    continue;
+                }
+                _ => applied.outcomes,
+            };
+            for (&place, outcome) in share.places.iter().zip(shown) {
+                outcomes[place] = Some(outcome);
+            }
+        }
+        if let Some(error) = failed {
+            return Err(error);
+        }
+        let look_checks: Vec<Check> = looks
+            .iter()
+            .map(|s| Check {
+                cost: 0,
+                ..s.check.clone()
+            })
+            .collect();
+        let look_ops: Vec<Op> = look_checks.iter().map(Op::check).collect();
+        for (share, answer) in looks.iter().zip(self.apply_by_slot(&look_ops).await) {
+            for (&place, outcome) in share.places.iter().zip(answer?.iter()) {
+                outcomes[place] = Some(*outcome);
+            }
+        }
+        let outcomes = outcomes
+            .into_iter()
+            .collect::<Option<Vec<Outcome>>>()
+            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
+        Ok(Applied { outcomes, ..head? })
     }
 
     async fn check_across(&self, op: &Op<'_>, shares: &[Share]) -> Result<Applied, StoreError> {
@@ -164,25 +253,41 @@ impl Inner {
         };
         let head = self.run_ops(&[first]).await?.remove(0)?;
         let went_ahead = matches!(head.reservation, None | Some(Settled::Now));
+        // A settle's other shares change by what the first did: against
+        // the reservation and everything drawn on it.
+        let delta = match op.kind {
+            OpKind::Settle { .. } => {
+                Some(op.amount() - i128::from(head.drawn.map_or(0, |(_, d)| d)))
+            }
+            _ => None,
+        };
         // When the record refused, the other shares change nothing: a
         // look (a check of cost 0) answers for them.
-        let looks: Vec<Check> = shares[1..]
+        let units = |delta: i128| u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
+        let changes: Vec<Check> = shares[1..]
             .iter()
             .map(|s| Check {
-                cost: 0,
+                cost: match (went_ahead, delta) {
+                    (true, Some(delta)) if delta < 0 => units(delta),
+                    (true, None) => s.check.cost,
+                    _ => 0,
+                },
                 ..s.check.clone()
             })
             .collect();
-        let rest: Vec<Op> = shares[1..]
+        let rest: Vec<Op> = changes
             .iter()
-            .zip(&looks)
-            .map(|(share, look)| match went_ahead {
-                true => Op {
-                    check: &share.check,
+            .map(|check| match (went_ahead, delta) {
+                (false, _) => Op::check(check),
+                // A refund of what was not used; a spend past the limit
+                // of what was used beyond; nothing when they are equal.
+                (true, Some(delta)) if delta < 0 => Op::refund(check),
+                (true, Some(delta)) => Op::settle(check, units(delta)),
+                (true, None) => Op {
+                    check,
                     reservation: None,
                     ..*op
                 },
-                false => Op::check(look),
             })
             .collect();
         let answers = self.apply_by_slot(&rest).await;

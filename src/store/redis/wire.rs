@@ -11,7 +11,7 @@
 //! to publish or `''`, its lease id or `''`: the lease a check acquires
 //! on a concurrency limit, or the one a release or renewal names; for a
 //! give-back, the store time in microseconds of the check it gives back
-//! for, in the same slot; its reservation, `''` or `<ttl_ms>:<digest>`: the
+//! for, and for a draw its `seq`, in the same slot; its reservation, `''` or `<ttl_ms>:<digest>`: the
 //! record a check writes if allowed, or the one a settle names, whose key
 //! then follows the operation's limits' keys in `KEYS`), then `LIMIT_ARGS` per limit (the algorithm
 //! tag, limit, window, burst: a window is a length in microseconds, or a
@@ -46,7 +46,7 @@ use super::errors::classify_message;
 use crate::domain::algorithms::settle::OVERDRAFT_CAPACITIES;
 use crate::domain::state_key::{StateKey, hash_tag};
 use crate::domain::{Algorithm, Check, Clock, Limit, Outcome, Reservation, SystemClock, Window};
-use crate::store::{Applied, Op, OpKind, Settled, StoreError};
+use crate::store::{Applied, DrawMode, Drawn, Op, OpKind, Settled, StoreError};
 
 /// Values of `ARGV` before the first operation.
 pub(super) const HEADER_ARGS: usize = 3;
@@ -132,6 +132,12 @@ impl Inner {
             args.push(publish(op));
             args.push(match op.kind {
                 OpKind::GiveBack { at_us } => at_us.to_string(),
+                // A peek's number is sent after `p`, a record's after `r`.
+                OpKind::Draw { seq, mode, .. } => match mode {
+                    DrawMode::Spend => seq.to_string(),
+                    DrawMode::Peek => format!("p{seq}"),
+                    DrawMode::Record => format!("r{seq}"),
+                },
                 _ => op.lease_str().to_string(),
             });
             args.push(
@@ -292,13 +298,24 @@ fn applied<'r>(op: &Op<'_>, n: usize, reply: &'r [Value]) -> Option<(Applied, &'
         (_, [published, lease, now, after @ ..]) => (flag(published)?, Some(lease), now, after),
         _ => return None,
     };
-    // An adjustment naming a reservation (a settle) answers in its second
-    // value what the reservation's record said.
+    // An adjustment naming a reservation (a settle, a draw) answers in its
+    // second value what the reservation's record said and the units drawn
+    // on it: '<code>:<drawn>'.
+    let mut drawn = None;
     let (lease, reservation) = match (op.kind, lease) {
         (kind, Some(found)) if kind != OpKind::Check && op.reservation.is_some() => {
-            match found.as_i64()? {
-                -1 => (None, None),
-                code => (None, Some(Settled::from_code(code)?)),
+            let text = found.as_str()?;
+            let (code, units) = text.split_once(':')?;
+            let (code, units): (i64, u64) = (code.parse().ok()?, units.parse().ok()?);
+            match op.kind {
+                OpKind::Draw { .. } => {
+                    drawn = Some((Drawn::from_code(code)?, units));
+                    (None, None)
+                }
+                _ => {
+                    drawn = Some((Drawn::Settled, units));
+                    (None, Some(Settled::from_code(code)?))
+                }
             }
         }
         (_, Some(lease)) => (flag(lease)?, None),
@@ -316,6 +333,7 @@ fn applied<'r>(op: &Op<'_>, n: usize, reply: &'r [Value]) -> Option<(Applied, &'
         lease,
         at_us: Some(at_us),
         reservation,
+        drawn,
     };
     Some((applied, after))
 }
