@@ -15,6 +15,7 @@ mod auth_tokens;
 mod batch;
 mod batch_parity;
 mod calendar;
+mod draws;
 mod forward_auth;
 mod forward_auth_keys;
 mod http_adjust;
