@@ -23,6 +23,7 @@ mod envoy_tokens;
 mod grpc_listener;
 mod listener_tls;
 mod listener_tls_grpc;
+mod llm_gateway;
 mod nginx_auth;
 mod nginx_tokens;
 mod rls;

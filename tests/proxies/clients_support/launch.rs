@@ -54,6 +54,26 @@ pub fn python(env: &[(String, String)]) -> DemoApp {
     DemoApp::spawn("python", command, env)
 }
 
+/// `module:app` of examples/llm-gateway/ under uvicorn (the gateway or
+/// its fake upstream), in a venv of the example's requirements.txt: the
+/// same pins as the Python client's, so one venv serves both.
+pub fn llm_gateway(module: &str, env: &[(String, String)]) -> DemoApp {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/llm-gateway");
+    let requirements = std::fs::read_to_string(dir.join("requirements.txt")).unwrap();
+    let pins: Vec<&str> = requirements
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .collect();
+    let uvicorn = pip_tools("clients-python", &pins, "bin/uvicorn");
+    let mut command = Command::new(python_of(&uvicorn));
+    command
+        .args(["-m", "uvicorn", &format!("{module}:app"), "--app-dir"])
+        .arg(&dir)
+        .args(["--host", "127.0.0.1", "--port", "0", "--no-access-log"]);
+    DemoApp::spawn(module, command, env)
+}
+
 /// The Node demo server (built-in http and fetch only).
 pub fn node(env: &[(String, String)]) -> DemoApp {
     let node = tool("node", "nodejs", &["/usr/bin/nodejs"]);
