@@ -32,6 +32,9 @@
 #   levels    three levels of the fixed rule, each on its own key
 #             ({"levels": [org, team, user]}, docs/budgets.md): one check
 #             spending on three keys, against `fixed` on one
+#   draw      `reserve`, then one POST /v1/draw of 1 on its reservation:
+#             a row is a reserving check plus a draw, so the draw's own
+#             cost is this row less `reserve`'s
 #
 #   RULES="fixed acquire lease" bash bench/cost.sh   # leases against a fixed window
 #   STORES=memory bash bench/cost.sh ...          # one store only
@@ -92,6 +95,11 @@ if rule == "batch":
         assert all(r["status"] == 200 and r["allowed"] for r in answer["results"]), answer
     sys.exit(0)
 for i in range(n):
+    if rule == "draw":
+        answer = post("/v1/check", {"key": f"draw:{i}", **rules["reserve"]})
+        drawn = post("/v1/draw", {"reservation": answer["reservation"]["id"], "cost": 1, "seq": 1})
+        assert drawn["allowed"] and drawn["drawn"] == 2, drawn
+        continue
     if rule == "levels":
         levels = [{"key": f"{level}:{i}", **rules["fixed"]} for level in ("org", "team", "user")]
         assert post("/v1/check", {"levels": levels})["allowed"]

@@ -10,12 +10,15 @@ use super::Limiter;
 use super::pipeline::{State, Step};
 use super::request::Answer;
 use crate::domain::{Check, Decision};
+use crate::store::OpKind;
 use crate::tenants::now_ms;
 
 impl Limiter {
     /// Stage 0: a blocked key's check is answered denied.
     pub(super) fn blocked(&self, step: &mut Step<'_, '_>) {
-        if !step.route.check || !step.is_pending() {
+        // A draw spends as a check does: a blocked key's stream is cut.
+        let spends = step.route.check || matches!(step.kind(), OpKind::Draw { .. });
+        if !spends || !step.is_pending() {
             return;
         }
         let Some(tenants) = &self.tenants else {

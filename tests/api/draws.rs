@@ -22,6 +22,7 @@ for_each_store!(app:
     a_draw_is_denied_on_any_level_and_spends_nothing,
     a_reservation_lapses_at_its_ttl_with_what_was_drawn_spent,
     bad_draws_are_refused,
+    a_blocked_key_cannot_draw,
 );
 
 /// An organisation's budget and a user's, inline, a day long (no window
@@ -299,4 +300,31 @@ async fn fifty_streams_through_two_instances_sharing_redis() {
         Arc::new(TestApp::spawn(config).await),
     ];
     fifty_streams(&apps).await;
+}
+
+async fn a_blocked_key_cannot_draw(app: &TestApp) {
+    let (org, user) = (unique_key("org"), unique_key("user"));
+    let levels = levels(&org, 1_000, &user);
+    let (_, id) = reserve(app, &levels, 100, "10m").await;
+    let id = id.unwrap();
+    let path = format!("/v1/blocks/{user}");
+    let (status, body) = crate::tenants::put(app, &path, json!({"reason": "abuse"})).await;
+    assert_eq!(status, 201, "{body}");
+    // The stream is cut at its next draw, and nothing is spent.
+    let (status, answer) = draw(app, &id, 50, 1).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["allowed"], false, "{answer}");
+    assert_eq!(answer["blocked"]["reason"], "abuse", "{answer}");
+    assert_eq!(left(app, &levels, 0).await, 1_000 - 100);
+    // A draw on a check holding a concurrency limit is refused: the lease
+    // is the check's alone.
+    let mixed = json!({"key": unique_key("c"), "limits": [
+        {"name": "rate", "limit": 100, "window": "1d"},
+        {"name": "slots", "algorithm": "concurrency", "limit": 2, "lease_ttl": "1m"}],
+        "cost": 1, "reservation_ttl": "10m"});
+    let (_, answer) = app.check(mixed).await;
+    let id = answer["reservation"]["id"].as_str().unwrap().to_owned();
+    let (status, refused) = draw(app, &id, 1, 1).await;
+    assert_eq!(status, 422, "{refused}");
+    assert!(error(&refused).1.contains("concurrency"), "{refused}");
 }

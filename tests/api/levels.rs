@@ -135,7 +135,8 @@ async fn the_answer_holds_each_levels_own(app: &TestApp) {
     assert_eq!(levels[1]["remaining"], 2_000);
     assert_eq!(levels[2]["policy"], Value::Null);
     assert_eq!(levels[2]["remaining"], 1_000);
-    assert_eq!(levels[2]["limits"][0]["name"], "default");
+    // One inline rule is its own answer: no list.
+    assert!(levels[2].get("limits").is_none(), "{body}");
     // Denied by two levels (the team spent 1 500 alone meanwhile):
     // retry_after_ms is the largest of the denying levels' waits, after
     // which every level would pass if nothing else arrives.
@@ -154,7 +155,8 @@ async fn the_answer_holds_each_levels_own(app: &TestApp) {
     assert_eq!(waits[0], 0, "the organisation allows: {body}");
     assert!(waits[1] > 0 && waits[2] > 0, "{body}");
     assert_eq!(body["retry_after_ms"].as_u64(), waits.iter().max().copied());
-    assert_eq!(body["levels"][2]["limits"][0]["allowed"], false);
+    assert_eq!(body["levels"][2]["allowed"], false);
+    assert_eq!(body["levels"][1]["limits"][0]["allowed"], false);
 }
 
 async fn a_reservation_settles_on_every_level(app: &TestApp) {
@@ -253,6 +255,8 @@ async fn bad_levels_are_refused_naming_the_level(app: &TestApp) {
         message.contains("must hold 1 to 8 levels, got 9"),
         "{message}"
     );
+    let (_, message) = refused(json!({"levels": [{"levels": [keys.org()]}]})).await;
+    assert!(message.starts_with("levels[0].levels:"), "{message}");
     let (_, message) = refused(json!({"levels": []})).await;
     assert!(message.contains("got 0"), "{message}");
     let (code, message) = refused(json!({"levels": [keys.org()], "key": "x"})).await;

@@ -22,8 +22,8 @@ use utoipa::{OpenApi, ToSchema};
 use super::fields::whole_number;
 use super::response::CheckResponse;
 use super::{body_for, parse_check};
-use crate::domain::Reservation;
 use crate::domain::auth::Scope;
+use crate::domain::{Reservation, TenantMark};
 use crate::http::AppState;
 use crate::http::endpoint::Endpoint;
 use crate::http::error::{ApiError, ErrorBody, JsonBody, parse_json};
@@ -128,6 +128,14 @@ async fn drawn(state: &AppState, request: Request) -> Result<Response, ApiError>
         _ => unknown(),
     })?;
     let check = parsed.check;
+    if check.concurrency().is_some() {
+        // A draw is a rate check; a lease is taken by the check alone.
+        return Err(ApiError::InvalidRequest(
+            "reservation: a draw takes no concurrency limit (its check's lease is released with \
+             POST /v1/release); reserve on the rate limits alone to draw"
+                .into(),
+        ));
+    }
     let most = check.max_cost();
     if cost > most {
         return Err(ApiError::InvalidRequest(format!(
@@ -140,8 +148,12 @@ async fn drawn(state: &AppState, request: Request) -> Result<Response, ApiError>
         .run_one(crate::limiter::Request::new(op))
         .await
         .map_err(|e| ApiError::adjusting(op.kind, e))?;
-    let (found, units) = answer.drawn.unwrap_or((Drawn::Unknown, 0));
     let mut decision = answer.decision;
+    if let Some(TenantMark::Blocked { .. }) = decision.tenant {
+        // A runtime block: denied, nothing asked of the store.
+        return Ok(body_for(parsed.form, &decision).into_response_for(&decision));
+    }
+    let (found, units) = answer.drawn.unwrap_or((Drawn::Unknown, 0));
     match found {
         Drawn::Now | Drawn::Denied => {}
         // The last allowed draw again: allowed, as it was, nothing spent.

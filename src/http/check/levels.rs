@@ -23,10 +23,9 @@ use utoipa::openapi::schema::Schema;
 use utoipa::{PartialSchema, ToSchema};
 
 use super::fields::optional_whole_number;
-use super::fields_present::Present;
 use super::request::WindowSpec;
 use super::response::LimitResponse;
-use super::{ApiError, AppState, parse_check};
+use super::{ApiError, AppState, parse_check_at};
 use crate::domain::{Check, Decision, Level, LevelInput, LimitDecision, MAX_LEVELS};
 use crate::http::error::parse_json;
 
@@ -87,8 +86,9 @@ pub(super) struct ParsedLevels {
     pub reservation_ttl: Option<WindowSpec>,
 }
 
-/// The fields a level may not carry: the whole check's.
-const WHOLE_CHECK_FIELDS: [&str; 4] = ["cost", "wait_ms", "reservation_ttl", "levels"];
+/// The fields a level may not carry: the whole check's (a level holding
+/// `levels` is refused as it is parsed, before its levels would be).
+const WHOLE_CHECK_FIELDS: [&str; 3] = ["cost", "wait_ms", "reservation_ttl"];
 
 pub(super) fn parse_levels(state: &AppState, json: &[u8]) -> Result<ParsedLevels, ApiError> {
     let request: LevelsCheckRequest = parse_json(json)?;
@@ -100,18 +100,17 @@ pub(super) fn parse_levels(state: &AppState, json: &[u8]) -> Result<ParsedLevels
     }
     let mut inputs = Vec::with_capacity(request.levels.len());
     for (i, raw) in request.levels.iter().enumerate() {
-        let bytes = raw.get().as_bytes();
-        let fields = Present::of(bytes);
+        let parsed =
+            parse_check_at(state, raw.get().as_bytes(), false).map_err(|e| within(e, i))?;
         if let Some(field) = WHOLE_CHECK_FIELDS
             .iter()
-            .find(|f| fields.is_some_and(|p| p.has(f)))
+            .find(|f| parsed.fields.is_some_and(|p| p.has(f)))
         {
             return Err(ApiError::InvalidRequest(format!(
                 "levels[{i}].{field}: a level takes no `{field}` of its own; the check's applies \
                  to every level"
             )));
         }
-        let parsed = parse_check(state, bytes).map_err(|e| within(e, i))?;
         inputs.push(LevelInput {
             check: parsed.check,
             name: None,
@@ -156,8 +155,11 @@ pub struct LevelResponse {
     #[schema(value_type = Option<String>)]
     pub policy: Option<Arc<str>>,
     /// What each limit of this level decided, in its policy's (or the
-    /// level's) order; a single-rule level's one limit is `default`.
-    pub limits: Vec<LimitResponse>,
+    /// level's) order: for a policy's level, or one of several inline
+    /// limits (a level of one inline rule is its own answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub limits: Option<Vec<LimitResponse>>,
 }
 
 /// Each level's answer, in order, from the combined `decision`.
@@ -193,7 +195,10 @@ fn level_answer(level: Option<Arc<Level>>, limits: &[LimitDecision]) -> LevelRes
             .max()
             .unwrap_or(0),
         reset_after_ms: limits.iter().map(|l| l.reset_after_ms).max().unwrap_or(0),
+        // Listed for a policy, or several limits: one inline rule's limit
+        // says nothing the level's own fields do not.
+        limits: (level.as_ref().is_some_and(|l| l.policy.is_some()) || limits.len() > 1)
+            .then(|| limits.iter().map(LimitResponse::from).collect()),
         policy: level.and_then(|l| l.policy.clone()),
-        limits: limits.iter().map(LimitResponse::from).collect(),
     }
 }

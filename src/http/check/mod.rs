@@ -175,6 +175,8 @@ pub(super) struct Parsed {
     pub check: Check,
     /// Whether the body has a `cost` field (a reset takes none).
     pub has_cost: bool,
+    /// The fields that matter before parsing (`fields_present`), as found.
+    pub fields: Option<Present>,
     /// `wait_ms` as given, not yet validated (only a check waits).
     pub wait_ms: Option<u64>,
     /// The reservation `reservation_ttl` asked for (only a check takes
@@ -193,6 +195,12 @@ pub(super) async fn parse(state: &AppState, request: Request) -> Result<Parsed, 
 /// three forms, validated into the domain's check: the one conversion
 /// every HTTP front end shares.
 pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiError> {
+    parse_check_at(state, json, true)
+}
+
+/// [`parse_check`] of a whole check (`top`), or of one level of a levels
+/// check, which cannot itself hold levels.
+pub(super) fn parse_check_at(state: &AppState, json: &[u8], top: bool) -> Result<Parsed, ApiError> {
     // Not an object: the single-rule parser rejects it as it always did.
     let fields = Present::of(json);
     let has_cost = fields.is_some_and(|f| f.has("cost"));
@@ -217,6 +225,11 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
             overridden = applied;
             (check, wait_ms, ttl)
         }
+        Form::Levels if !top => {
+            return Err(ApiError::InvalidRequest(
+                "levels: a level cannot hold levels of its own".into(),
+            ));
+        }
         Form::Levels => {
             let parsed = levels::parse_levels(state, json)?;
             (parsed.check, parsed.wait_ms, parsed.reservation_ttl)
@@ -230,6 +243,7 @@ pub(super) fn parse_check(state: &AppState, json: &[u8]) -> Result<Parsed, ApiEr
         form,
         check,
         has_cost,
+        fields,
         wait_ms,
         reservation,
         overridden,

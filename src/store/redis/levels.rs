@@ -126,7 +126,11 @@ impl Inner {
         };
         let head = self.run_ops(&[record]).await.and_then(|mut a| a.remove(0));
         let drawn = head.as_ref().ok().and_then(|h| h.drawn);
-        let drew = matches!(drawn, Some((Drawn::Now, _)));
+        // A record call that failed may have taken the draw before its
+        // reply was lost: the shares stay spent (a retry of the same seq
+        // then finds it taken and spends nothing), never given back for a
+        // draw the record may count.
+        let drew = matches!(drawn, Some((Drawn::Now, _))) || head.is_err();
         // A record that refused the draw (anything but "now" or "denied")
         // shows every level as it is: a look.
         let refused = !matches!(drawn, Some((Drawn::Now | Drawn::Denied, _)));
