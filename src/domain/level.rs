@@ -17,28 +17,12 @@ use std::sync::Arc;
 
 use super::FailureMode;
 use super::check::{Check, validate_cost};
-use super::limit::Limit;
+use super::limit::{Level, Limit};
 use super::rule::ValidationError;
 use super::state_key::StateKey;
 
 /// The most levels one check may carry.
 pub const MAX_LEVELS: usize = 8;
-
-/// One level of a levels check: where its limits' state lives, and its
-/// name in metrics and answers.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Level {
-    /// Its position in the check's `levels`.
-    pub index: usize,
-    /// Its position as text (`"0"`, `"1"`, ...), or the name a policy's
-    /// hierarchy gives it: the `level` label of metrics, so always one of
-    /// a bounded set, never the client's words.
-    pub name: Arc<str>,
-    /// The level's client key.
-    pub key: Box<str>,
-    /// The level's policy, `None` for inline limits.
-    pub policy: Option<Arc<str>>,
-}
 
 /// One level of a levels check as parsed: a check of its own (its cost is
 /// ignored) and its name, if a policy's hierarchy gives it one.

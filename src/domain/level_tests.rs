@@ -143,3 +143,11 @@ fn the_strictest_failure_mode_of_any_level_applies() {
     let check = Check::levels(vec![level(open), level(closed)], None).unwrap();
     assert_eq!(check.failure_mode, Some(FailureMode::Closed));
 }
+
+#[test]
+fn a_policy_cannot_be_named_levels() {
+    // Levels checks are counted under `policy="levels"` in the metrics.
+    let text = "[policies.levels]\nlimits = [{ name = \"a\", limit = 1, window = 1 }]\n";
+    let err = crate::domain::PolicySet::parse(text, &Default::default(), None).unwrap_err();
+    assert!(err.to_string().contains("\"levels\" is reserved"), "{err}");
+}

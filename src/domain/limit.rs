@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use super::level::Level;
 use super::rule::Rule;
 
 /// One limit of a check: a named rule.
@@ -22,4 +21,20 @@ pub struct Limit {
     /// A levels check's limit: the level whose client key and policy hold
     /// its state (`domain::level`). `None` for every other check.
     pub level: Option<Arc<Level>>,
+}
+
+/// One level of a levels check: where its limits' state lives, and its
+/// name in metrics and answers.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Level {
+    /// Its position in the check's `levels`.
+    pub index: usize,
+    /// Its position as text (`"0"`, `"1"`, ...), or the name a policy's
+    /// hierarchy gives it: the `level` label of metrics, so always one of
+    /// a bounded set, never the client's words.
+    pub name: Arc<str>,
+    /// The level's client key.
+    pub key: Box<str>,
+    /// The level's policy, `None` for inline limits.
+    pub policy: Option<Arc<str>>,
 }

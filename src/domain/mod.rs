@@ -46,8 +46,8 @@ pub use failure::FailurePolicy;
 pub use failure_mode::{BreakerState, FailureMode};
 pub use lease::{Lease, LeaseId};
 pub use lease_mode::LeaseMode;
-pub use level::{Level, LevelInput, MAX_LEVELS};
-pub use limit::Limit;
+pub use level::{LevelInput, MAX_LEVELS};
+pub use limit::{Level, Limit};
 pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
 pub use reservation::{Granted, Reservation};
 pub use rule::{

@@ -4,6 +4,7 @@
 
 pub mod memory;
 mod op;
+mod record;
 pub mod redis;
 pub mod scripts;
 

@@ -1,7 +1,8 @@
 """Schemathesis hooks: the cross-field rules of POST /v1/check.
 
-The body is one of three forms (policy, inline `limits`, single rule). The
-rules below apply to the single rule and to each inline limit alike; inline
+The body is one of three forms (policy, inline `limits`, single rule), or
+`levels` of them. The rules below apply to the single rule and to each inline
+limit alike, and to each level as to a body of its form; inline
 limits also need unique names and distinct (algorithm, window) pairs, and
 the cost must fit the smallest of them. A policy-form request is valid only
 for a policy that is loaded, which no schema can say: the run serves a
@@ -83,9 +84,11 @@ def before_call(context, case, **kwargs):
         if isinstance(policy, str) and POLICY_NAME.fullmatch(policy):
             case.body["policy"] = POLICY
     _tenants_call(case)
+    if _positive(case) and case.operation.path in CHECK_PATHS and isinstance(case.body, dict):
+        _levels_without_policies(case.body)
     if (
         _positive(case)
-        and case.operation.path == "/v1/settle"
+        and case.operation.path in ("/v1/settle", "/v1/draw")
         and isinstance(case.body, dict)
         and isinstance(case.body.get("reservation"), str)
     ):
@@ -131,6 +134,10 @@ def map_case(context, case):
         actual = case.body.get("actual")
         if _int(actual, 0, 2**63) and actual > MAX_SETTLE_CAPACITIES:
             case.body["actual"] = int(actual) % (MAX_SETTLE_CAPACITIES + 1)
+    if _positive(case) and case.operation.path == "/v1/draw" and isinstance(case.body, dict):
+        # A draw is checked like a check of its cost: within the
+        # reservation's limit (POLICY_CAPACITY, _fresh_reservation's).
+        _cost_within(case.body, POLICY_CAPACITY)
     if _positive(case) and case.operation.path == "/v1/top" and isinstance(case.query, dict):
         # Its parameter example (`api`) is a policy of the example file,
         # not this run's; any other name is rightly a 422 unknown_policy.
@@ -152,6 +159,9 @@ def _within_cross_field_rules(body):
     wait_ms = body.get("wait_ms")
     if _int(wait_ms, 0, 10_000) and wait_ms > MAX_FUZZ_WAIT_MS:
         body["wait_ms"] = int(wait_ms) % (MAX_FUZZ_WAIT_MS + 1)
+    if isinstance(body.get("levels"), list):
+        _levels(body)
+        return body
     if "policy" in body:
         body["policy"] = POLICY
         _cost_within(body, POLICY_CAPACITY)
@@ -169,6 +179,54 @@ def _within_cross_field_rules(body):
     capacity = _rule(body)
     _cost_within(body, capacity)
     return body
+
+
+def _levels_without_policies(body):
+    """The run's one policy holds a concurrency limit (for release and
+    renew), which no level may: a level naming a policy becomes a rule of
+    the policy's size (every phase's calls, the examples' included)."""
+    levels = body.get("levels")
+    if not isinstance(levels, list):
+        return
+    for i, level in enumerate(levels):
+        if isinstance(level, dict) and "policy" in level:
+            key = level.get("key") if isinstance(level.get("key"), str) else "k"
+            levels[i] = {"key": key, "limit": POLICY_CAPACITY, "window": "1h"}
+
+
+def _levels(body):
+    """The levels form: each level within its form's rules, on a key of its
+    own (two levels on one counter are a 422), with no concurrency limit
+    (a 422 too); the cost within the smallest capacity of every level."""
+    capacities = []
+    for i, level in enumerate(body["levels"]):
+        if not isinstance(level, dict):
+            return
+        rules = level["limits"] if isinstance(level.get("limits"), list) else [level]
+        for rule in rules:
+            if isinstance(rule, dict) and rule.get("algorithm") == "concurrency":
+                rule["algorithm"] = "sliding_window"
+                window = rule.pop("lease_ttl", None)
+                if rule.get("window") is None and rule.get("calendar") is None:
+                    rule["window"] = window if isinstance(window, str) else "1m"
+        _within_cross_field_rules(level)
+        level.pop("cost", None)
+        key = level.get("key")
+        if isinstance(key, str):
+            suffix = f"#{i}"
+            while len((key + suffix).encode("utf-8")) > MAX_KEY_BYTES:
+                key = key[:-1]
+            level["key"] = key + suffix
+        if "policy" in level:
+            capacities.append(POLICY_CAPACITY)
+        else:
+            for rule in rules:
+                capacity = _rule(rule) if isinstance(rule, dict) else None
+                if capacity is None or capacity is LEASE:
+                    return
+                capacities.append(capacity)
+    if capacities:
+        _cost_within(body, min(capacities))
 
 
 def _leased(body):

@@ -21,7 +21,7 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::fields::whole_number;
 use super::response::CheckResponse;
-use super::{body_for, parse_check};
+use super::{Parsed, body_for, parse_check};
 use crate::domain::auth::Scope;
 use crate::domain::{Reservation, TenantMark};
 use crate::http::AppState;
@@ -113,36 +113,15 @@ async fn drawn(state: &AppState, request: Request) -> Result<Response, ApiError>
             "seq: must be 1 to {MAX_SEQ}, got {seq}"
         )));
     }
-    let unknown = || {
-        ApiError::UnknownReservation(
-            "reservation: unknown or expired (nothing changed): a reservation is answered only \
-             to an allowed check, lives its reservation_ttl, and must be sent unchanged"
-                .into(),
-        )
-    };
-    let (reservation, description) = Reservation::parse(&id).ok_or_else(unknown)?;
-    let parsed = parse_check(state, &description).map_err(|e| match e {
-        ApiError::UnknownPolicy(message) => {
-            ApiError::UnknownPolicy(format!("the reservation's {message}"))
-        }
-        _ => unknown(),
-    })?;
-    let check = parsed.check;
-    if check.concurrency().is_some() {
-        // A draw is a rate check; a lease is taken by the check alone.
-        return Err(ApiError::InvalidRequest(
-            "reservation: a draw takes no concurrency limit (its check's lease is released with \
-             POST /v1/release); reserve on the rate limits alone to draw"
-                .into(),
-        ));
-    }
+    let (reservation, parsed) = reserved_check(state, &id)?;
+    let check = &parsed.check;
     let most = check.max_cost();
     if cost > most {
         return Err(ApiError::InvalidRequest(format!(
             "cost: at most {most} (a draw is checked like a check of its cost), got {cost}"
         )));
     }
-    let op = Op::draw(&check, &reservation, cost, seq);
+    let op = Op::draw(check, &reservation, cost, seq);
     let answer = state
         .limiter
         .run_one(crate::limiter::Request::new(op))
@@ -154,27 +133,57 @@ async fn drawn(state: &AppState, request: Request) -> Result<Response, ApiError>
         return Ok(body_for(parsed.form, &decision).into_response_for(&decision));
     }
     let (found, units) = answer.drawn.unwrap_or((Drawn::Unknown, 0));
-    match found {
-        Drawn::Now | Drawn::Denied => {}
+    refused(found, seq)?;
+    if found == Drawn::Again {
         // The last allowed draw again: allowed, as it was, nothing spent.
-        Drawn::Again => {
-            decision.allowed = true;
-            decision.retry_after_ms = 0;
-        }
-        Drawn::Unknown => return Err(unknown()),
-        Drawn::Settled => {
-            return Err(ApiError::ReservationSettled(
-                "reservation: already settled (nothing changed); draws end with the settle".into(),
-            ));
-        }
-        Drawn::Stale => {
-            return Err(ApiError::DrawOutOfOrder(format!(
-                "seq: {seq} is below the last draw this reservation allowed (nothing changed); \
-                 number each draw above the one before, and retry with the same seq"
-            )));
-        }
+        decision.allowed = true;
+        decision.retry_after_ms = 0;
     }
     let mut response = body_for(parsed.form, &decision);
     response.drawn = Some(check.cost.saturating_add(units));
     Ok(response.into_response_for(&decision))
+}
+
+fn unknown() -> ApiError {
+    ApiError::UnknownReservation(
+        "reservation: unknown or expired (nothing changed): a reservation is answered only to \
+         an allowed check, lives its reservation_ttl, and must be sent unchanged"
+            .into(),
+    )
+}
+
+/// The reservation `id` names, and its check rebuilt from the id's
+/// description (as a settle does), which must hold no concurrency limit.
+fn reserved_check(state: &AppState, id: &str) -> Result<(Reservation, Parsed), ApiError> {
+    let (reservation, description) = Reservation::parse(id).ok_or_else(unknown)?;
+    let parsed = parse_check(state, &description).map_err(|e| match e {
+        ApiError::UnknownPolicy(message) => {
+            ApiError::UnknownPolicy(format!("the reservation's {message}"))
+        }
+        _ => unknown(),
+    })?;
+    if parsed.check.concurrency().is_some() {
+        // A draw is a rate check; a lease is taken by the check alone.
+        return Err(ApiError::InvalidRequest(
+            "reservation: a draw takes no concurrency limit (its check's lease is released with \
+             POST /v1/release); reserve on the rate limits alone to draw"
+                .into(),
+        ));
+    }
+    Ok((reservation, parsed))
+}
+
+/// The error of a draw its reservation's record refused, if it did.
+fn refused(found: Drawn, seq: u64) -> Result<(), ApiError> {
+    match found {
+        Drawn::Now | Drawn::Denied | Drawn::Again => Ok(()),
+        Drawn::Unknown => Err(unknown()),
+        Drawn::Settled => Err(ApiError::ReservationSettled(
+            "reservation: already settled (nothing changed); draws end with the settle".into(),
+        )),
+        Drawn::Stale => Err(ApiError::DrawOutOfOrder(format!(
+            "seq: {seq} is below the last draw this reservation allowed (nothing changed); \
+             number each draw above the one before, and retry with the same seq"
+        ))),
+    }
 }

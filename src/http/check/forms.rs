@@ -1,15 +1,18 @@
 //! The documented schemas of the forms: each form's own, forbidding the
 //! fields of the others (so no body is valid for two), shared by check,
-//! reset, refund, settle, release and renew.
+//! reset, refund, settle, release and renew; and the levels form's body,
+//! whose levels are those forms (`levels.rs` parses it).
 
+use serde::Deserialize;
+use serde_json::value::RawValue;
 use utoipa::openapi::RefOr;
 use utoipa::openapi::extensions::ExtensionsBuilder;
 use utoipa::openapi::schema::{ObjectBuilder, OneOfBuilder, Schema, SchemaType};
 use utoipa::{PartialSchema, ToSchema};
 
+use super::fields::optional_whole_number;
 use super::fields_present::RULE_FIELDS;
-use super::levels::LevelsCheckRequest;
-use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest};
+use super::request::{CheckRequest, InlineCheckRequest, PolicyCheckRequest, WindowSpec};
 use crate::http::openapi::NOT_MARKER;
 
 /// The request body of `POST /v1/check` as documented: exactly one of the
@@ -70,7 +73,11 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     // The policy and inline forms forbid the other's lead field and every
     // rule field; every form forbids `forbidden`, and `levels` (the lead
     // field of the fourth).
-    let with = |fields: &[&'static str]| [fields, forbidden, &["levels"]].concat();
+    let levels: &[&str] = match forbidden.contains(&"levels") {
+        true => &[],
+        false => &["levels"],
+    };
+    let with = |fields: &[&'static str]| [fields, forbidden, levels].concat();
     let leading = |other: &'static str| with(&[&[other][..], &RULE_FIELDS[..]].concat());
     let policy = forbid(
         PolicyCheckRequest::schema(),
@@ -165,4 +172,54 @@ pub(crate) fn window_or_calendar(schema: RefOr<Schema>) -> RefOr<Schema> {
         None => object.extensions = Some(not),
     }
     object.into()
+}
+
+/// One level as documented: a check form without the fields only a whole
+/// check takes.
+pub struct LevelForms;
+
+impl ToSchema for LevelForms {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "LevelRequest".into()
+    }
+}
+
+impl PartialSchema for LevelForms {
+    fn schema() -> RefOr<Schema> {
+        super::forms::forms(&["cost", "wait_ms", "reservation_ttl", "levels"], "Level")
+    }
+}
+
+/// The levels form: up to 8 check forms, each on its own key, allowed only
+/// if every level allows `cost`, and only then spent on all of them.
+#[derive(Debug, Deserialize, ToSchema)]
+#[schema(example = json!({"levels": [
+    {"key": "team:4", "limit": 50000, "window": "1d", "algorithm": "fixed_window"},
+    {"key": "user:7", "limit": 20000, "window": "1m"}
+], "cost": 1200}))]
+pub struct LevelsCheckRequest {
+    /// 1 to 8 levels, each a check form of its own (`{"policy", "key"}`,
+    /// `{"key", "limits"}` or `{"key", "limit", "window", ...}`) without
+    /// `cost`, `wait_ms` or `reservation_ttl`. No two levels may keep the
+    /// same counter (the same key and policy, or the same key, algorithm
+    /// and window inline); no level may hold a concurrency limit or be a
+    /// shadow policy. A level's counters are the ones a check of that
+    /// form alone spends.
+    #[schema(value_type = Vec<LevelForms>, min_items = 1, max_items = 8)]
+    pub levels: Vec<Box<RawValue>>,
+    /// Units this request spends on every level, default 1; 0 reports
+    /// without spending. At most the smallest capacity among all the
+    /// levels' limits; more is 422.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0)]
+    pub cost: Option<u64>,
+    /// Blocking acquire, as in the other forms: when denied, wait up to
+    /// this many milliseconds for every level to allow. Default 0.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
+    /// Ask for a reservation of `cost` on every level, to settle with
+    /// `POST /v1/settle`, as in the other forms.
+    #[serde(default)]
+    pub reservation_ttl: Option<WindowSpec>,
 }

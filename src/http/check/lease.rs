@@ -78,7 +78,7 @@ impl PartialSchema for LeaseForms {
             unreachable!("a derived struct schema is an inline object")
         };
         let RefOr::T(Schema::OneOf(mut one_of)) =
-            forms(&["cost", "wait_ms", "reservation_ttl"], "Lease")
+            forms(&["cost", "wait_ms", "reservation_ttl", "levels"], "Lease")
         else {
             unreachable!("the forms are a oneOf")
         };

@@ -32,14 +32,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use utoipa::OpenApi;
 
-pub use forms::CheckForms;
 pub(crate) use forms::window_or_calendar;
-pub use levels::{LevelForms, LevelResponse};
+pub use forms::{CheckForms, LevelForms};
 pub use request::{
     AlgorithmName, CheckRequest, Form, InlineCheckRequest, LimitSpec, PolicyCheckRequest,
     WindowSpec,
 };
-pub use response::{CheckResponse, LimitResponse, ReservationResponse};
+pub use response::{CheckResponse, LevelResponse, LimitResponse, ReservationResponse};
 
 use self::fields_present::Present;
 use super::AppState;

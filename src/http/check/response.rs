@@ -10,7 +10,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use super::request::AlgorithmName;
-use crate::domain::{Decision, LimitDecision, TenantMark};
+use crate::domain::{Decision, Level, LimitDecision, TenantMark};
 
 /// The decision. Sent with status 200 whether allowed or not.
 ///
@@ -63,7 +63,7 @@ pub struct CheckResponse {
     /// could pass if nothing else arrives).
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(nullable = false)]
-    pub levels: Option<Vec<super::LevelResponse>>,
+    pub levels: Option<Vec<LevelResponse>>,
     /// `POST /v1/draw` only: the reservation's total so far, its check's
     /// `cost` and every draw it allowed.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -255,7 +255,7 @@ impl CheckResponse {
     /// The levels form's body: the combined decision and each level's.
     pub fn with_levels(d: &Decision) -> Self {
         CheckResponse {
-            levels: Some(super::levels::level_answers(d)),
+            levels: Some(level_answers(d)),
             ..CheckResponse::single_rule(d)
         }
     }
@@ -278,5 +278,72 @@ impl CheckResponse {
         };
         crate::http::rate_headers::insert(response.headers_mut(), decision);
         response
+    }
+}
+
+/// One level's answer.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct LevelResponse {
+    /// Every limit of this level allowed `cost`.
+    pub allowed: bool,
+    /// The `limit` of this level's most restrictive limit.
+    pub limit: u64,
+    /// Units this level has left after the check (or, when the check was
+    /// denied, as it is: nothing was spent).
+    pub remaining: u64,
+    /// 0 when this level allowed; otherwise the smallest wait after which
+    /// it would.
+    pub retry_after_ms: u64,
+    /// Time until this level is back to full capacity.
+    pub reset_after_ms: u64,
+    /// The level's policy, null for inline limits.
+    #[schema(value_type = Option<String>)]
+    pub policy: Option<Arc<str>>,
+    /// What each limit of this level decided, in its policy's (or the
+    /// level's) order: for a policy's level, or one of several inline
+    /// limits (a level of one inline rule is its own answer).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(nullable = false)]
+    pub limits: Option<Vec<LimitResponse>>,
+}
+
+/// Each level's answer, in order, from the combined `decision`.
+pub(super) fn level_answers(decision: &Decision) -> Vec<LevelResponse> {
+    let mut answers = Vec::new();
+    let mut start = 0;
+    while start < decision.limits.len() {
+        let level = decision.limits[start].level.clone();
+        let index = level.as_ref().map(|l| l.index);
+        let end = (start..decision.limits.len())
+            .find(|&i| decision.limits[i].level.as_ref().map(|l| l.index) != index)
+            .unwrap_or(decision.limits.len());
+        answers.push(level_answer(level, &decision.limits[start..end]));
+        start = end;
+    }
+    answers
+}
+
+fn level_answer(level: Option<Arc<Level>>, limits: &[LimitDecision]) -> LevelResponse {
+    // As the whole check's: the fewest remaining, a denying one among
+    // equals, then the first.
+    let tightest = (0..limits.len())
+        .min_by_key(|&i| (limits[i].remaining, limits[i].allowed, i))
+        .unwrap_or(0);
+    LevelResponse {
+        allowed: limits.iter().all(|l| l.allowed),
+        limit: limits[tightest].limit,
+        remaining: limits[tightest].remaining,
+        retry_after_ms: limits
+            .iter()
+            .filter(|l| !l.allowed)
+            .map(|l| l.retry_after_ms)
+            .max()
+            .unwrap_or(0),
+        reset_after_ms: limits.iter().map(|l| l.reset_after_ms).max().unwrap_or(0),
+        // Listed for a policy, or several limits: one inline rule's limit
+        // says nothing the level's own fields do not.
+        limits: (level.as_ref().is_some_and(|l| l.policy.is_some()) || limits.len() > 1)
+            .then(|| limits.iter().map(LimitResponse::from).collect()),
+        policy: level.and_then(|l| l.policy.clone()),
     }
 }

@@ -115,21 +115,10 @@ impl Inner {
         let allowed = answers
             .iter()
             .all(|a| a.as_ref().is_ok_and(|a| a.iter().all(|o| o.allowed)));
-        let mode = match allowed {
-            true => DrawMode::Record,
-            false => DrawMode::Peek,
-        };
-        let record = Op {
-            kind: OpKind::Draw { seq, cost, mode },
-            check: &shares[0].check,
-            ..*op
-        };
-        let head = self.run_ops(&[record]).await.and_then(|mut a| a.remove(0));
+        let head = self.record_draw(op, (seq, cost), &shares[0], allowed).await;
         let drawn = head.as_ref().ok().and_then(|h| h.drawn);
-        // A record call that failed may have taken the draw before its
-        // reply was lost: the shares stay spent (a retry of the same seq
-        // then finds it taken and spends nothing), never given back for a
-        // draw the record may count.
+        // A failed record call may have taken the draw before its reply
+        // was lost: the shares stay spent, as the record may count them.
         let drew = matches!(drawn, Some((Drawn::Now, _))) || head.is_err();
         // A record that refused the draw (anything but "now" or "denied")
         // shows every level as it is: a look.
@@ -161,24 +150,55 @@ impl Inner {
         if let Some(error) = failed {
             return Err(error);
         }
-        let look_checks: Vec<Check> = looks
+        self.look_at(&looks, &mut outcomes).await?;
+        let outcomes = outcomes
+            .into_iter()
+            .collect::<Option<Vec<Outcome>>>()
+            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
+        Ok(Applied { outcomes, ..head? })
+    }
+
+    /// The first share's record, once every share was checked: if all
+    /// `allowed`, its gate and update alone, else only what it says.
+    async fn record_draw(
+        &self,
+        op: &Op<'_>,
+        (seq, cost): (u64, u64),
+        first: &Share,
+        allowed: bool,
+    ) -> Result<Applied, StoreError> {
+        let mode = match allowed {
+            true => DrawMode::Record,
+            false => DrawMode::Peek,
+        };
+        let record = Op {
+            kind: OpKind::Draw { seq, cost, mode },
+            check: &first.check,
+            ..*op
+        };
+        self.run_ops(&[record]).await.and_then(|mut a| a.remove(0))
+    }
+
+    /// Fills `outcomes` with a look (a check of cost 0) at each of `shares`.
+    async fn look_at(
+        &self,
+        shares: &[&Share],
+        outcomes: &mut [Option<Outcome>],
+    ) -> Result<(), StoreError> {
+        let checks: Vec<Check> = shares
             .iter()
             .map(|s| Check {
                 cost: 0,
                 ..s.check.clone()
             })
             .collect();
-        let look_ops: Vec<Op> = look_checks.iter().map(Op::check).collect();
-        for (share, answer) in looks.iter().zip(self.apply_by_slot(&look_ops).await) {
+        let ops: Vec<Op> = checks.iter().map(Op::check).collect();
+        for (share, answer) in shares.iter().zip(self.apply_by_slot(&ops).await) {
             for (&place, outcome) in share.places.iter().zip(answer?.iter()) {
                 outcomes[place] = Some(*outcome);
             }
         }
-        let outcomes = outcomes
-            .into_iter()
-            .collect::<Option<Vec<Outcome>>>()
-            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
-        Ok(Applied { outcomes, ..head? })
+        Ok(())
     }
 
     async fn check_across(&self, op: &Op<'_>, shares: &[Share]) -> Result<Applied, StoreError> {
