@@ -164,11 +164,13 @@ async fn a_draw_is_denied_on_any_level_and_spends_nothing(app: &TestApp) {
 async fn a_reservation_lapses_at_its_ttl_with_what_was_drawn_spent(app: &TestApp) {
     // The gateway reserves 400, draws 300 more, and dies: no settle.
     let levels = levels(&unique_key("org"), 5_000, &unique_key("user"));
-    let (_, id) = reserve(app, &levels, 400, "1s").await;
+    // A TTL that a draw right after the check cannot miss on a loaded
+    // machine, and that the wait below certainly outlasts.
+    let (_, id) = reserve(app, &levels, 400, "3s").await;
     let id = id.unwrap();
     let (_, answer) = draw(app, &id, 300, 1).await;
     assert_eq!(answer["drawn"], 700, "{answer}");
-    tokio::time::sleep(Duration::from_millis(1_300)).await;
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
     // Lapsed: what was drawn stays spent, no refund, nothing else held.
     let (status, lapsed) = settle(app, &id, 0).await;
     assert_eq!(status, 404, "{lapsed}");

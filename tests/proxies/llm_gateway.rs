@@ -157,7 +157,9 @@ async fn fits_then_runs_out(ratekeeper: &TestApp) {
 
 async fn a_killed_gateway_leaves_what_it_drew_spent(ratekeeper: &TestApp) {
     const BUDGET: u64 = 10_000;
-    let (_upstream, gateway) = start(ratekeeper, BUDGET, 40, "2s");
+    // A TTL well past the 1.4 s the 35 tokens take, so that it cannot
+    // lapse mid-stream on a loaded machine (the draws would then be 404s).
+    let (_upstream, gateway) = start(ratekeeper, BUDGET, 40, "5s");
     let org = unique_key("o");
     let mut response = complete(&gateway, &org, 500).await;
     assert_eq!(response.status(), 200);
@@ -173,7 +175,7 @@ async fn a_killed_gateway_leaves_what_it_drew_spent(ratekeeper: &TestApp) {
     );
     // Past the reservation's TTL: no settle came, and none will. What was
     // drawn stays spent (no refund), and nothing else is held.
-    tokio::time::sleep(Duration::from_millis(2_200)).await;
+    tokio::time::sleep(Duration::from_millis(5_200)).await;
     assert_eq!(BUDGET - org_left(ratekeeper, &org, BUDGET).await, spent);
     let rest = json!({"key": format!("org:{org}"), "limit": BUDGET, "window": "1d",
         "algorithm": "fixed_window", "cost": BUDGET - spent});

@@ -38,27 +38,20 @@ fn tool(name: &str, debian_package: &str, also: &[&str]) -> PathBuf {
 /// The Starlette demo app under uvicorn, in a venv holding the pins of
 /// the example's own requirements.txt, so the two cannot drift apart.
 pub fn python(env: &[(String, String)]) -> DemoApp {
-    let dir = example("python");
-    let requirements = std::fs::read_to_string(dir.join("requirements.txt")).unwrap();
-    let pins: Vec<&str> = requirements
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    let uvicorn = pip_tools("clients-python", &pins, "bin/uvicorn");
-    let mut command = Command::new(python_of(&uvicorn));
-    command
-        .args(["-m", "uvicorn", "app:app", "--app-dir"])
-        .arg(&dir)
-        .args(["--host", "127.0.0.1", "--port", "0", "--no-access-log"]);
-    DemoApp::spawn("python", command, env)
+    uvicorn(&example("python"), "app", "python", env)
 }
 
 /// `module:app` of examples/llm-gateway/ under uvicorn (the gateway or
-/// its fake upstream), in a venv of the example's requirements.txt: the
-/// same pins as the Python client's, so one venv serves both.
+/// its fake upstream): its requirements.txt holds the Python client's
+/// pins, so one venv serves both.
 pub fn llm_gateway(module: &str, env: &[(String, String)]) -> DemoApp {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/llm-gateway");
+    uvicorn(&dir, module, module, env)
+}
+
+/// `module:app` of `dir` under uvicorn on a free port, in the venv of the
+/// pins of `dir`'s requirements.txt.
+fn uvicorn(dir: &Path, module: &str, what: &str, env: &[(String, String)]) -> DemoApp {
     let requirements = std::fs::read_to_string(dir.join("requirements.txt")).unwrap();
     let pins: Vec<&str> = requirements
         .lines()
@@ -69,9 +62,9 @@ pub fn llm_gateway(module: &str, env: &[(String, String)]) -> DemoApp {
     let mut command = Command::new(python_of(&uvicorn));
     command
         .args(["-m", "uvicorn", &format!("{module}:app"), "--app-dir"])
-        .arg(&dir)
+        .arg(dir)
         .args(["--host", "127.0.0.1", "--port", "0", "--no-access-log"]);
-    DemoApp::spawn(module, command, env)
+    DemoApp::spawn(what, command, env)
 }
 
 /// The Node demo server (built-in http and fetch only).
