@@ -28,8 +28,10 @@ environment:
   ``RATEKEEPER_TOKEN`` (a ``check`` token, if ratekeeper wants one);
 - ``UPSTREAM_URL``: the OpenAI-compatible base URL
   (``http://127.0.0.1:9000``);
-- ``LEVELS``: the levels as JSON, ``{org}``, ``{team}`` and ``{user}``
-  filled in; default the policies of ``policies.toml``;
+- ``POLICY`` (``llm``): the policy with levels whose key templates take
+  the ``org``, ``team`` and ``user`` ids (``policies.toml``);
+- ``LEVELS``: instead, the levels listed in each request, as JSON,
+  ``{org}``, ``{team}`` and ``{user}`` filled in;
 - ``RESERVATION_TTL`` (``5m``): longer than the longest stream;
 - ``DRAW_TOKENS`` (``200``): tokens per draw.
 """
@@ -53,16 +55,11 @@ RATEKEEPER_URL = os.environ.get("RATEKEEPER_URL", "http://127.0.0.1:8080").rstri
 UPSTREAM_URL = os.environ.get("UPSTREAM_URL", "http://127.0.0.1:9000").rstrip("/")
 RESERVATION_TTL = os.environ.get("RESERVATION_TTL", "5m")
 DRAW_TOKENS = int(os.environ.get("DRAW_TOKENS", "200"))
-LEVELS = os.environ.get(
-    "LEVELS",
-    json.dumps(
-        [
-            {"policy": "org_monthly", "key": "org:{org}"},
-            {"policy": "team_daily", "key": "team:{team}"},
-            {"policy": "user_minute", "key": "user:{user}"},
-        ]
-    ),
-)
+# The policy with levels of policies.toml; LEVELS, when set, lists the
+# levels in each request instead (JSON, ``{org}``, ``{team}`` and ``{user}``
+# filled in).
+POLICY = os.environ.get("POLICY", "llm")
+LEVELS = os.environ.get("LEVELS")
 HEADERS = {"authorization": f"Bearer {os.environ['RATEKEEPER_TOKEN']}"} if os.environ.get("RATEKEEPER_TOKEN") else {}
 
 ratekeeper = httpx.AsyncClient(base_url=RATEKEEPER_URL, headers=HEADERS, timeout=2.0)
@@ -78,16 +75,20 @@ def prompt_of(body: dict) -> str:
     return "".join(str(m.get("content", "")) for m in body.get("messages", []))
 
 
-def levels_for(request: Request) -> list:
+def budget_for(request: Request) -> dict:
+    """The check's form: the policy with levels and the caller's ids, or the
+    levels listed (``LEVELS``)."""
     ids = {name: request.headers.get(f"x-{name}", "") for name in ("org", "team", "user")}
     missing = [name for name, value in ids.items() if not value]
     if missing:
         raise ValueError(f"missing headers: {', '.join('X-' + m.title() for m in missing)}")
+    if not LEVELS:
+        return {"policy": POLICY, "ids": ids}
     text = LEVELS
     for name, value in ids.items():
         # JSON-escaped, so an id cannot break out of its string.
         text = text.replace("{" + name + "}", json.dumps(value)[1:-1])
-    return json.loads(text)
+    return {"levels": json.loads(text)}
 
 
 def event(data) -> bytes:
@@ -104,7 +105,7 @@ async def completions(request: Request):
     if not body.get("stream"):
         return error(400, "stream_required", "this gateway serves streamed completions only")
     try:
-        levels = levels_for(request)
+        check = budget_for(request)
     except ValueError as e:
         return error(400, "missing_identity", str(e))
     estimate = estimate_tokens(prompt_of(body))
@@ -112,7 +113,7 @@ async def completions(request: Request):
         answer = (
             await ratekeeper.post(
                 "/v1/check",
-                json={"levels": levels, "cost": estimate, "reservation_ttl": RESERVATION_TTL},
+                json={**check, "cost": estimate, "reservation_ttl": RESERVATION_TTL},
             )
         ).json()
     except httpx.HTTPError as e:

@@ -139,17 +139,23 @@ pub async fn show(args: ShowArgs) -> Result<u8, RemoteError> {
     let client = Client::new(&args.remote)?;
     let mut answer = client.get("/v1/policies").await?;
     if let Some(name) = &args.name {
-        let policies = answer["policies"].as_array().cloned().unwrap_or_default();
-        let found: Vec<Value> = policies
-            .into_iter()
-            .filter(|p| p["name"] == **name)
-            .collect();
-        if found.is_empty() {
+        let mut found = 0;
+        for list in ["policies", "hierarchies"] {
+            let kept: Vec<Value> = answer[list]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|p| p["name"] == **name)
+                .collect();
+            found += kept.len();
+            answer[list] = Value::Array(kept);
+        }
+        if found == 0 {
             return Err(RemoteError::Usage(format!(
                 "no policy {name:?} is in force"
             )));
         }
-        answer["policies"] = Value::Array(found);
     }
     print(&answer, args.json, policies);
     Ok(0)
@@ -294,7 +300,33 @@ fn policies(a: &Value) -> String {
         ],
         rows,
     ));
+    out.push_str(&hierarchies(a));
     out
+}
+
+/// The policies with levels: a row per level (nothing when there are none).
+fn hierarchies(a: &Value) -> String {
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    let list = a["hierarchies"].as_array().map(Vec::as_slice);
+    let rows: Vec<[String; 4]> = list
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|h| {
+            let levels = h["levels"].as_array().cloned().unwrap_or_default();
+            levels.into_iter().map(|l| {
+                [
+                    text(&h["name"]),
+                    text(&l["name"]),
+                    text(&l["policy"]),
+                    text(&l["key"]),
+                ]
+            })
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!("\n{}", grid(["POLICY", "LEVEL", "USES", "KEY"], rows))
 }
 
 /// Columns padded to their widest cell.

@@ -48,7 +48,7 @@ pub use lease::{Lease, LeaseId};
 pub use lease_mode::LeaseMode;
 pub use level::{LevelInput, MAX_LEVELS};
 pub use limit::{Level, Limit};
-pub use policy::{Policy, PolicyFileError, PolicySet, Problem};
+pub use policy::{Hierarchy, Policy, PolicyFileError, PolicySet, Problem};
 pub use reservation::{Granted, Reservation};
 pub use rule::{
     Algorithm, Bounds, MAX_LIMIT, Rule, RuleInput, ValidationError, WindowInput, validate_name,

@@ -25,13 +25,13 @@ use axum::routing::any;
 use serde::Deserialize;
 
 use super::AppState;
+use super::auth_error::{AuthError, explain, status};
 use super::check::unknown_policy;
 use super::endpoint::Endpoint;
-use super::error::{ErrorBody, ErrorDetail};
 use crate::domain::auth::Scope;
-use crate::domain::forward::{Header, IpNet, RequestView, Unreadable, canonical, client_ip};
-use crate::domain::{Check, Decision, ValidationError};
-use crate::limiter::{LimiterError, Request as Run};
+use crate::domain::forward::{Header, IpNet, RequestView, canonical, client_ip};
+use crate::domain::{Check, Decision};
+use crate::limiter::Request as Run;
 use crate::store::Op;
 
 /// The request header that sets the cost (default 1).
@@ -39,64 +39,6 @@ pub const COST_HEADER: &str = "x-ratelimit-cost";
 
 /// The problem type of a denial (draft-ietf-httpapi-ratelimit-headers-11).
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
-
-/// What `/v1/auth` answers besides a decision. JSON `{"error": {...}}`.
-#[derive(Debug, thiserror::Error)]
-pub enum AuthError {
-    /// 404: a proxy shows the client this status, and "no such policy"
-    /// is a missing resource, not a bad request.
-    #[error("{0}")]
-    UnknownPolicy(String),
-    /// The policy's `missing_key_status` (401): no `key_from` source was present.
-    #[error(
-        "no key: none of the policy's key_from sources is present in the request (tried {tried})"
-    )]
-    MissingKey { status: StatusCode, tried: String },
-    /// The policy's `missing_key_status` too: a key header that is there
-    /// but is not one UTF-8 value (see [`crate::domain::forward`]).
-    #[error("no key: {0}; it must be sent once, as UTF-8 text")]
-    UnreadableKey(Unreadable, StatusCode),
-    /// 400: a key longer than `limits.max_key_bytes`, or a bad
-    /// `X-RateLimit-Cost`.
-    #[error("{0}")]
-    InvalidRequest(String),
-    /// 501: the policy has a concurrency limit, whose lease nothing here
-    /// could release when the proxied request ends (a policy written for
-    /// forward-auth, with `key_from`, is refused at load instead).
-    #[error(
-        "policy {0:?} has a concurrency limit ({1:?}): forward-auth cannot release its lease when \
-         the proxied request ends, so it cannot apply it; call POST /v1/check and POST /v1/release \
-         from the service instead"
-    )]
-    LeasedPolicy(String, String),
-    /// 500; the detail goes to the log.
-    #[error("internal error")]
-    Internal(#[source] LimiterError),
-}
-
-impl IntoResponse for AuthError {
-    fn into_response(self) -> Response {
-        let (status, code) = match &self {
-            AuthError::UnknownPolicy(_) => (StatusCode::NOT_FOUND, "unknown_policy"),
-            AuthError::MissingKey { status, .. } | AuthError::UnreadableKey(_, status) => {
-                (*status, "missing_key")
-            }
-            AuthError::InvalidRequest(_) => (StatusCode::BAD_REQUEST, "invalid_request"),
-            AuthError::LeasedPolicy(..) => (StatusCode::NOT_IMPLEMENTED, "unsupported_policy"),
-            AuthError::Internal(e) => {
-                tracing::error!(error = %e, "forward-auth check failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, "internal")
-            }
-        };
-        let body = ErrorBody {
-            error: ErrorDetail {
-                code,
-                message: self.to_string(),
-            },
-        };
-        (status, Json(body)).into_response()
-    }
-}
 
 #[derive(Deserialize)]
 pub struct AuthPath {
@@ -161,37 +103,38 @@ fn prepare(
     request: &Parts,
 ) -> Result<(Check, StatusCode), AuthError> {
     let set = state.policies.load();
-    let Some(policy) = set.get(&path.policy) else {
-        return Err(AuthError::UnknownPolicy(unknown_policy(&set, &path.policy)));
-    };
     let headers = &request.headers;
     let (ip, from_proxy) = client_of(state, request);
-    let forward = &policy.forward;
-    let key = {
-        let lookup = |name: &str| header(headers, name);
-        // `/v1/auth/p/` is the original path `/` (Envoy appends it).
-        let rest = match &path.rest {
-            Some(r) => Some(format!("/{r}")),
-            None if request.uri.path().ends_with('/') => Some("/".to_string()),
-            None => None,
-        };
-        let view = RequestView {
-            header: &lookup,
-            ip,
-            path: rest.as_deref(),
-        };
-        forward
-            .key(&view)
-            .map_err(|e| AuthError::UnreadableKey(e, status(forward.missing_key_status)))?
+    let lookup = |name: &str| header(headers, name);
+    // `/v1/auth/p/` is the original path `/` (Envoy appends it).
+    let rest = match &path.rest {
+        Some(r) => Some(format!("/{r}")),
+        None if request.uri.path().ends_with('/') => Some("/".to_string()),
+        None => None,
     };
+    let view = RequestView {
+        header: &lookup,
+        ip,
+        path: rest.as_deref(),
+    };
+    // From anyone but a trusted proxy the header is the client's: ignored.
+    let cost = if from_proxy { cost(headers)? } else { None };
+    let Some(policy) = set.get(&path.policy) else {
+        return match set.hierarchy(&path.policy) {
+            Some(hierarchy) => super::auth_levels::prepare(state, &set, hierarchy, &view, cost),
+            None => Err(AuthError::UnknownPolicy(unknown_policy(&set, &path.policy))),
+        };
+    };
+    let forward = &policy.forward;
+    let key = forward
+        .key(&view)
+        .map_err(|e| AuthError::UnreadableKey(e, status(forward.missing_key_status)))?;
     let Some(key) = key else {
         return Err(AuthError::MissingKey {
             status: status(forward.missing_key_status),
             tried: format!("{:?}", forward.key_from_text),
         });
     };
-    // From anyone but a trusted proxy the header is the client's: ignored.
-    let cost = if from_proxy { cost(headers)? } else { None };
     let (check, _) = super::check::policy_for_key(state, policy, key, cost)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
     // Before any store call: no lease is taken that nobody could release.
@@ -290,32 +233,22 @@ fn cost(headers: &HeaderMap) -> Result<Option<u64>, AuthError> {
     }
 }
 
-/// A check's validation error, naming where the value came from.
-fn explain(e: ValidationError) -> String {
-    match e.field.as_str() {
-        "key" => format!("the key from key_from: {}", e.message),
-        "cost" => format!("X-RateLimit-Cost: {}", e.message),
-        _ => e.to_string(),
-    }
-}
-
-fn status(code: u16) -> StatusCode {
-    // Validated as 4xx at load; a fallback only for policies built in code.
-    StatusCode::from_u16(code).unwrap_or(StatusCode::TOO_MANY_REQUESTS)
-}
-
 /// 200 and no body, or the denial with its problem body; the decision's
 /// headers either way.
 fn answer(decision: &Decision, deny_status: StatusCode) -> Response {
     let mut response = if decision.allowed {
         StatusCode::OK.into_response()
     } else {
-        let violated: Vec<&str> = decision
+        let violated = decision
             .limits
             .iter()
             .filter(|l| !l.allowed)
-            .map(|l| &*l.name)
-            .collect();
+            .map(|l| match &l.level {
+                // A level's limit by its level: two levels may both have a "daily".
+                Some(level) => format!("{}/{}", level.name, l.name),
+                None => l.name.to_string(),
+            })
+            .collect::<Vec<String>>();
         let body = serde_json::json!({
             "type": QUOTA_EXCEEDED,
             "title": "Request cannot be satisfied as assigned quota has been exceeded",

@@ -2,6 +2,8 @@
 //! every error to a JSON body. Nothing below this module knows about HTTP.
 
 mod auth;
+mod auth_error;
+mod auth_levels;
 pub mod bearer;
 mod body_limit;
 mod caller;

@@ -10,7 +10,9 @@ use utoipa::OpenApi;
 
 use super::AppState;
 use super::endpoint::Endpoint;
-pub use super::policies_json::{PoliciesResponse, PolicyLimitView, PolicyView};
+pub use super::policies_json::{
+    HierarchyLevelView, HierarchyView, PoliciesResponse, PolicyLimitView, PolicyView,
+};
 use crate::domain::auth::Scope;
 
 pub(super) const ENDPOINT: Endpoint = Endpoint::at(
@@ -23,7 +25,13 @@ pub(super) const ENDPOINT: Endpoint = Endpoint::at(
 #[derive(OpenApi)]
 #[openapi(
     paths(policies),
-    components(schemas(PoliciesResponse, PolicyView, PolicyLimitView))
+    components(schemas(
+        PoliciesResponse,
+        PolicyView,
+        PolicyLimitView,
+        HierarchyView,
+        HierarchyLevelView
+    ))
 )]
 struct PoliciesDoc;
 

@@ -11,7 +11,7 @@ use axum::body::Bytes;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::domain::{Limit, Policy, PolicySet, US_PER_MS, Window};
+use crate::domain::{Hierarchy, Limit, Policy, PolicySet, US_PER_MS, Window};
 
 #[derive(Debug, Serialize, ToSchema)]
 pub struct PoliciesResponse {
@@ -29,6 +29,34 @@ pub struct PoliciesResponse {
     pub overrides_version: u64,
     /// In name order.
     pub policies: Vec<PolicyView>,
+    /// The policies with levels (checked with `ids`), in name order.
+    pub hierarchies: Vec<HierarchyView>,
+}
+
+/// A policy with levels: each level's policy and key template.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HierarchyView {
+    pub name: String,
+    pub description: Option<String>,
+    /// In the file's order: the order of a check's `levels`.
+    pub levels: Vec<HierarchyLevelView>,
+    /// Every id the key templates name: what a check's `ids` holds.
+    pub ids: Vec<String>,
+    /// Forward-auth: where each id comes from; empty when the file gives
+    /// none (forward-auth then answers 501).
+    pub ids_from: BTreeMap<String, String>,
+    /// Forward-auth: the status of a denial (429 unless set).
+    pub deny_status: u16,
+    /// Forward-auth: the status when an id's source is absent (401 unless set).
+    pub missing_key_status: u16,
+}
+
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HierarchyLevelView {
+    pub name: String,
+    pub policy: String,
+    /// The key template, `org:{org}`.
+    pub key: String,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -109,6 +137,32 @@ impl From<&PolicySet> for PoliciesResponse {
             loaded_at: set.loaded_at.map(rfc3339),
             overrides_version: 0,
             policies: set.iter().map(|p| PolicyView::from(&**p)).collect(),
+            hierarchies: set
+                .hierarchies()
+                .map(|h| HierarchyView::from(&**h))
+                .collect(),
+        }
+    }
+}
+
+impl From<&Hierarchy> for HierarchyView {
+    fn from(h: &Hierarchy) -> Self {
+        HierarchyView {
+            name: h.name.to_string(),
+            description: h.description.clone(),
+            levels: h
+                .levels
+                .iter()
+                .map(|l| HierarchyLevelView {
+                    name: l.name.to_string(),
+                    policy: l.policy.to_string(),
+                    key: l.key.text.clone(),
+                })
+                .collect(),
+            ids: h.ids.iter().map(|i| i.to_string()).collect(),
+            ids_from: h.ids_from_text.clone(),
+            deny_status: h.deny_status,
+            missing_key_status: h.missing_key_status,
         }
     }
 }

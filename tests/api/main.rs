@@ -18,6 +18,7 @@ mod calendar;
 mod draws;
 mod forward_auth;
 mod forward_auth_keys;
+mod hierarchies;
 mod http_adjust;
 mod http_api;
 mod leases;

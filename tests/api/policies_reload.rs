@@ -231,7 +231,8 @@ async fn without_a_file_there_are_no_policies() {
     let body = policies(&app).await;
     assert_eq!(
         body,
-        serde_json::json!({"file": null, "sha256": "", "loaded_at": null, "overrides_version": 0, "policies": []})
+        serde_json::json!({"file": null, "sha256": "", "loaded_at": null, "overrides_version": 0,
+            "policies": [], "hierarchies": []})
     );
     assert_eq!(metric(&app, OK).await, 0.0);
 }

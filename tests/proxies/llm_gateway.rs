@@ -5,12 +5,16 @@
 //! fits is streamed whole and settled at its usage; one that runs out of
 //! budget mid-stream is cut with a `budget_exhausted` event and settled at
 //! what it received; a gateway killed mid-stream leaves its reservation to
-//! lapse at its TTL with what it drew spent and nothing else held.
+//! lapse at its TTL with what it drew spent and nothing else held. As it
+//! ships, the gateway checks the example's policy with levels by its ids.
 
 use crate::clients_support::{DemoApp, launch};
 use crate::support;
 
+use std::sync::Arc;
 use std::time::Duration;
+
+use ratekeeper::domain::{Bounds, PolicySet};
 
 use serde_json::{Value, json};
 use support::{RedisServer, TestApp, settings, unique_key};
@@ -31,8 +35,9 @@ fn levels(org: u64) -> String {
 }
 
 /// The fake upstream, `delay_ms` between tokens, and the gateway in front
-/// of it and of `ratekeeper`.
-fn start(ratekeeper: &TestApp, org: u64, delay_ms: u64, ttl: &str) -> (DemoApp, DemoApp) {
+/// of it and of `ratekeeper`, with the levels inline (`org`'s budget) or,
+/// for `None`, the example's policy with levels.
+fn start(ratekeeper: &TestApp, org: Option<u64>, delay_ms: u64, ttl: &str) -> (DemoApp, DemoApp) {
     let env = |pairs: &[(&str, String)]| -> Vec<(String, String)> {
         pairs
             .iter()
@@ -41,16 +46,14 @@ fn start(ratekeeper: &TestApp, org: u64, delay_ms: u64, ttl: &str) -> (DemoApp, 
     };
     let upstream =
         launch::llm_gateway("fake_upstream", &env(&[("DELAY_MS", delay_ms.to_string())]));
-    let gateway = launch::llm_gateway(
-        "gateway",
-        &env(&[
-            ("RATEKEEPER_URL", ratekeeper.base.clone()),
-            ("UPSTREAM_URL", upstream.base.clone()),
-            ("LEVELS", levels(org)),
-            ("RESERVATION_TTL", ttl.to_owned()),
-            ("DRAW_TOKENS", "10".to_owned()),
-        ]),
-    );
+    let mut vars = env(&[
+        ("RATEKEEPER_URL", ratekeeper.base.clone()),
+        ("UPSTREAM_URL", upstream.base.clone()),
+        ("RESERVATION_TTL", ttl.to_owned()),
+        ("DRAW_TOKENS", "10".to_owned()),
+    ]);
+    vars.extend(org.map(|org| ("LEVELS".to_owned(), levels(org))));
+    let gateway = launch::llm_gateway("gateway", &vars);
     (upstream, gateway)
 }
 
@@ -116,7 +119,7 @@ async fn settled_to(ratekeeper: &TestApp, org: &str, budget: u64, want: u64) {
 
 async fn fits_then_runs_out(ratekeeper: &TestApp) {
     const BUDGET: u64 = 70;
-    let (_upstream, gateway) = start(ratekeeper, BUDGET, 1, "1m");
+    let (_upstream, gateway) = start(ratekeeper, Some(BUDGET), 1, "1m");
     let org = unique_key("o");
     // 40 tokens and the prompt's 3 fit: streamed whole, settled at 43.
     let mut response = complete(&gateway, &org, 40).await;
@@ -159,7 +162,7 @@ async fn a_killed_gateway_leaves_what_it_drew_spent(ratekeeper: &TestApp) {
     const BUDGET: u64 = 10_000;
     // A TTL well past the 1.4 s the 35 tokens take, so that it cannot
     // lapse mid-stream on a loaded machine (the draws would then be 404s).
-    let (_upstream, gateway) = start(ratekeeper, BUDGET, 40, "5s");
+    let (_upstream, gateway) = start(ratekeeper, Some(BUDGET), 40, "5s");
     let org = unique_key("o");
     let mut response = complete(&gateway, &org, 500).await;
     assert_eq!(response.status(), 200);
@@ -181,6 +184,50 @@ async fn a_killed_gateway_leaves_what_it_drew_spent(ratekeeper: &TestApp) {
         "algorithm": "fixed_window", "cost": BUDGET - spent});
     let (_, body) = ratekeeper.check(rest).await;
     assert_eq!(body["allowed"], true, "the rest of the budget: {body}");
+}
+
+/// The gateway as it ships: `{"policy": "llm", "ids"}` on the example's
+/// policies file, whose key templates put the team under its organisation.
+async fn the_example_policy_with_levels(ratekeeper: &TestApp) {
+    let file = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/examples/llm-gateway/policies.toml"
+    );
+    let text = std::fs::read_to_string(file).unwrap();
+    let set = PolicySet::parse(&text, &Bounds::default(), None).expect("the example loads");
+    ratekeeper.policies.store(Arc::new(set));
+    let (_upstream, gateway) = start(ratekeeper, None, 1, "1m");
+    let org = unique_key("o");
+    let mut response = complete(&gateway, &org, 40).await;
+    assert_eq!(response.status(), 200);
+    let all = events(&mut response, usize::MAX).await;
+    assert_eq!(all.last().map(String::as_str), Some("[DONE]"), "{all:?}");
+    // Settled at 43 on each level, under the keys the templates build.
+    let level = |policy: &str, key: String| json!({"policy": policy, "key": key, "cost": 0});
+    let looks = [
+        (level("org_monthly", format!("org:{org}")), 10_000_000),
+        (level("team_daily", format!("team:{org}/4")), 1_000_000),
+    ];
+    for (look, budget) in looks {
+        let mut left = 0;
+        for _ in 0..100 {
+            left = ratekeeper.check(look.clone()).await.1["remaining"]
+                .as_u64()
+                .unwrap();
+            if left == budget - 43 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(left, budget - 43, "{look}\n{}", gateway.output());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gateway_checks_the_example_policy_with_levels() {
+    let redis = RedisServer::start();
+    let ratekeeper = TestApp::spawn(settings(Some(&redis.url()))).await;
+    the_example_policy_with_levels(&ratekeeper).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

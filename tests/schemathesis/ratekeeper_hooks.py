@@ -1,7 +1,7 @@
 """Schemathesis hooks: the cross-field rules of POST /v1/check.
 
-The body is one of three forms (policy, inline `limits`, single rule), or
-`levels` of them. The rules below apply to the single rule and to each inline
+The body is one of three forms (policy, inline `limits`, single rule),
+`levels` of them, or a policy with levels and its `ids`. The rules below apply to the single rule and to each inline
 limit alike, and to each level as to a body of its form; inline
 limits also need unique names and distinct (algorithm, window) pairs, and
 the cost must fit the smallest of them. A policy-form request is valid only
@@ -82,7 +82,7 @@ def before_call(context, case, **kwargs):
     if case.operation.path in CHECK_PATHS and isinstance(case.body, dict):
         policy = case.body.get("policy")
         if isinstance(policy, str) and POLICY_NAME.fullmatch(policy):
-            case.body["policy"] = POLICY
+            case.body["policy"] = TREE if "ids" in case.body else POLICY
     _tenants_call(case)
     if _positive(case) and case.operation.path in CHECK_PATHS and isinstance(case.body, dict):
         _levels_without_policies(case.body)
@@ -149,6 +149,24 @@ def map_case(context, case):
 POLICY = "fuzz"
 POLICY_CAPACITY = 1_000_000
 
+# The run's one policy with levels: one level of POLICY_CAPACITY, keyed
+# `tree:{a}` (tests/tooling/schemathesis.rs).
+TREE = "fuzz_tree"
+TREE_KEY_PREFIX = len("tree:")
+
+
+def _tree_ids(body):
+    """The hierarchy form: its one id `a`, a value whose key fits in
+    MAX_KEY_BYTES (any generated map names other ids, a 422), and a cost
+    within its level."""
+    body["policy"] = TREE
+    values = [v for v in body["ids"].values() if isinstance(v, str) and v]
+    value = values[0] if values else "x"
+    while len(value.encode("utf-8")) > MAX_KEY_BYTES - TREE_KEY_PREFIX:
+        value = value[:-1]
+    body["ids"] = {"a": value or "x"}
+    _cost_within(body, POLICY_CAPACITY)
+
 
 # A valid wait_ms holds a denied request for up to that long (10 s at most):
 # kept short, so a run of thousands of requests stays within its time.
@@ -161,6 +179,9 @@ def _within_cross_field_rules(body):
         body["wait_ms"] = int(wait_ms) % (MAX_FUZZ_WAIT_MS + 1)
     if isinstance(body.get("levels"), list):
         _levels(body)
+        return body
+    if isinstance(body.get("ids"), dict):
+        _tree_ids(body)
         return body
     if "policy" in body:
         body["policy"] = POLICY

@@ -40,14 +40,17 @@ fn schemathesis_finds_nothing() {
     let st = schemathesis();
     // One policy, so that valid policy-form requests are valid here too (the
     // hooks point them at it): its tightest limit takes any cost up to
-    // POLICY_CAPACITY in ratekeeper_hooks.py.
+    // POLICY_CAPACITY in ratekeeper_hooks.py. And one policy with levels,
+    // `fuzz_tree`, for the hierarchy form's (its id `a`).
     let policies = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-policies.toml");
     std::fs::write(
         &policies,
         "[policies.fuzz]\nlimits = [\n  \
          { name = \"burst\", algorithm = \"gcra\", limit = 1000000, window = \"1s\" },\n  \
          { name = \"daily\", algorithm = \"fixed_window\", limit = 1000000000000, window = \"1d\" },\n  \
-         { name = \"inflight\", algorithm = \"concurrency\", limit = 10000, lease_ttl = \"1s\" },\n]\n",
+         { name = \"inflight\", algorithm = \"concurrency\", limit = 10000, lease_ttl = \"1s\" },\n]\n\
+         [policies.fuzz_level]\nlimits = [ { name = \"day\", limit = 1000000, window = \"1d\" } ]\n\
+         [policies.fuzz_tree]\nlevels = [ { policy = \"fuzz_level\", key = \"tree:{a}\" } ]\n",
     )
     .unwrap();
     // With bearer tokens on, as the document's security says: schemathesis

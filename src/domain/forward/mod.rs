@@ -128,7 +128,9 @@ impl ForwardAuth {
 }
 
 impl Source {
-    fn parse(s: &str) -> Result<Source, String> {
+    /// One source: `header:<name>`, `ip`, `ip_prefix:<bits>`,
+    /// `const:<text>` or `path`.
+    pub fn parse(s: &str) -> Result<Source, String> {
         let (kind, arg) = s.split_once(':').unwrap_or((s, ""));
         match (kind, s.contains(':')) {
             ("ip", false) => Ok(Source::Ip),
@@ -147,8 +149,10 @@ impl Source {
         }
     }
 
-    /// The source's value, not yet tagged.
-    fn value(&self, request: &RequestView) -> Result<Option<String>, Unreadable> {
+    /// The source's value as the request holds it, not tagged: what a
+    /// hierarchy's `ids_from` takes as an id, the same text a caller of
+    /// `/v1/check` would send.
+    pub fn value(&self, request: &RequestView) -> Result<Option<String>, Unreadable> {
         let unreadable = |name: &String, why| Unreadable {
             header: name.clone(),
             why,

@@ -10,6 +10,8 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::forward::build_forward;
+use super::hierarchy_build::build_hierarchy;
+use super::names::{check_policy_name, toml_key};
 use super::problem::{PolicyFileError, Report};
 use super::raw::{RawFile, RawLimit, RawOverride, RawPolicy};
 use super::{Policy, PolicySet};
@@ -24,19 +26,6 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
-}
-
-/// How a TOML key is written in a path: bare when it may be, else quoted.
-fn toml_key(key: &str) -> String {
-    let bare = !key.is_empty()
-        && key
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
-    if bare {
-        key.to_string()
-    } else {
-        format!("{key:?}")
-    }
 }
 
 impl PolicySet {
@@ -58,27 +47,22 @@ impl PolicySet {
             }
         };
         let mut policies = Vec::with_capacity(raw.policies.len());
+        let mut hierarchies = Vec::new();
         for (name, policy) in &raw.policies {
-            if let Some(policy) = build_policy(name, policy, bounds, &mut report) {
+            if policy.get_ref().levels.is_some() {
+                let built = build_hierarchy(name, policy, &raw.policies, &mut report);
+                hierarchies.extend(built);
+            } else if let Some(policy) = build_policy(name, policy, bounds, &mut report) {
                 policies.push(policy);
             }
         }
         if report.count() != 0 {
             return Err(report.finish());
         }
-        Ok(PolicySet::from_policies(
-            policies,
-            sha256_hex(text.as_bytes()),
-            loaded_at,
-        ))
+        let set = PolicySet::from_policies(policies, sha256_hex(text.as_bytes()), loaded_at);
+        Ok(set.with_hierarchies(hierarchies))
     }
 }
-
-/// The `policy` label of checks that carry their own limits.
-const INLINE: &str = "inline";
-
-/// The `policy` label of levels checks (`domain::level`).
-const LEVELS: &str = "levels";
 
 fn build_policy(
     name: &Spanned<String>,
@@ -110,6 +94,13 @@ fn build_policy(
         }
     }
     let forward = build_forward(&path, policy, report);
+    if let Some(ids_from) = &policy.ids_from {
+        report.add(
+            format!("{path}.ids_from"),
+            ids_from.span(),
+            "only a policy with `levels` takes `ids_from`; this one is keyed by `key_from`",
+        );
+    }
     let lease = policy
         .lease
         .as_ref()
@@ -127,29 +118,6 @@ fn build_policy(
         forward,
         lease,
     })
-}
-
-/// A policy's name: a valid name, and not the one inline checks are
-/// counted under.
-fn check_policy_name(path: &str, name: &Spanned<String>, report: &mut Report) {
-    if let Err(e) = validate_name(path, name.get_ref()) {
-        report.add(path.to_string(), name.span(), e.message);
-    } else if name.get_ref() == INLINE {
-        // Metrics label inline checks `policy="inline"`: a policy of that
-        // name would be counted as them.
-        report.add(
-            path.to_string(),
-            name.span(),
-            format!("{INLINE:?} is reserved for checks that carry their own limits"),
-        );
-    } else if name.get_ref() == LEVELS {
-        // And levels checks `policy="levels"` (`metrics::decisions`).
-        report.add(
-            path.to_string(),
-            name.span(),
-            format!("{LEVELS:?} is reserved for checks over several levels"),
-        );
-    }
 }
 
 fn failure_mode_of(path: &str, policy: &RawPolicy, report: &mut Report) -> Option<FailureMode> {

@@ -5,15 +5,19 @@
 
 mod file;
 mod forward;
+mod hierarchy;
+mod hierarchy_build;
 mod lease;
 #[cfg(test)]
 mod lease_tests;
+mod names;
 mod problem;
 mod raw;
 #[cfg(test)]
 mod tests;
 
 pub use file::sha256_hex;
+pub use hierarchy::{Hierarchy, HierarchyLevel, KeyTemplate, MAX_IDS};
 pub use problem::{PolicyFileError, Problem};
 
 use std::collections::{BTreeMap, HashMap};
@@ -110,6 +114,9 @@ impl Policy {
 #[derive(Debug, Clone)]
 pub struct PolicySet {
     policies: BTreeMap<Arc<str>, Arc<Policy>>,
+    /// The policies that name levels (`hierarchy`), apart: every other
+    /// reader of a policy (leasing, top, overrides) reads limits.
+    hierarchies: BTreeMap<Arc<str>, Arc<Hierarchy>>,
     /// Hex SHA-256 of the file's bytes; empty for the empty set.
     pub sha256: String,
     /// When this set was loaded; `None` for the empty set.
@@ -124,6 +131,7 @@ impl PolicySet {
     pub fn empty() -> PolicySet {
         PolicySet {
             policies: BTreeMap::new(),
+            hierarchies: BTreeMap::new(),
             sha256: String::new(),
             loaded_at: None,
             source: None,
@@ -141,10 +149,30 @@ impl PolicySet {
                 .into_iter()
                 .map(|p| (p.name.clone(), Arc::new(p)))
                 .collect(),
+            hierarchies: BTreeMap::new(),
             sha256,
             loaded_at,
             source: None,
         }
+    }
+
+    /// This set with `hierarchies` (whose levels' policies it holds).
+    pub fn with_hierarchies(mut self, hierarchies: impl IntoIterator<Item = Hierarchy>) -> Self {
+        self.hierarchies = hierarchies
+            .into_iter()
+            .map(|h| (h.name.clone(), Arc::new(h)))
+            .collect();
+        self
+    }
+
+    /// A policy that names levels.
+    pub fn hierarchy(&self, name: &str) -> Option<&Arc<Hierarchy>> {
+        self.hierarchies.get(name)
+    }
+
+    /// The hierarchies, in name order.
+    pub fn hierarchies(&self) -> impl Iterator<Item = &Arc<Hierarchy>> {
+        self.hierarchies.values()
     }
 
     pub fn get(&self, name: &str) -> Option<&Arc<Policy>> {

@@ -33,6 +33,18 @@ pub(super) struct RawPolicy {
     pub(super) missing_key_status: Option<Spanned<i64>>,
     /// Hot-key leasing (`domain::lease_mode`).
     pub(super) lease: Option<Spanned<RawLease>>,
+    /// A hierarchy (`hierarchy.rs`): its levels in place of limits, and
+    /// forward-auth's source of each id.
+    pub(super) levels: Option<Spanned<Vec<Spanned<RawLevel>>>>,
+    pub(super) ids_from: Option<Spanned<BTreeMap<String, Spanned<String>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawLevel {
+    pub(super) name: Option<Spanned<String>>,
+    pub(super) policy: Spanned<String>,
+    pub(super) key: Spanned<String>,
 }
 
 #[derive(Deserialize)]

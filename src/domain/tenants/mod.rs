@@ -147,6 +147,19 @@ impl Entry {
         }
         if let Some(policy) = &self.policy {
             validate_name("policy", policy)?;
+            if let Some(hierarchy) = policies.hierarchy(policy) {
+                // Its levels' keys are built per request: an entry names
+                // a level's policy and the key its template builds.
+                let levels: Vec<&str> = hierarchy.levels.iter().map(|l| &*l.policy).collect();
+                return Err(ValidationError::new(
+                    "policy",
+                    format!(
+                        "{policy:?} is a policy with levels: name a level's policy ({}) and the \
+                         key its template builds",
+                        levels.join(", ")
+                    ),
+                ));
+            }
             if policies.get(policy).is_none() {
                 return Err(ValidationError::new(
                     "policy",

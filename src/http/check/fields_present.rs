@@ -25,8 +25,8 @@ pub(super) const RULE_FIELDS: [&str; 7] = [
 /// one of [`RULE_FIELDS`] (one list, so a new rule field is recorded too),
 /// and those a handler may refuse or needs (`reservation_ttl`, a settle's
 /// `reservation`).
-const NAMES: [&str; 8 + RULE_FIELDS.len()] = {
-    let mut names = [""; 8 + RULE_FIELDS.len()];
+const NAMES: [&str; 9 + RULE_FIELDS.len()] = {
+    let mut names = [""; 9 + RULE_FIELDS.len()];
     names[0] = "policy";
     names[1] = "limits";
     let mut i = 0;
@@ -40,6 +40,7 @@ const NAMES: [&str; 8 + RULE_FIELDS.len()] = {
     names[5 + RULE_FIELDS.len()] = "reservation";
     names[6 + RULE_FIELDS.len()] = "levels";
     names[7 + RULE_FIELDS.len()] = "key";
+    names[8 + RULE_FIELDS.len()] = "ids";
     names
 };
 

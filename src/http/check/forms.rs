@@ -3,6 +3,8 @@
 //! reset, refund, settle, release and renew; and the levels form's body,
 //! whose levels are those forms (`levels.rs` parses it).
 
+use std::collections::BTreeMap;
+
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use utoipa::openapi::RefOr;
@@ -74,8 +76,8 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     // rule field; every form forbids `forbidden`, and `levels` (the lead
     // field of the fourth).
     let levels: &[&str] = match forbidden.contains(&"levels") {
-        true => &[],
-        false => &["levels"],
+        true => &["ids"],
+        false => &["levels", "ids"],
     };
     let with = |fields: &[&'static str]| [fields, forbidden, levels].concat();
     let leading = |other: &'static str| with(&[&[other][..], &RULE_FIELDS[..]].concat());
@@ -100,7 +102,7 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
     let mut one_of = OneOfBuilder::new().item(policy).item(inline).item(single);
     // A level is one of the three others; a whole check may be levels.
     if !forbidden.contains(&"levels") {
-        let mut fields = vec!["policy", "key", "limits"];
+        let mut fields = vec!["policy", "key", "limits", "ids"];
         fields.extend(RULE_FIELDS);
         fields.extend(forbidden);
         one_of = one_of.item(forbid(
@@ -109,12 +111,22 @@ pub(super) fn forms(forbidden: &[&str], operation: &str) -> RefOr<Schema> {
             &format!("Levels{operation}"),
             "The levels form: several forms, each on its own key, as one (docs/budgets.md).",
         ));
+        let mut fields = vec!["key", "limits", "levels"];
+        fields.extend(RULE_FIELDS);
+        fields.extend(forbidden);
+        one_of = one_of.item(forbid(
+            HierarchyCheckRequest::schema(),
+            &fields,
+            &format!("Hierarchy{operation}"),
+            "The hierarchy form: a policy with levels and its ids (docs/budgets.md).",
+        ));
     }
     one_of
         .description(Some(
             "One of the forms. A body with fields of two forms (`policy` with `limits` or a \
-                 rule field, `limits` with a rule field, `levels` with any of those or `key`) is \
-                 answered 422 with code `mixed_forms`, naming the fields.",
+                 rule field, `limits` with a rule field, `levels` with any of those or `key`, \
+                 `ids` with `key`, `limits`, `levels` or a rule field) is answered 422 with code \
+                 `mixed_forms`, naming the fields.",
         ))
         .into()
 }
@@ -189,6 +201,46 @@ impl PartialSchema for LevelForms {
         super::forms::forms(&["cost", "wait_ms", "reservation_ttl", "levels"], "Level")
     }
 }
+
+/// The hierarchy form: a policy of the file that names its levels, and the
+/// ids its key templates take; the levels check those levels and keys make.
+// No schema example: it would name a policy the server may not have.
+#[derive(Debug, Deserialize, ToSchema)]
+pub struct HierarchyCheckRequest {
+    /// A policy of the loaded policies file with `levels` (`GET
+    /// /v1/policies` lists them under `hierarchies`). Any other name is
+    /// answered 422 with code `unknown_policy`; a policy without levels
+    /// with `invalid_request`.
+    #[schema(pattern = "^[a-z0-9_.-]{1,64}$")]
+    pub policy: String,
+    #[schema(value_type = HierarchyIds)]
+    pub ids: BTreeMap<String, String>,
+    /// Units this request spends on every level, default 1; 0 reports
+    /// without spending. At most the smallest capacity among all the
+    /// levels' limits; more is 422.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0)]
+    pub cost: Option<u64>,
+    /// Blocking acquire, as in the other forms: when denied, wait up to
+    /// this many milliseconds for every level to allow. Default 0.
+    #[serde(default, deserialize_with = "optional_whole_number")]
+    #[schema(minimum = 0, maximum = 10_000)]
+    pub wait_ms: Option<u64>,
+    /// Ask for a reservation of `cost` on every level, to settle with
+    /// `POST /v1/settle` (and draw on with `POST /v1/draw`).
+    #[serde(default)]
+    pub reservation_ttl: Option<WindowSpec>,
+}
+
+/// The value of every id the policy's key templates name, and no other:
+/// `{"org": "1", "team": "4", "user": "7"}` makes `org:{org}` the key
+/// `org:1`. Each 1 to 512 bytes (`limits.max_key_bytes`), and so is each
+/// key built.
+// One named schema, so that every form holding it shares one model (a
+// generated client refuses two models of one name).
+#[derive(ToSchema)]
+#[schema(example = json!({"org": "1", "team": "4", "user": "7"}))]
+pub struct HierarchyIds(#[allow(dead_code)] BTreeMap<String, String>);
 
 /// The levels form: up to 8 check forms, each on its own key, allowed only
 /// if every level allows `cost`, and only then spent on all of them.

@@ -17,14 +17,15 @@ pub(super) mod draw;
 mod fields;
 mod fields_present;
 mod forms;
+mod hierarchy;
 pub(super) mod lease;
 mod levels;
 mod request;
 mod reserve;
 mod response;
 pub(super) mod settle;
+mod unknown;
 
-use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use axum::extract::{FromRequest, Request, State};
@@ -33,12 +34,14 @@ use axum::routing::post;
 use utoipa::OpenApi;
 
 pub(crate) use forms::window_or_calendar;
-pub use forms::{CheckForms, LevelForms};
+pub use forms::{CheckForms, HierarchyIds, LevelForms};
+pub(super) use hierarchy::hierarchy_check;
 pub use request::{
     AlgorithmName, CheckRequest, Form, InlineCheckRequest, LimitSpec, PolicyCheckRequest,
     WindowSpec,
 };
 pub use response::{CheckResponse, LevelResponse, LimitResponse, ReservationResponse};
+pub(super) use unknown::unknown_policy;
 
 use self::fields_present::Present;
 use super::AppState;
@@ -46,7 +49,7 @@ use super::endpoint::Endpoint;
 use super::error::{ApiError, ErrorBody, JsonBody, parse_json};
 use crate::domain::auth::Scope;
 use crate::domain::tenants::Overridden;
-use crate::domain::{Check, Decision, Policy, PolicySet, ValidationError, validate_wait_ms};
+use crate::domain::{Check, Decision, Policy, ValidationError, validate_wait_ms};
 use crate::limiter::Request as Run;
 use crate::store::Op;
 
@@ -79,6 +82,7 @@ pub(super) const ENDPOINTS: &[Endpoint] = &[
         LimitResponse,
         LevelForms,
         LevelResponse,
+        HierarchyIds,
         AlgorithmName,
         WindowSpec
     ))
@@ -233,6 +237,15 @@ pub(super) fn parse_check_at(state: &AppState, json: &[u8], top: bool) -> Result
             let parsed = levels::parse_levels(state, json)?;
             (parsed.check, parsed.wait_ms, parsed.reservation_ttl)
         }
+        Form::Hierarchy if !top => {
+            return Err(ApiError::InvalidRequest(
+                "ids: a level cannot be a policy of levels of its own".into(),
+            ));
+        }
+        Form::Hierarchy => {
+            let parsed = hierarchy::parse_hierarchy(state, json)?;
+            (parsed.check, parsed.wait_ms, parsed.reservation_ttl)
+        }
     };
     let reservation = match fields.is_some_and(|f| f.has("reservation_ttl")) {
         true => reserve::ask(json, &check, ttl, wait_ms, &state.bounds)?,
@@ -259,7 +272,7 @@ pub(super) fn body_for(form: Form, decision: &Decision) -> CheckResponse {
     match form {
         Form::SingleRule => CheckResponse::single_rule(decision),
         Form::Policy | Form::Inline => CheckResponse::with_limits(decision),
-        Form::Levels => CheckResponse::with_levels(decision),
+        Form::Levels | Form::Hierarchy => CheckResponse::with_levels(decision),
     }
 }
 
@@ -272,6 +285,9 @@ fn policy_check(
 ) -> Result<(Check, Option<Overridden>), ApiError> {
     let set = state.policies.load();
     let Some(policy) = set.get(&request.policy) else {
+        if let Some(hierarchy) = set.hierarchy(&request.policy) {
+            return Err(hierarchy::hierarchy_without_ids(hierarchy));
+        }
         return Err(ApiError::UnknownPolicy(unknown_policy(
             &set,
             &request.policy,
@@ -294,99 +310,4 @@ pub(super) fn policy_for_key(
         .rules(&key)
         .and_then(|rules| rules.override_for(&policy.name, crate::tenants::now_ms()));
     policy.check_overridden(key, cost, &state.bounds, api)
-}
-
-/// Room for the list of loaded names in an `unknown_policy` message.
-const NAMES_BUDGET: usize = 1024;
-
-/// `unknown policy "x"; loaded: "a", "b" (and 3 more)`, the list cut to
-/// about 1 KiB so a file of thousands of policies doesn't make a huge body.
-pub(super) fn unknown_policy(set: &PolicySet, name: &str) -> String {
-    // The name is the client's: quote it, and only its first 64 characters.
-    let shown: String = name.chars().take(64).collect();
-    let cut = if shown.len() < name.len() { "..." } else { "" };
-    let mut message = format!("policy: unknown policy {shown:?}{cut}; ");
-    if set.is_empty() {
-        message.push_str("no policies are loaded (set policies.file or --policies)");
-        return message;
-    }
-    message.push_str("loaded: ");
-    let mut listed = 0;
-    for (i, policy) in set.iter().enumerate() {
-        let item = format!("{:?}", &*policy.name);
-        if listed > 0 && message.len() + item.len() + 2 > NAMES_BUDGET {
-            break;
-        }
-        if i > 0 {
-            message.push_str(", ");
-        }
-        message.push_str(&item);
-        listed += 1;
-    }
-    let more = set.len() - listed;
-    if more > 0 {
-        let _ = write!(message, " (and {more} more)");
-    }
-    message
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::domain::{Limit, Policy, Rule};
-
-    fn set_of(n: usize) -> PolicySet {
-        let rule = Rule::new(
-            &crate::domain::RuleInput {
-                limit: 1,
-                window: Some(crate::domain::WindowInput::Seconds(1)),
-                algorithm: None,
-                burst: None,
-                ..Default::default()
-            },
-            &crate::domain::Bounds::default(),
-        )
-        .unwrap();
-        let policies = (0..n).map(|i| Policy {
-            name: Arc::from(format!("policy_number_{i:04}")),
-            description: None,
-            failure_mode: None,
-            shadow: false,
-            limits: Arc::new([Limit {
-                name: Arc::from("l"),
-                rule,
-                scope: None,
-                level: None,
-            }]),
-            overrides: Default::default(),
-            forward: Default::default(),
-            lease: None,
-        });
-        PolicySet::from_policies(policies, String::new(), None)
-    }
-
-    #[test]
-    fn unknown_policy_lists_names_within_a_budget() {
-        let few = unknown_policy(&set_of(2), "nope");
-        assert_eq!(
-            few,
-            "policy: unknown policy \"nope\"; loaded: \"policy_number_0000\", \"policy_number_0001\""
-        );
-        let many = unknown_policy(&set_of(500), "nope");
-        assert!(many.len() <= NAMES_BUDGET + 32, "{}", many.len());
-        let listed = many.matches("policy_number_").count();
-        assert!(listed > 10, "{many}");
-        assert!(
-            many.ends_with(&format!(" (and {} more)", 500 - listed)),
-            "{many}"
-        );
-        let none = unknown_policy(&PolicySet::empty(), &"x".repeat(100));
-        assert!(none.contains("no policies are loaded"), "{none}");
-        assert!(
-            none.contains(&format!("\"{}\"...;", "x".repeat(64))),
-            "{none}"
-        );
-    }
 }

@@ -255,6 +255,8 @@ pub enum Form {
     SingleRule,
     /// Several forms, each on its own key, as one (`levels.rs`).
     Levels,
+    /// A policy with levels and its ids (`hierarchy.rs`).
+    Hierarchy,
 }
 
 impl Form {
@@ -267,7 +269,11 @@ impl Form {
             return Ok(Form::SingleRule);
         };
         let has = |name: &str| fields.has(name);
-        let (form, lead, others): (Form, &str, Vec<&str>) = if has("levels") {
+        let (form, lead, others): (Form, &str, Vec<&str>) = if has("ids") {
+            let mut others = vec!["key", "limits", "levels"];
+            others.extend(RULE_FIELDS);
+            (Form::Hierarchy, "ids", others)
+        } else if has("levels") {
             let mut others = vec!["policy", "key", "limits"];
             others.extend(RULE_FIELDS);
             (Form::Levels, "levels", others)
@@ -289,10 +295,10 @@ impl Form {
             return Ok(form);
         }
         Err(format!(
-            "`{lead}` cannot be combined with {}: a check is one of four forms, \
+            "`{lead}` cannot be combined with {}: a check is one of five forms, \
              {{\"policy\", \"key\", \"cost\"}}, {{\"key\", \"limits\", \"cost\"}}, \
-             {{\"key\", \"limit\", \"window\" or \"calendar\", \"algorithm\", \"burst\", \"cost\"}} or \
-             {{\"levels\", \"cost\"}}",
+             {{\"key\", \"limit\", \"window\" or \"calendar\", \"algorithm\", \"burst\", \"cost\"}}, \
+             {{\"levels\", \"cost\"}} or {{\"policy\", \"ids\", \"cost\"}}",
             conflicts.join(", ")
         ))
     }

@@ -284,6 +284,14 @@ impl CheckResponse {
 /// One level's answer.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct LevelResponse {
+    /// The level's name: its position (`"0"`, `"1"`, ...) in a `levels`
+    /// check, or the name a policy with levels gives it (its `level`
+    /// label in the metrics either way).
+    #[schema(value_type = String)]
+    pub name: Arc<str>,
+    /// The level's client key: as sent, or as the policy's key template
+    /// built it from `ids`.
+    pub key: String,
     /// Every limit of this level allowed `cost`.
     pub allowed: bool,
     /// The `limit` of this level's most restrictive limit.
@@ -330,6 +338,12 @@ fn level_answer(level: Option<Arc<Level>>, limits: &[LimitDecision]) -> LevelRes
         .min_by_key(|&i| (limits[i].remaining, limits[i].allowed, i))
         .unwrap_or(0);
     LevelResponse {
+        name: level
+            .as_ref()
+            .map_or_else(|| Arc::from("0"), |l| l.name.clone()),
+        key: level
+            .as_ref()
+            .map_or_else(String::new, |l| l.key.to_string()),
         allowed: limits.iter().all(|l| l.allowed),
         limit: limits[tightest].limit,
         remaining: limits[tightest].remaining,

@@ -1,0 +1,215 @@
+//! Hierarchies: a policy of the file that names its levels (each another
+//! policy of the file and a key template), so that a caller sends the ids
+//! (`{"org": "1", "team": "4", "user": "7"}`) and the templates build the
+//! level keys (`org:1`, `team:4`, `user:7`). The check itself is a levels
+//! check (`domain::level`) of those policies and keys, exactly the one a
+//! caller listing them in `levels` would send: the same counters, the same
+//! all-or-nothing decision.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use super::super::forward::{RequestView, Source, Unreadable};
+use super::super::rule::ValidationError;
+
+/// A policy of levels, validated: every level names a plain policy of the
+/// same file, so a check resolves each by name in the set it was loaded
+/// with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hierarchy {
+    pub name: Arc<str>,
+    pub description: Option<String>,
+    /// In the file's order: the order of a check's `levels`.
+    pub levels: Arc<[HierarchyLevel]>,
+    /// Every id the templates name, sorted.
+    pub ids: Arc<[Arc<str>]>,
+    /// Forward-auth: where each id comes from (`ids_from`), by id; `None`
+    /// when the file gives none, and forward-auth cannot key the hierarchy.
+    pub ids_from: Option<Arc<[IdSource]>>,
+    /// `ids_from` as written, for `GET /v1/policies` and messages.
+    pub ids_from_text: BTreeMap<String, String>,
+    pub deny_status: u16,
+    pub missing_key_status: u16,
+}
+
+/// One id and where forward-auth takes it from.
+pub type IdSource = (Arc<str>, Source);
+
+/// One level of a hierarchy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HierarchyLevel {
+    /// The `level` label of its metrics and its name in answers; default
+    /// the policy's name.
+    pub name: Arc<str>,
+    /// A plain policy of the same file.
+    pub policy: Arc<str>,
+    pub key: KeyTemplate,
+}
+
+/// The most distinct ids one hierarchy's templates may name.
+pub const MAX_IDS: usize = 16;
+
+/// A level's key: literal text and `{id}` placeholders, `org:{org}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    /// As written.
+    pub text: String,
+    parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Part {
+    Text(String),
+    Id(Arc<str>),
+}
+
+/// An id's name: what a placeholder and an `ids` field are called.
+fn valid_id(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
+}
+
+impl KeyTemplate {
+    /// `org:{org}`, `team:{org}/{team}`, or text alone (one key for every
+    /// caller: a global budget). `{` and `}` only delimit placeholders.
+    pub fn parse(s: &str) -> Result<KeyTemplate, String> {
+        if s.is_empty() {
+            return Err("a key template cannot be empty".into());
+        }
+        let mut parts = Vec::new();
+        let mut rest = s;
+        while let Some(open) = rest.find(['{', '}']) {
+            if rest[open..].starts_with('}') {
+                return Err(format!("{s:?}: a \"}}\" without its \"{{\""));
+            }
+            let close = rest[open..]
+                .find('}')
+                .map(|i| open + i)
+                .ok_or_else(|| format!("{s:?}: a \"{{\" is not closed"))?;
+            let id = &rest[open + 1..close];
+            if !valid_id(id) {
+                return Err(format!(
+                    "{s:?}: {{{id}}} is not an id: ids are 1 to 64 of a-z, 0-9 and _"
+                ));
+            }
+            if open > 0 {
+                parts.push(Part::Text(rest[..open].to_string()));
+            }
+            parts.push(Part::Id(Arc::from(id)));
+            rest = &rest[close + 1..];
+        }
+        if !rest.is_empty() {
+            parts.push(Part::Text(rest.to_string()));
+        }
+        Ok(KeyTemplate {
+            text: s.to_string(),
+            parts,
+        })
+    }
+
+    /// The ids it names, in order (repeats kept).
+    pub fn ids(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.parts.iter().filter_map(|p| match p {
+            Part::Id(id) => Some(id),
+            Part::Text(_) => None,
+        })
+    }
+
+    /// The key, every placeholder replaced by its id's value as given.
+    fn fill(&self, value: impl Fn(&str) -> String) -> String {
+        let mut key = String::new();
+        for part in &self.parts {
+            match part {
+                Part::Text(text) => key.push_str(text),
+                Part::Id(id) => key.push_str(&value(id)),
+            }
+        }
+        key
+    }
+}
+
+impl Hierarchy {
+    /// Each level's key for the `ids` a caller sent: every id the
+    /// templates name, and no other; each a value of 1 to `max_bytes`
+    /// bytes (a built key is bounded again as any key is).
+    pub fn keys(
+        &self,
+        ids: &BTreeMap<String, String>,
+        max_bytes: usize,
+    ) -> Result<Vec<String>, ValidationError> {
+        if let Some(unknown) = ids.keys().find(|k| !self.ids.iter().any(|i| **i == **k)) {
+            return Err(ValidationError::new(
+                format!("ids.{}", shown(unknown)),
+                format!(
+                    "is not an id of {:?} (its ids: {})",
+                    &*self.name,
+                    self.listed()
+                ),
+            ));
+        }
+        for id in self.ids.iter() {
+            let Some(value) = ids.get(&**id) else {
+                return Err(ValidationError::new(
+                    format!("ids.{id}"),
+                    format!("missing: {:?} needs {}", &*self.name, self.listed()),
+                ));
+            };
+            if value.is_empty() || value.len() > max_bytes {
+                return Err(ValidationError::new(
+                    format!("ids.{id}"),
+                    format!(
+                        "an id is 1 to {max_bytes} bytes (limits.max_key_bytes), got {}",
+                        value.len()
+                    ),
+                ));
+            }
+        }
+        Ok(self
+            .levels
+            .iter()
+            .map(|l| l.key.fill(|id| ids[id].clone()))
+            .collect())
+    }
+
+    /// The ids of a proxied request, by `ids_from`: `Ok(Err(id))` names
+    /// the first id whose source is absent (or that has none: the
+    /// hierarchy has no `ids_from`), and `Err` the header that stops the
+    /// walk, as forward-auth's `key_from` does.
+    pub fn ids_of(
+        &self,
+        request: &RequestView,
+    ) -> Result<Result<BTreeMap<String, String>, Arc<str>>, Unreadable> {
+        let Some(sources) = &self.ids_from else {
+            return Ok(self
+                .ids
+                .first()
+                .cloned()
+                .map_or_else(|| Ok(BTreeMap::new()), Err));
+        };
+        let mut ids = BTreeMap::new();
+        for (id, source) in sources.iter() {
+            match source.value(request)? {
+                Some(value) => ids.insert(id.to_string(), value),
+                None => return Ok(Err(id.clone())),
+            };
+        }
+        Ok(Ok(ids))
+    }
+
+    /// `org, team, user`.
+    fn listed(&self) -> String {
+        let names: Vec<&str> = self.ids.iter().map(|i| &**i).collect();
+        names.join(", ")
+    }
+}
+
+/// A client's id name in a message: its first 64 characters.
+fn shown(name: &str) -> String {
+    name.chars().take(64).collect()
+}
+
+#[cfg(test)]
+#[path = "hierarchy_tests.rs"]
+mod tests;
