@@ -118,7 +118,9 @@ fn prepare(
         path: rest.as_deref(),
     };
     // From anyone but a trusted proxy the header is the client's: ignored.
-    let cost = if from_proxy { cost(headers)? } else { None };
+    // Read once the key is known, so that an unknown policy is a 404 and
+    // a missing key its status, whatever the header.
+    let cost = || if from_proxy { cost(headers) } else { Ok(None) };
     let Some(policy) = set.get(&path.policy) else {
         return match set.hierarchy(&path.policy) {
             Some(hierarchy) => super::auth_levels::prepare(state, &set, hierarchy, &view, cost),
@@ -135,7 +137,7 @@ fn prepare(
             tried: format!("{:?}", forward.key_from_text),
         });
     };
-    let (check, _) = super::check::policy_for_key(state, policy, key, cost)
+    let (check, _) = super::check::policy_for_key(state, policy, key, cost()?)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
     // Before any store call: no lease is taken that nobody could release.
     if let Some(limit) = check.concurrency() {

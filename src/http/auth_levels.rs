@@ -15,7 +15,7 @@ pub(super) fn prepare(
     set: &PolicySet,
     hierarchy: &Hierarchy,
     view: &RequestView,
-    cost: Option<u64>,
+    cost: impl FnOnce() -> Result<Option<u64>, AuthError>,
 ) -> Result<(Check, StatusCode), AuthError> {
     let missing = status(hierarchy.missing_key_status);
     if hierarchy.ids_from.is_none() && !hierarchy.ids.is_empty() {
@@ -31,7 +31,7 @@ pub(super) fn prepare(
             None => format!("the id {:?}", &*id),
         },
     })?;
-    let check = hierarchy_check(state, set, hierarchy, &ids, cost)
+    let check = hierarchy_check(state, set, hierarchy, &ids, cost()?)
         .map_err(|e| AuthError::InvalidRequest(explain(e)))?;
     Ok((check, status(hierarchy.deny_status)))
 }

@@ -43,7 +43,8 @@ pub struct HierarchyView {
     /// Every id the key templates name: what a check's `ids` holds.
     pub ids: Vec<String>,
     /// Forward-auth: where each id comes from; empty when the file gives
-    /// none (forward-auth then answers 501).
+    /// none (forward-auth then answers 501, unless the templates name no
+    /// id).
     pub ids_from: BTreeMap<String, String>,
     /// Forward-auth: the status of a denial (429 unless set).
     pub deny_status: u16,

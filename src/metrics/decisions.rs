@@ -111,7 +111,9 @@ impl DecisionMetrics {
     pub fn policies_in_force(&self, set: &PolicySet) {
         self.policies_file.reset();
         self.policies_file.with_label_values(&[&set.sha256]).set(1);
-        self.policies_loaded.set(set.len() as i64);
+        // Those with levels too: each is a policy of the file.
+        let loaded = set.len() + set.hierarchies().count();
+        self.policies_loaded.set(loaded as i64);
     }
 
     /// Counts one check. Every label is bounded: policy and limit names

@@ -175,15 +175,28 @@ async fn a_reservation_and_draws_go_through_the_hierarchy(app: &TestApp) {
         (drawn["allowed"].clone(), drawn["drawn"].clone()),
         (json!(true), json!(500))
     );
+    // A reload that keys the team by its id alone: the reservation keeps
+    // the keys its check spent on, so the settle gives back there, not on
+    // `team:<team>`, which was never charged.
+    let moved = FILE.replace("team:{org}/{team}", "team:{team}");
+    let set = PolicySet::parse(&moved, &Bounds::default(), None).expect("a valid file");
+    app.policies.store(Arc::new(set));
     // Settled at 350 of the 500 held: 150 come back on every level.
     let (status, settled) = app
         .post("/v1/settle", &json!({"reservation": id, "actual": 350}))
         .await;
     assert_eq!(status, 200, "{settled}");
     let [org, team, user] = ids.levels();
+    assert_eq!(settled["levels"][1]["key"], team["key"], "{settled}");
     assert_eq!(left(app, &org).await, 10_000 - 350);
     assert_eq!(left(app, &team).await, 3_000 - 350);
     assert_eq!(left(app, &user).await, 2_000 - 350);
+    let elsewhere = json!({"policy": "team_daily", "key": format!("team:{}", ids.team)});
+    assert_eq!(
+        left(app, &elsewhere).await,
+        3_000,
+        "nothing given back there"
+    );
 }
 
 async fn a_batch_item_may_be_a_hierarchy(app: &TestApp) {

@@ -50,7 +50,7 @@ impl PolicySet {
         let mut hierarchies = Vec::new();
         for (name, policy) in &raw.policies {
             if policy.get_ref().levels.is_some() {
-                let built = build_hierarchy(name, policy, &raw.policies, &mut report);
+                let built = build_hierarchy(name, policy, &raw.policies, bounds, &mut report);
                 hierarchies.extend(built);
             } else if let Some(policy) = build_policy(name, policy, bounds, &mut report) {
                 policies.push(policy);

@@ -50,11 +50,22 @@ pub struct HierarchyLevel {
 pub const MAX_IDS: usize = 16;
 
 /// A level's key: literal text and `{id}` placeholders, `org:{org}`.
+///
+/// Two sets of ids never build one key: a value's `\` and every character
+/// of the text between two placeholders are escaped with `\`, so in
+/// `team:{org}/{team}` the org `a/b` with the team `c` (`team:a\/b/c`) is
+/// not the org `a` with the team `b/c` (`team:a/b\/c`); placeholders side
+/// by side, which nothing could tell apart, are refused. Text before the
+/// first placeholder or after the last needs no escape, so `org:{org}`
+/// puts any value in as sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
     /// As written.
     pub text: String,
     parts: Vec<Part>,
+    /// The characters escaped in values: `\` and those of the text between
+    /// placeholders.
+    escaped: Vec<char>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,10 +114,39 @@ impl KeyTemplate {
         if !rest.is_empty() {
             parts.push(Part::Text(rest.to_string()));
         }
+        let mut escaped = vec!['\\'];
+        for pair in parts.windows(3) {
+            if let [Part::Id(_), Part::Text(between), Part::Id(_)] = pair {
+                escaped.extend(between.chars());
+            }
+        }
+        if parts
+            .windows(2)
+            .any(|p| matches!(p, [Part::Id(_), Part::Id(_)]))
+        {
+            return Err(format!(
+                "{s:?}: two placeholders side by side build one key from different ids \
+                 (`{{a}}{{b}}` of 1 and 23 is that of 12 and 3); put text between them"
+            ));
+        }
+        escaped.sort_unstable();
+        escaped.dedup();
         Ok(KeyTemplate {
             text: s.to_string(),
             parts,
+            escaped,
         })
+    }
+
+    /// The bytes of its literal text: every key it builds has them.
+    pub fn text_bytes(&self) -> usize {
+        self.parts
+            .iter()
+            .map(|p| match p {
+                Part::Text(text) => text.len(),
+                Part::Id(_) => 0,
+            })
+            .sum()
     }
 
     /// The ids it names, in order (repeats kept).
@@ -117,13 +157,23 @@ impl KeyTemplate {
         })
     }
 
-    /// The key, every placeholder replaced by its id's value as given.
-    fn fill(&self, value: impl Fn(&str) -> String) -> String {
+    /// The key, every placeholder replaced by its id's value (escaped
+    /// where two placeholders have text between them).
+    fn fill<'a>(&self, value: impl Fn(&str) -> &'a str) -> String {
+        let ids = self.ids().count();
         let mut key = String::new();
         for part in &self.parts {
             match part {
                 Part::Text(text) => key.push_str(text),
-                Part::Id(id) => key.push_str(&value(id)),
+                Part::Id(id) if ids == 1 => key.push_str(value(id)),
+                Part::Id(id) => {
+                    for c in value(id).chars() {
+                        if self.escaped.contains(&c) {
+                            key.push('\\');
+                        }
+                        key.push(c);
+                    }
+                }
             }
         }
         key
@@ -169,7 +219,7 @@ impl Hierarchy {
         Ok(self
             .levels
             .iter()
-            .map(|l| l.key.fill(|id| ids[id].clone()))
+            .map(|l| l.key.fill(|id| ids[id].as_str()))
             .collect())
     }
 

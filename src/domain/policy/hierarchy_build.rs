@@ -14,7 +14,7 @@ use super::names::{check_policy_name, toml_key};
 use super::problem::Report;
 use super::raw::{RawLevel, RawLimit, RawPolicy};
 use crate::domain::forward::Source;
-use crate::domain::{MAX_LEVELS, validate_name};
+use crate::domain::{Bounds, MAX_LEVELS, validate_name};
 
 type RawPolicies = BTreeMap<Spanned<String>, Spanned<RawPolicy>>;
 
@@ -22,6 +22,7 @@ pub(super) fn build_hierarchy(
     name: &Spanned<String>,
     raw: &Spanned<RawPolicy>,
     all: &RawPolicies,
+    bounds: &Bounds,
     report: &mut Report,
 ) -> Option<Hierarchy> {
     let path = format!("policies.{}", toml_key(name.get_ref()));
@@ -41,7 +42,7 @@ pub(super) fn build_hierarchy(
     let mut levels = Vec::with_capacity(count);
     for (i, raw_level) in levels_raw.get_ref().iter().enumerate() {
         let at = format!("{path}.levels[{i}]");
-        if let Some(level) = build_level(&at, raw_level.get_ref(), all, report) {
+        if let Some(level) = build_level(&at, raw_level.get_ref(), all, bounds, report) {
             refuse_repeats(&at, &level, &levels, raw_level.span(), report);
             levels.push(level);
         }
@@ -103,6 +104,7 @@ fn build_level(
     at: &str,
     raw: &RawLevel,
     all: &RawPolicies,
+    bounds: &Bounds,
     report: &mut Report,
 ) -> Option<HierarchyLevel> {
     let before = report.count();
@@ -121,6 +123,7 @@ fn build_level(
         report.add(format!("{at}.name"), span, e.message);
     }
     let key = KeyTemplate::parse(raw.key.get_ref())
+        .and_then(|key| fits(key, bounds.max_key_bytes))
         .map_err(|message| report.add(format!("{at}.key"), raw.key.span(), message))
         .ok();
     (report.count() == before).then(|| HierarchyLevel {
@@ -128,6 +131,19 @@ fn build_level(
         policy: Arc::from(policy.as_str()),
         key: key.expect("parsed when no problem was added"),
     })
+}
+
+/// A template whose shortest key (its text and a byte per id) is longer
+/// than any key may be would refuse every request.
+fn fits(key: KeyTemplate, max_key_bytes: usize) -> Result<KeyTemplate, String> {
+    let shortest = key.text_bytes() + key.ids().count();
+    if shortest > max_key_bytes {
+        return Err(format!(
+            "every key it builds is at least {shortest} bytes, above limits.max_key_bytes \
+             ({max_key_bytes})"
+        ));
+    }
+    Ok(key)
 }
 
 /// A level's policy must be one a levels check takes: plain, enforced,
@@ -211,9 +227,25 @@ fn build_ids_from(
             );
             continue;
         }
+        if text.get_ref().contains(['{', '}']) {
+            let message = "an id comes from one source (\"header:<name>\", \"ip\", \
+                           \"ip_prefix:<bits>\", \"const:<text>\" or \"path\"), not a template";
+            report.add(format!("{at}.{id}"), text.span(), message);
+            continue;
+        }
         match Source::parse(text.get_ref()) {
             Ok(source) => sources.push((Arc::from(id.as_str()), source)),
-            Err(message) => report.add(format!("{at}.{id}"), text.span(), message),
+            // Without the templates `key_from` offers: an id is one value.
+            Err(message) => report.add(
+                format!("{at}.{id}"),
+                text.span(),
+                message
+                    .replace(
+                        ", or a template such as \"{header:x-tenant}:{ip}\"",
+                        " or \"path\"",
+                    )
+                    .replace("\"path\" or \"path\"", "\"path\""),
+            ),
         }
     }
     for id in ids.iter().filter(|id| !map.get_ref().contains_key(&***id)) {

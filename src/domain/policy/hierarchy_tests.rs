@@ -101,14 +101,54 @@ fn ids_build_every_level_key_and_nothing_else_is_taken() {
 
 #[test]
 fn templates_parse_placeholders_and_refuse_stray_braces() {
-    let t = KeyTemplate::parse("a{x}b{y}{x}").unwrap();
+    let t = KeyTemplate::parse("a{x}b{y}-{x}").unwrap();
     let named: Vec<&str> = t.ids().map(|i| &**i).collect();
     assert_eq!(named, ["x", "y", "x"]);
-    assert_eq!(t.fill(|id| id.to_uppercase()), "aXbYX");
+    assert_eq!(t.fill(|id| if id == "x" { "X" } else { "Y" }), "aXbY-X");
+    assert_eq!(t.text_bytes(), 3);
     assert_eq!(KeyTemplate::parse("global").unwrap().ids().count(), 0);
-    for bad in ["", "a{", "a}", "{}", "{X}", "{a{b}}", "{a-b}"] {
+    for bad in [
+        "",
+        "a{",
+        "a}",
+        "{}",
+        "{X}",
+        "{a{b}}",
+        "{a-b}",
+        "{a}{b}",
+        "x:{a}{b}:y",
+    ] {
         assert!(KeyTemplate::parse(bad).is_err(), "{bad:?}");
     }
+}
+
+#[test]
+fn two_sets_of_ids_never_build_one_key() {
+    let t = KeyTemplate::parse("team:{org}/{team}").unwrap();
+    let key = |org: &str, team: &str| t.fill(|id| if id == "org" { org } else { team });
+    // The text between the placeholders, and `\`, are escaped in values.
+    assert_eq!(key("a/b", "c"), "team:a\\/b/c");
+    assert_eq!(key("a", "b/c"), "team:a/b\\/c");
+    assert_ne!(key("a\\", "/c"), key("a", "\\/c"));
+    assert_eq!(key("1", "4"), "team:1/4", "plain ids go in as sent");
+    // One placeholder: any value as sent, nothing to tell apart.
+    let one = KeyTemplate::parse("org:{org}").unwrap();
+    assert_eq!(one.fill(|_| "a:b/c\\"), "org:a:b/c\\");
+}
+
+#[test]
+fn a_template_longer_than_any_key_is_refused_at_load() {
+    let long = "k".repeat(511);
+    let file = format!(
+        "{LLM}\n[policies.long]\nlevels = [ {{ policy = \"org_monthly\", key = \"{long}{{a}}-{{b}}\" }} ]\n"
+    );
+    let found = problems(&file);
+    assert_eq!(found[0].0, "policies.long.levels[0].key", "{found:?}");
+    assert!(found[0].1.contains("at least 514 bytes"), "{found:?}");
+    let fits = format!(
+        "{LLM}\n[policies.long]\nlevels = [ {{ policy = \"org_monthly\", key = \"{long}{{a}}\" }} ]\n"
+    );
+    assert!(parse(&fits).is_ok());
 }
 
 #[test]

@@ -20,8 +20,9 @@ use serde::Deserialize;
 use utoipa::{OpenApi, ToSchema};
 
 use super::fields::whole_number;
+use super::reserve::{reserved, unknown_reservation};
 use super::response::CheckResponse;
-use super::{Parsed, body_for, parse_check};
+use super::{Parsed, body_for};
 use crate::domain::auth::Scope;
 use crate::domain::{Reservation, TenantMark};
 use crate::http::AppState;
@@ -144,24 +145,10 @@ async fn drawn(state: &AppState, request: Request) -> Result<Response, ApiError>
     Ok(response.into_response_for(&decision))
 }
 
-fn unknown() -> ApiError {
-    ApiError::UnknownReservation(
-        "reservation: unknown or expired (nothing changed): a reservation is answered only to \
-         an allowed check, lives its reservation_ttl, and must be sent unchanged"
-            .into(),
-    )
-}
-
-/// The reservation `id` names, and its check rebuilt from the id's
-/// description (as a settle does), which must hold no concurrency limit.
+/// The reservation `id` names and its check, which must hold no
+/// concurrency limit.
 fn reserved_check(state: &AppState, id: &str) -> Result<(Reservation, Parsed), ApiError> {
-    let (reservation, description) = Reservation::parse(id).ok_or_else(unknown)?;
-    let parsed = parse_check(state, &description).map_err(|e| match e {
-        ApiError::UnknownPolicy(message) => {
-            ApiError::UnknownPolicy(format!("the reservation's {message}"))
-        }
-        _ => unknown(),
-    })?;
+    let (reservation, parsed) = reserved(state, id)?;
     if parsed.check.concurrency().is_some() {
         // A draw is a rate check; a lease is taken by the check alone.
         return Err(ApiError::InvalidRequest(
@@ -177,7 +164,7 @@ fn reserved_check(state: &AppState, id: &str) -> Result<(Reservation, Parsed), A
 fn refused(found: Drawn, seq: u64) -> Result<(), ApiError> {
     match found {
         Drawn::Now | Drawn::Denied | Drawn::Again => Ok(()),
-        Drawn::Unknown => Err(unknown()),
+        Drawn::Unknown => Err(unknown_reservation()),
         Drawn::Settled => Err(ApiError::ReservationSettled(
             "reservation: already settled (nothing changed); draws end with the settle".into(),
         )),

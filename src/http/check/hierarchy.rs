@@ -75,6 +75,7 @@ fn not_a_hierarchy(set: &PolicySet, name: &str) -> ApiError {
         ));
     }
     let shown: String = name.chars().take(64).collect();
+    let cut = if shown.len() < name.len() { "..." } else { "" };
     let names: Vec<String> = set
         .hierarchies()
         .take(32)
@@ -84,7 +85,7 @@ fn not_a_hierarchy(set: &PolicySet, name: &str) -> ApiError {
         true => "no policy with levels is loaded".to_string(),
         false => format!("policies with levels: {}", names.join(", ")),
     };
-    ApiError::UnknownPolicy(format!("policy: unknown policy {shown:?}; {loaded}"))
+    ApiError::UnknownPolicy(format!("policy: unknown policy {shown:?}{cut}; {loaded}"))
 }
 
 /// `policy` is a hierarchy, sent in the policy form (`key` in place of

@@ -25,9 +25,9 @@ use utoipa::{OpenApi, ToSchema};
 
 use super::fields::whole_number;
 use super::fields_present::Present;
+use super::reserve::{reserved, unknown_reservation};
+use super::respond;
 use super::response::{CheckResponse, ReservationResponse};
-use super::{parse_check, respond};
-use crate::domain::Reservation;
 use crate::domain::algorithms::MAX_SETTLE_CAPACITIES;
 use crate::domain::auth::Scope;
 use crate::http::AppState;
@@ -124,25 +124,7 @@ async fn settled(state: &AppState, request: Request) -> Result<Response, ApiErro
         }
         parse_json(json)
     })?;
-    let unknown = || {
-        ApiError::UnknownReservation(
-            "reservation: unknown or expired (nothing changed): a reservation is answered only \
-             to an allowed check, lives its reservation_ttl, and must be sent unchanged"
-                .into(),
-        )
-    };
-    let Some((reservation, description)) = Reservation::parse(&id) else {
-        return Err(unknown());
-    };
-    let parsed = parse_check(state, &description).map_err(|e| match e {
-        // A policy removed since the check: say so rather than "unknown".
-        ApiError::UnknownPolicy(message) => {
-            ApiError::UnknownPolicy(format!("the reservation's {message}"))
-        }
-        // Not a description this server wrote, or one a reload no longer
-        // admits (a cost above a lowered limit): nothing to settle.
-        _ => unknown(),
-    })?;
+    let (reservation, parsed) = reserved(state, &id)?;
     let check = parsed.check;
     // Every limit takes the whole amounts, so the smallest capacity bounds them.
     let most = check.max_cost().saturating_mul(MAX_SETTLE_CAPACITIES);
@@ -164,6 +146,6 @@ async fn settled(state: &AppState, request: Request) -> Result<Response, ApiErro
              is settled once"
                 .into(),
         )),
-        Some(Settled::Unknown) | None => Err(unknown()),
+        Some(Settled::Unknown) | None => Err(unknown_reservation()),
     }
 }

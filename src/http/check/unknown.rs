@@ -36,6 +36,19 @@ pub(in crate::http) fn unknown_policy(set: &PolicySet, name: &str) -> String {
     if more > 0 {
         let _ = write!(message, " (and {more} more)");
     }
+    // The policies with levels, which a file holds few of.
+    let levels: Vec<String> = set
+        .hierarchies()
+        .take(16)
+        .map(|h| format!("{:?}", &*h.name))
+        .collect();
+    if !levels.is_empty() {
+        let _ = write!(
+            message,
+            "; with levels (checked with ids): {}",
+            levels.join(", ")
+        );
+    }
     message
 }
 
