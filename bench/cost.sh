@@ -32,6 +32,11 @@
 #   levels    three levels of the fixed rule, each on its own key
 #             ({"levels": [org, team, user]}, docs/budgets.md): one check
 #             spending on three keys, against `fixed` on one
+#   plevels   three levels of the policy `fixed`, each on its own key
+#             ({"levels": [{"policy": "fixed", "key": ...}, ...]})
+#   hierarchy the policy `tree`, which names those three levels with key
+#             templates, by its ids ({"policy": "tree", "ids": {...}}):
+#             against `plevels`, what building the keys from ids costs
 #   draw      `reserve`, then one POST /v1/draw of 1 on its reservation:
 #             a row is a reserving check plus a draw, so the draw's own
 #             cost is this row less `reserve`'s
@@ -60,6 +65,13 @@ REDIS_PORT=$(free_port)
 cat > "$TMP/policies.toml" <<'TOML'
 [policies.fixed]
 limits = [{ name = "day", algorithm = "fixed_window", limit = 1000000, window = "1d" }]
+
+[policies.tree]
+levels = [
+  { name = "org", policy = "fixed", key = "org:{org}" },
+  { name = "team", policy = "fixed", key = "team:{org}/{team}" },
+  { name = "user", policy = "fixed", key = "user:{user}" },
+]
 TOML
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >/dev/null &
 REDIS_PID=$!
@@ -103,6 +115,14 @@ for i in range(n):
     if rule == "levels":
         levels = [{"key": f"{level}:{i}", **rules["fixed"]} for level in ("org", "team", "user")]
         assert post("/v1/check", {"levels": levels})["allowed"]
+        continue
+    if rule == "plevels":
+        keys = (f"org:{i}", f"team:{i}/{i}", f"user:{i}")
+        assert post("/v1/check", {"levels": [{"policy": "fixed", "key": k} for k in keys]})["allowed"]
+        continue
+    if rule == "hierarchy":
+        answer = post("/v1/check", {"policy": "tree", "ids": {"org": str(i), "team": str(i), "user": str(i)}})
+        assert answer["allowed"] and answer["levels"][1]["key"] == f"team:{i}/{i}", answer
         continue
     if rule == "policy":
         post("/v1/check", {"policy": "fixed", "key": f"policy:{i}"})

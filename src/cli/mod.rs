@@ -231,8 +231,14 @@ fn check_policies(file: &std::path::Path, config: Option<PathBuf>) -> ExitCode {
             let limits: usize = set.iter().map(|p| p.limits.len()).sum();
             let overrides: usize = set.iter().map(|p| p.overrides.len()).sum();
             let names: Vec<&str> = set.iter().map(|p| &*p.name).collect();
+            let levels: Vec<&str> = set.hierarchies().map(|h| &*h.name).collect();
+            let with_levels = match levels.is_empty() {
+                true => String::new(),
+                false => format!(" and {} with levels ({})", levels.len(), levels.join(", ")),
+            };
             println!(
-                "{}: ok: {} policies ({}), {limits} limits, {overrides} overrides; sha256 {}",
+                "{}: ok: {} policies ({}){with_levels}, {limits} limits, {overrides} overrides; \
+                 sha256 {}",
                 file.display(),
                 set.len(),
                 names.join(", "),

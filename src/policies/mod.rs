@@ -167,6 +167,7 @@ impl Parse for PolicyFile {
         info!(
             file = %path.display(),
             policies = n,
+            with_levels = set.hierarchies().count(),
             sha256 = %sha,
             "loaded {n} policies from {} (sha256 {})",
             path.display(),

@@ -149,22 +149,29 @@ def map_case(context, case):
 POLICY = "fuzz"
 POLICY_CAPACITY = 1_000_000
 
-# The run's one policy with levels: one level of POLICY_CAPACITY, keyed
-# `tree:{a}` (tests/tooling/schemathesis.rs).
+# The run's one policy with levels: three levels of POLICY_CAPACITY keyed
+# `o:{org}`, `t:{org}/{team}` and `u:{user}` (tests/tooling/schemathesis.rs),
+# the ids of the schema's example.
 TREE = "fuzz_tree"
-TREE_KEY_PREFIX = len("tree:")
+TREE_IDS = ("org", "team", "user")
+# Room for two escaped values and the text in `t:{org}/{team}`: a value's
+# `/` and `\` take two bytes each.
+MAX_TREE_ID_BYTES = 120
 
 
 def _tree_ids(body):
-    """The hierarchy form: its one id `a`, a value whose key fits in
-    MAX_KEY_BYTES (any generated map names other ids, a 422), and a cost
-    within its level."""
+    """The hierarchy form: exactly its ids (any generated map names others,
+    a 422), values whose keys fit in MAX_KEY_BYTES, and a cost within its
+    levels."""
     body["policy"] = TREE
-    values = [v for v in body["ids"].values() if isinstance(v, str) and v]
-    value = values[0] if values else "x"
-    while len(value.encode("utf-8")) > MAX_KEY_BYTES - TREE_KEY_PREFIX:
-        value = value[:-1]
-    body["ids"] = {"a": value or "x"}
+    values = [v for v in body["ids"].values() if isinstance(v, str) and v] or ["x"]
+    ids = {}
+    for i, name in enumerate(TREE_IDS):
+        value = values[i % len(values)]
+        while len(value.encode("utf-8")) > MAX_TREE_ID_BYTES:
+            value = value[:-1]
+        ids[name] = value or "x"
+    body["ids"] = ids
     _cost_within(body, POLICY_CAPACITY)
 
 

@@ -41,7 +41,8 @@ fn schemathesis_finds_nothing() {
     // One policy, so that valid policy-form requests are valid here too (the
     // hooks point them at it): its tightest limit takes any cost up to
     // POLICY_CAPACITY in ratekeeper_hooks.py. And one policy with levels,
-    // `fuzz_tree`, for the hierarchy form's (its id `a`).
+    // `fuzz_tree`, for the hierarchy form's (the ids of its schema example,
+    // `org`, `team` and `user`).
     let policies = Path::new(env!("CARGO_TARGET_TMPDIR")).join("schemathesis-policies.toml");
     std::fs::write(
         &policies,
@@ -50,7 +51,10 @@ fn schemathesis_finds_nothing() {
          { name = \"daily\", algorithm = \"fixed_window\", limit = 1000000000000, window = \"1d\" },\n  \
          { name = \"inflight\", algorithm = \"concurrency\", limit = 10000, lease_ttl = \"1s\" },\n]\n\
          [policies.fuzz_level]\nlimits = [ { name = \"day\", limit = 1000000, window = \"1d\" } ]\n\
-         [policies.fuzz_tree]\nlevels = [ { policy = \"fuzz_level\", key = \"tree:{a}\" } ]\n",
+         [policies.fuzz_tree]\nlevels = [\n  \
+         { name = \"org\", policy = \"fuzz_level\", key = \"o:{org}\" },\n  \
+         { name = \"team\", policy = \"fuzz_level\", key = \"t:{org}/{team}\" },\n  \
+         { name = \"user\", policy = \"fuzz_level\", key = \"u:{user}\" },\n]\n",
     )
     .unwrap();
     // With bearer tokens on, as the document's security says: schemathesis
