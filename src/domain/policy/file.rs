@@ -10,7 +10,7 @@ use sha2::{Digest, Sha256};
 use toml::Spanned;
 
 use super::forward::build_forward;
-use super::hierarchy_build::build_hierarchy;
+use super::hierarchy_build::{RawPolicies, build_hierarchy};
 use super::names::{check_policy_name, toml_key};
 use super::problem::{PolicyFileError, Report};
 use super::raw::{RawFile, RawLimit, RawOverride, RawPolicy};
@@ -48,9 +48,14 @@ impl PolicySet {
         };
         let mut policies = Vec::with_capacity(raw.policies.len());
         let mut hierarchies = Vec::new();
+        let by_name: RawPolicies = raw
+            .policies
+            .iter()
+            .map(|(name, policy)| (name.get_ref().as_str(), policy.get_ref()))
+            .collect();
         for (name, policy) in &raw.policies {
             if policy.get_ref().levels.is_some() {
-                let built = build_hierarchy(name, policy, &raw.policies, bounds, &mut report);
+                let built = build_hierarchy(name, policy, &by_name, bounds, &mut report);
                 hierarchies.extend(built);
             } else if let Some(policy) = build_policy(name, policy, bounds, &mut report) {
                 policies.push(policy);

@@ -2,7 +2,7 @@
 //! `limits`): its levels, its ids and forward-auth's sources of them, each
 //! problem with its place.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -16,7 +16,9 @@ use super::raw::{RawLevel, RawLimit, RawPolicy};
 use crate::domain::forward::Source;
 use crate::domain::{Bounds, MAX_LEVELS, validate_name};
 
-type RawPolicies = BTreeMap<Spanned<String>, Spanned<RawPolicy>>;
+/// The file's policies by name: built once per file, so that judging
+/// every level of every hierarchy is one lookup each, not a scan.
+pub(super) type RawPolicies<'a> = HashMap<&'a str, &'a RawPolicy>;
 
 pub(super) fn build_hierarchy(
     name: &Spanned<String>,
@@ -109,13 +111,13 @@ fn build_level(
 ) -> Option<HierarchyLevel> {
     let before = report.count();
     let policy = raw.policy.get_ref();
-    match all.iter().find(|(name, _)| name.get_ref() == policy) {
+    match all.get(policy.as_str()) {
         None => report.add(
             format!("{at}.policy"),
             raw.policy.span(),
             format!("{policy:?} is not a policy of this file"),
         ),
-        Some((_, found)) => refuse_as_level(at, raw, found.get_ref(), report),
+        Some(found) => refuse_as_level(at, raw, found, report),
     }
     let name = raw.name.as_ref().map_or(policy.as_str(), |n| n.get_ref());
     if let Err(e) = validate_name("name", name) {
