@@ -56,13 +56,14 @@ async fn timed_check(app: &TestApp) -> (Value, Duration) {
     (response, started.elapsed())
 }
 
-async fn wait_until_recovered(app: &TestApp) {
+/// Checks until one is answered by the store again; that answer.
+async fn wait_until_recovered(app: &TestApp) -> Value {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
         let (response, _) = timed_check(app).await;
         if response["degraded"] == false {
             assert_eq!(app.get("/readyz").await.status(), 200);
-            return;
+            return response;
         }
         assert!(Instant::now() < deadline, "did not recover: {response}");
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -189,7 +190,12 @@ async fn starts_without_redis_and_connects_when_it_appears() {
     );
 
     redis.restart();
-    wait_until_recovered(&app).await;
+    let recovered = wait_until_recovered(&app).await;
+    // A check that timed out while the server came up may have been
+    // applied all the same (its answer was the degraded one), so the count
+    // is judged from the first answer Redis gave, not from the limit.
+    let first = recovered["remaining"].as_u64().unwrap();
+    assert!(first <= 999, "{recovered}");
     let (response, _) = timed_check(&app).await;
-    assert_eq!(response["remaining"], 998, "counts resume in Redis");
+    assert_eq!(response["remaining"], first - 1, "counts resume in Redis");
 }
