@@ -20,8 +20,10 @@
 //!
 //! On a single server or Sentinel every levels check is one script call
 //! (`wire.rs` sends its limits' keys like any check's): none of this runs.
-//! A hierarchy whose keys share a hash tag (`org:{1}`, `team:{1}:4`, ...)
-//! lands in one slot and is one call on a cluster too.
+//! On a cluster, levels whose client keys happen to hash to one slot are
+//! one call too. A caller cannot choose that: each client key is its own
+//! hash tag, braces escaped (`domain::state_key::hash_tag`), so that a
+//! level's counter is the one a check of that level alone uses.
 
 use fred::util::redis_keyslot;
 
@@ -35,6 +37,34 @@ use crate::store::{Applied, DrawMode, Drawn, Op, OpKind, Settled, StoreError};
 struct Share {
     places: Vec<usize>,
     check: Check,
+}
+
+impl Share {
+    /// Puts this share's outcomes in their places of the whole check's.
+    fn place(&self, answered: &[Outcome], outcomes: &mut [Option<Outcome>]) {
+        for (&place, outcome) in self.places.iter().zip(answered) {
+            outcomes[place] = Some(*outcome);
+        }
+    }
+}
+
+/// Each share's check at `cost`: a draw's spending, or a look (0).
+fn at_cost<'a>(shares: impl IntoIterator<Item = &'a Share>, cost: u64) -> Vec<Check> {
+    shares
+        .into_iter()
+        .map(|s| Check {
+            cost,
+            ..s.check.clone()
+        })
+        .collect()
+}
+
+/// The whole check's outcomes, once every share placed its own.
+fn gathered(outcomes: Vec<Option<Outcome>>) -> Result<Vec<Outcome>, StoreError> {
+    outcomes
+        .into_iter()
+        .collect::<Option<Vec<Outcome>>>()
+        .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))
 }
 
 impl Inner {
@@ -103,13 +133,7 @@ impl Inner {
         (seq, cost): (u64, u64),
         shares: &[Share],
     ) -> Result<Applied, StoreError> {
-        let costs: Vec<Check> = shares
-            .iter()
-            .map(|s| Check {
-                cost,
-                ..s.check.clone()
-            })
-            .collect();
+        let costs = at_cost(shares, cost);
         let ops: Vec<Op> = costs.iter().map(Op::check).collect();
         let answers = self.apply_by_slot(&ops).await;
         let allowed = answers
@@ -143,18 +167,13 @@ impl Inner {
                 }
                 _ => applied.outcomes,
             };
-            for (&place, outcome) in share.places.iter().zip(shown) {
-                outcomes[place] = Some(outcome);
-            }
+            share.place(&shown, &mut outcomes);
         }
         if let Some(error) = failed {
             return Err(error);
         }
         self.look_at(&looks, &mut outcomes).await?;
-        let outcomes = outcomes
-            .into_iter()
-            .collect::<Option<Vec<Outcome>>>()
-            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
+        let outcomes = gathered(outcomes)?;
         Ok(Applied { outcomes, ..head? })
     }
 
@@ -185,18 +204,10 @@ impl Inner {
         shares: &[&Share],
         outcomes: &mut [Option<Outcome>],
     ) -> Result<(), StoreError> {
-        let checks: Vec<Check> = shares
-            .iter()
-            .map(|s| Check {
-                cost: 0,
-                ..s.check.clone()
-            })
-            .collect();
+        let checks = at_cost(shares.iter().copied(), 0);
         let ops: Vec<Op> = checks.iter().map(Op::check).collect();
         for (share, answer) in shares.iter().zip(self.apply_by_slot(&ops).await) {
-            for (&place, outcome) in share.places.iter().zip(answer?.iter()) {
-                outcomes[place] = Some(*outcome);
-            }
+            share.place(&answer?.outcomes, outcomes);
         }
         Ok(())
     }
@@ -228,18 +239,12 @@ impl Inner {
                 (false, true) => self.give_back(op, &applied).await,
                 _ => applied.outcomes,
             };
-            for (&place, outcome) in share.places.iter().zip(shown) {
-                outcomes[place] = Some(outcome);
-            }
+            share.place(&shown, &mut outcomes);
         }
         if let Some(error) = failed {
             return Err(error);
         }
-        let outcomes = outcomes
-            .into_iter()
-            .collect::<Option<Vec<Outcome>>>()
-            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
-        let applied = Applied::unshared(outcomes);
+        let applied = Applied::unshared(gathered(outcomes)?);
         Ok(Applied { at_us, ..applied })
     }
 
@@ -288,17 +293,13 @@ impl Inner {
         // When the record refused, the other shares change nothing: a
         // look (a check of cost 0) answers for them.
         let units = |delta: i128| u64::try_from(delta.unsigned_abs()).unwrap_or(u64::MAX);
-        let changes: Vec<Check> = shares[1..]
-            .iter()
-            .map(|s| Check {
-                cost: match (went_ahead, delta) {
-                    (true, Some(delta)) if delta < 0 => units(delta),
-                    (true, None) => s.check.cost,
-                    _ => 0,
-                },
-                ..s.check.clone()
-            })
-            .collect();
+        let cost = match (went_ahead, delta) {
+            (true, Some(delta)) if delta < 0 => units(delta),
+            // Every share is a part of one check: its cost is the check's.
+            (true, None) => op.check.cost,
+            _ => 0,
+        };
+        let changes = at_cost(&shares[1..], cost);
         let rest: Vec<Op> = changes
             .iter()
             .map(|check| match (went_ahead, delta) {
@@ -316,18 +317,11 @@ impl Inner {
             .collect();
         let answers = self.apply_by_slot(&rest).await;
         let mut outcomes = vec![None; op.check.limits.len()];
-        for (&place, outcome) in shares[0].places.iter().zip(head.iter()) {
-            outcomes[place] = Some(*outcome);
-        }
+        shares[0].place(&head.outcomes, &mut outcomes);
         for (share, answer) in shares[1..].iter().zip(answers) {
-            for (&place, outcome) in share.places.iter().zip(answer?.iter()) {
-                outcomes[place] = Some(*outcome);
-            }
+            share.place(&answer?.outcomes, &mut outcomes);
         }
-        let outcomes = outcomes
-            .into_iter()
-            .collect::<Option<Vec<Outcome>>>()
-            .ok_or_else(|| StoreError::Backend("a share went unanswered".into()))?;
+        let outcomes = gathered(outcomes)?;
         Ok(Applied { outcomes, ..head })
     }
 }
